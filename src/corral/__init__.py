@@ -1,0 +1,59 @@
+"""corral: launch, reach and retire the workers of distributed training jobs.
+
+The same API on a laptop (LocalScheduler), a Ray cluster (RayScheduler) or a Slurm
+cluster (SlurmScheduler). Backends other than local are imported only when used.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from corral.config import (
+    BaseExperimentConfig,
+    ClusterSpecConfig,
+    NameResolveConfig,
+    SchedulerConfig,
+    load_expr_config,
+    make_scheduler,
+)
+from corral.errors import (
+    ConfigError,
+    CorralError,
+    EngineCallError,
+    EngineCreationError,
+    EngineImportError,
+    SchedulerError,
+    WorkerCreationError,
+    WorkerFailedError,
+    WorkerNotFoundError,
+    WorkerTimeoutError,
+)
+from corral.spec import Job, SchedulingSpec, SchedulingStrategy, Worker
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "Scheduler": "corral.scheduler",
+    "LocalScheduler": "corral.backends.local",
+    "RayScheduler": "corral.backends.ray",
+    "SlurmScheduler": "corral.backends.slurm",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'corral' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
+
+
+__all__ = [
+    "BaseExperimentConfig", "ClusterSpecConfig", "NameResolveConfig", "SchedulerConfig",
+    "load_expr_config", "make_scheduler", "Job", "SchedulingSpec", "SchedulingStrategy",
+    "Worker", "Scheduler", "LocalScheduler", "RayScheduler", "SlurmScheduler",
+    "CorralError", "ConfigError", "SchedulerError", "WorkerCreationError", "WorkerTimeoutError",
+    "WorkerFailedError", "WorkerNotFoundError", "EngineCreationError", "EngineImportError",
+    "EngineCallError",
+]  # fmt: skip

@@ -1,0 +1,1 @@
+"""Backends: each provides a Launcher and a thin Scheduler subclass."""

@@ -1,0 +1,68 @@
+"""Starting and stopping local process trees, shared by every backend that spawns processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from corral.launcher import WorkerExit
+
+_spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="corral-spawner")
+
+
+def spawn(argv: list[str], env: dict[str, str]) -> subprocess.Popen:
+    """Start a worker in its own session, output piped, from one long-lived thread.
+
+    The worker asks the kernel for SIGTERM when its parent *thread* dies, so spawning from a
+    short-lived thread would kill it early; the single spawner thread lives with the process.
+    """
+    full_env = dict(os.environ)
+    full_env.update(env)
+    full_env["CORRAL_PARENT_PID"] = str(os.getpid())
+
+    def start() -> subprocess.Popen:
+        return subprocess.Popen(
+            argv,
+            env=full_env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    return _spawner.submit(start).result()
+
+
+def describe_exit(returncode: int) -> WorkerExit:
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return WorkerExit(f"killed by {name}", returncode)
+    return WorkerExit(f"exited with code {returncode}", returncode)
+
+
+def stop_process_groups(procs: list[subprocess.Popen], grace: float = 3.0) -> None:
+    """SIGTERM each process group, wait up to ``grace`` seconds together, then SIGKILL."""
+    _signal_groups(procs, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    for proc in procs:
+        try:
+            proc.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+    _signal_groups(procs, signal.SIGKILL)
+    for proc in procs:
+        proc.wait()
+
+
+def _signal_groups(procs: list[subprocess.Popen], sig: int) -> None:
+    for proc in procs:
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass

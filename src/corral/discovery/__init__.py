@@ -1,0 +1,53 @@
+"""Name-resolve: where workers publish their addresses and the controller finds them."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from corral.discovery.base import NameResolve, check_key
+from corral.discovery.files import FileNameResolve
+from corral.discovery.memory import MemoryNameResolve
+from corral.errors import ConfigError
+
+NAME_RESOLVE_TYPES = ("nfs", "memory", "etcd3")
+
+
+def make_name_resolve(cfg: Any, fileroot: str | None = None) -> NameResolve:
+    """Build the store named by a name-resolve config (object or dict)."""
+    get = cfg.get if isinstance(cfg, dict) else lambda k, d=None: getattr(cfg, k, d)
+    kind = get("type", "nfs") or "nfs"
+    if kind in ("nfs", "files"):
+        root = get("nfs_record_root") or get("root")
+        if not root:
+            root = os.path.join(fileroot or "/tmp/corral", "name_resolve")
+        return FileNameResolve(root)
+    if kind == "memory":
+        return MemoryNameResolve()
+    if kind == "etcd3":
+        from corral.discovery.etcd import EtcdNameResolve
+
+        address = get("etcd3_addr") or get("address")
+        if not address:
+            raise ConfigError(
+                "cluster.name_resolve.etcd3_addr", address, "set it to host:port of your etcd"
+            )
+        return EtcdNameResolve(address)
+    raise ConfigError(
+        "cluster.name_resolve.type", kind, f"use one of {', '.join(NAME_RESOLVE_TYPES)}"
+    )
+
+
+def name_resolve_from_description(desc: dict) -> NameResolve:
+    """Rebuild a store from ``NameResolve.describe()`` (used by worker processes)."""
+    return make_name_resolve(desc)
+
+
+__all__ = [
+    "NameResolve",
+    "FileNameResolve",
+    "MemoryNameResolve",
+    "make_name_resolve",
+    "name_resolve_from_description",
+    "check_key",
+]

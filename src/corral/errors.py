@@ -1,0 +1,93 @@
+"""The exception family. Every error names the worker, the role, and what to do."""
+
+from __future__ import annotations
+
+
+class CorralError(Exception):
+    """Base of every corral error."""
+
+
+class ConfigError(CorralError, ValueError):
+    """Invalid user input: names the field, the value, and the fix."""
+
+    def __init__(self, field: str, value: object, fix: str):
+        self.field = field
+        self.value = value
+        self.fix = fix
+        super().__init__(f"{field}={value!r} is invalid: {fix}")
+
+
+class SchedulerError(CorralError):
+    """A scheduler could not do what it was asked."""
+
+
+class WorkerCreationError(SchedulerError):
+    """Workers could not be placed or started."""
+
+
+class WorkerTimeoutError(SchedulerError, TimeoutError):
+    """A worker did not become ready or answer within its deadline."""
+
+
+class WorkerFailedError(SchedulerError):
+    """A worker process died. Carries its exit code and the tail of its log."""
+
+    def __init__(
+        self,
+        worker_id: str,
+        reason: str,
+        exit_code: int | None = None,
+        log_tail: str = "",
+        log_path: str | None = None,
+    ):
+        self.worker_id = worker_id
+        self.reason = reason
+        self.exit_code = exit_code
+        self.log_tail = log_tail
+        self.log_path = log_path
+        msg = f"worker {worker_id} failed: {reason}"
+        if exit_code is not None:
+            msg += f" (exit code {exit_code})"
+        if log_path:
+            msg += f"; full log: {log_path}"
+        if log_tail:
+            msg += "\n--- last lines of its log ---\n" + log_tail.rstrip()
+        super().__init__(msg)
+
+
+class WorkerNotFoundError(SchedulerError, KeyError):
+    """No worker or role by that name."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "worker not found"
+
+
+class EngineCreationError(SchedulerError):
+    """The engine class was found but constructing it raised."""
+
+
+class EngineImportError(EngineCreationError, ImportError):
+    """The engine's import path could not be imported on the worker."""
+
+
+class EngineCallError(SchedulerError):
+    """An engine method raised on the worker. Carries the remote traceback."""
+
+    def __init__(self, message: str, remote_traceback: str = ""):
+        self.remote_traceback = remote_traceback
+        text = message
+        if remote_traceback:
+            text += "\n--- remote traceback ---\n" + remote_traceback.rstrip()
+        super().__init__(text)
+
+
+class ProtocolError(CorralError):
+    """A malformed frame or HTTP message on the wire."""
+
+
+class AuthenticationError(CorralError):
+    """The worker refused the request: the trial secret was missing or wrong."""
+
+
+class NameResolveError(CorralError):
+    """Name-resolve could not be reached or refused an operation."""

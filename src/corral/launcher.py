@@ -1,0 +1,75 @@
+"""What a backend must answer. Everything else lives in the shared Scheduler."""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+
+from corral.spec import NormalizedJob, Worker
+
+
+@dataclass
+class WorkerExit:
+    """Why a worker is no longer alive."""
+
+    reason: str
+    exit_code: int | None = None
+    log_path: str | None = None
+
+
+@dataclass
+class LaunchRequest:
+    """Start ``job.replicas`` workers of ``job.role``; ``envs[i]`` is replica i's environment."""
+
+    job: NormalizedJob
+    envs: list[dict[str, str]]
+    log_dir: str
+    extra: dict = field(default_factory=dict)
+
+
+class Launcher(abc.ABC):
+    """A backend: places and starts workers, tells whether they live, stops them."""
+
+    name: str = "base"
+
+    def check(self, job: NormalizedJob) -> None:
+        """Backend-specific validation; raise ConfigError before anything starts."""
+
+    @abc.abstractmethod
+    def launch(self, request: LaunchRequest) -> None:
+        """Start the workers (they register themselves in name-resolve)."""
+
+    @abc.abstractmethod
+    def poll(self, role: str) -> dict[int, WorkerExit]:
+        """Replicas of ``role`` known to have died, by index. Empty if all live or pending."""
+
+    def pending_reason(self, role: str) -> str | None:
+        """Why the role's workers have not started yet, if the backend knows (queue reasons)."""
+        return None
+
+    @abc.abstractmethod
+    def stop(self, role: str) -> None:
+        """Stop every process of ``role`` and wait until they are gone."""
+
+    def backend_id(self, role: str, index: int) -> str | None:
+        return None
+
+    def fork(self, role: str, target: Worker, index: int, env: dict[str, str]) -> Worker | None:
+        """Start a worker next to ``target``. None: use the shared ``POST /fork`` path."""
+        return None
+
+    def kill_fork(self, worker: Worker) -> bool:
+        """Stop a worker made by ``fork``. False: use the shared ``/kill_forked_worker`` path."""
+        return False
+
+    def rendezvous_master(self, role: str, workers: list[Worker]) -> tuple[str, int] | None:
+        """MASTER_ADDR and MASTER_PORT for the role; default: rank 0's first reserved port."""
+        first = workers[0]
+        return (first.ip, first.worker_ports[0]) if first.worker_ports else None
+
+    def share_secret_by_env(self) -> bool:
+        """True if workers cannot read the controller's fileroot (no shared filesystem)."""
+        return False
+
+    def close(self) -> None:
+        """Release backend resources (runtimes this launcher started)."""

@@ -1,0 +1,119 @@
+"""Worker logs: one file per replica, one per role and one merged file with a prefix."""
+
+from __future__ import annotations
+
+import getpass
+import os
+import selectors
+import threading
+from typing import IO
+
+
+def log_dir_for(fileroot: str, experiment: str, trial: str) -> str:
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = str(os.getuid())
+    return os.path.join(fileroot, "logs", user, experiment, trial)
+
+
+def replica_log_path(log_dir: str, role: str, index: int) -> str:
+    return os.path.join(log_dir, role, f"{index}.log")
+
+
+def role_log_path(log_dir: str, role: str) -> str:
+    return os.path.join(log_dir, f"{role}.log")
+
+
+def merged_log_path(log_dir: str) -> str:
+    return os.path.join(log_dir, "merged.log")
+
+
+def tail(path: str | None, lines: int = 20, max_bytes: int = 16384) -> str:
+    if not path:
+        return ""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - max_bytes))
+            data = fh.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    return "\n".join(data.splitlines()[-lines:])
+
+
+class _Stream:
+    def __init__(self, pipe: IO[bytes], log_dir: str, role: str, index: int):
+        self.pipe = pipe
+        self.prefix = f"[{role}/{index}] ".encode()
+        self.partial = b""
+        os.makedirs(os.path.join(log_dir, role), exist_ok=True)
+        self.replica = open(replica_log_path(log_dir, role, index), "ab", buffering=0)
+        self.role = open(role_log_path(log_dir, role), "ab", buffering=0)
+        self.merged = open(merged_log_path(log_dir), "ab", buffering=0)
+
+    def feed(self, data: bytes) -> None:
+        self.replica.write(data)
+        data = self.partial + data
+        *lines, self.partial = data.split(b"\n")
+        if lines:
+            text = b"".join(self.prefix + line + b"\n" for line in lines)
+            self.role.write(text)
+            self.merged.write(text)
+
+    def close(self) -> None:
+        if self.partial:
+            self.feed(b"\n")
+        for fh in (self.replica, self.role, self.merged, self.pipe):
+            fh.close()
+
+
+class LogPump:
+    """One thread copying worker output pipes into their three log files, line by line."""
+
+    def __init__(self) -> None:
+        self._sel = selectors.DefaultSelector()
+        self._lock = threading.Lock()
+        self._wake_r, self._wake_w = os.pipe()
+        self._sel.register(self._wake_r, selectors.EVENT_READ, None)
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    def add(self, pipe: IO[bytes], log_dir: str, role: str, index: int) -> None:
+        stream = _Stream(pipe, log_dir, role, index)
+        with self._lock:
+            self._sel.register(pipe, selectors.EVENT_READ, stream)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="corral-logs", daemon=True)
+                self._thread.start()
+        os.write(self._wake_w, b"x")
+
+    def _run(self) -> None:
+        while not self._closed:
+            for key, _ in self._sel.select(timeout=1.0):
+                stream = key.data
+                if stream is None:
+                    os.read(self._wake_r, 4096)
+                    continue
+                try:
+                    data = os.read(key.fd, 65536)
+                except OSError:
+                    data = b""
+                if data:
+                    stream.feed(data)
+                else:
+                    with self._lock:
+                        self._sel.unregister(key.fileobj)
+                    stream.close()
+
+    def flush_closed(self, timeout: float = 1.0) -> None:
+        """Wait briefly until every pipe whose writer exited has been drained."""
+        import time
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                if len(self._sel.get_map()) <= 1:
+                    return
+            time.sleep(0.02)

@@ -1,0 +1,137 @@
+"""A minimal HTTP/1.1 layer over blocking sockets: just enough for keep-alive RPC.
+
+Bodies have a Content-Length (no chunking). Large bodies are received straight into one
+preallocated buffer and sent from the caller's buffers without joining them.
+"""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass, field
+
+from corral.errors import ProtocolError
+
+MAX_HEAD_BYTES = 64 * 1024
+SECRET_HEADER = "x-corral-secret"
+REQUEST_ID_HEADER = "x-corral-request-id"
+FRAME_TYPE = "application/x-corral-frame"
+_SMALL = 64 * 1024
+REASONS = {
+    200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
+    409: "Conflict", 413: "Payload Too Large", 500: "Internal Server Error",
+}  # fmt: skip
+
+
+@dataclass
+class Message:
+    """A parsed request (``method``/``path``) or response (``status``)."""
+
+    start_line: str
+    headers: dict[str, str]
+    body: bytearray = field(default_factory=bytearray)
+    method: str = ""
+    path: str = ""
+    status: int = 0
+
+    @property
+    def content_length(self) -> int:
+        raw = self.headers.get("content-length", "0")
+        if not raw.isdigit():
+            raise ProtocolError(f"bad Content-Length {raw!r}")
+        return int(raw)
+
+    @property
+    def keep_alive(self) -> bool:
+        return self.headers.get("connection", "").lower() != "close"
+
+
+def parse_head(raw: bytes) -> Message:
+    """Parse a request or status line and its headers (without the blank line)."""
+    lines = raw.decode("latin-1").split("\r\n")
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        name, sep, value = line.partition(":")
+        if not sep:
+            raise ProtocolError(f"malformed HTTP header line {line[:80]!r}")
+        headers[name.strip().lower()] = value.strip()
+    msg = Message(start_line=lines[0], headers=headers)
+    parts = lines[0].split(" ", 2)
+    if len(parts) < 2:
+        raise ProtocolError(f"malformed HTTP start line {lines[0][:80]!r}")
+    if parts[0].startswith("HTTP/"):
+        if not parts[1].isdigit():
+            raise ProtocolError(f"malformed HTTP status line {lines[0][:80]!r}")
+        msg.status = int(parts[1])
+    else:
+        msg.method, msg.path = parts[0], parts[1]
+    return msg
+
+
+def render_head(start_line: str, headers: dict[str, str], length: int) -> bytes:
+    lines = [start_line, *(f"{k}: {v}" for k, v in headers.items()), f"Content-Length: {length}"]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+class SocketReader:
+    """Reads HTTP heads and exact-size bodies from a socket, keeping any surplus bytes."""
+
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
+        self.pending = bytearray()
+
+    def read_head(self) -> Message | None:
+        """The next message head, or None if the peer closed cleanly between messages."""
+        while True:
+            end = self.pending.find(b"\r\n\r\n")
+            if end >= 0:
+                break
+            if len(self.pending) > MAX_HEAD_BYTES:
+                raise ProtocolError(f"HTTP head longer than {MAX_HEAD_BYTES} bytes")
+            chunk = self.sock.recv(_SMALL)
+            if not chunk:
+                if self.pending:
+                    raise ConnectionResetError("peer closed the connection mid-message")
+                return None
+            self.pending += chunk
+        head = bytes(self.pending[:end])
+        del self.pending[: end + 4]
+        return parse_head(head)
+
+    def read_body(self, length: int) -> bytearray:
+        if length <= len(self.pending):
+            body = self.pending[:length]
+            del self.pending[:length]
+            return body
+        body = bytearray(length)
+        have = len(self.pending)
+        body[:have] = self.pending
+        self.pending = bytearray()
+        view = memoryview(body)
+        while have < length:
+            n = self.sock.recv_into(view[have:], min(length - have, 1 << 24))
+            if n == 0:
+                raise ConnectionResetError(
+                    f"peer closed the connection after {have} of {length} body bytes"
+                )
+            have += n
+        return body
+
+
+def send_message(
+    sock: socket.socket, start_line: str, headers: dict[str, str], parts: list
+) -> None:
+    """Send a head and body parts; small messages go out in one syscall."""
+    length = sum(p.nbytes if isinstance(p, memoryview) else len(p) for p in parts)
+    data = render_head(start_line, headers, length)
+    if length <= _SMALL:
+        sock.sendall(
+            b"".join([data, *(bytes(p) if isinstance(p, memoryview) else p for p in parts)])
+        )
+        return
+    sock.sendall(data)
+    for part in parts:
+        sock.sendall(part)
+
+
+def tune_socket(sock: socket.socket) -> None:
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

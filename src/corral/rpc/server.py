@@ -1,0 +1,134 @@
+"""The worker's RPC server: one thread per keep-alive connection, authenticated first."""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import socket
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from corral.errors import ProtocolError
+from corral.rpc.http import (
+    REASONS,
+    SECRET_HEADER,
+    Message,
+    SocketReader,
+    send_message,
+    tune_socket,
+)
+
+log = logging.getLogger(__name__)
+DEFAULT_MAX_BODY = 8 * 1024**3
+
+
+@dataclass
+class Reply:
+    status: int = 200
+    parts: list = field(default_factory=list)
+    content_type: str = "application/x-corral-frame"
+
+
+Handler = Callable[[Message], Reply]
+
+
+class RPCServer:
+    """Serves ``handler`` on a port the kernel picks. Requests without the trial secret
+    get 401 before their body is read, and the connection is closed."""
+
+    def __init__(
+        self,
+        secret: str,
+        handler: Handler,
+        host: str = "0.0.0.0",
+        port: int = 0,
+        max_body: int = DEFAULT_MAX_BODY,
+    ):
+        self._secret = secret.encode()
+        self._handler = handler
+        self._max_body = max_body
+        self._sock = socket.create_server((host, port), backlog=512, reuse_port=False)
+        self.port: int = self._sock.getsockname()[1]
+        self._closed = threading.Event()
+        self._conns: set[socket.socket] = set()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._accept_loop, name="rpc-accept", daemon=True)
+
+    def start(self) -> RPCServer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._closed.set()
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._sock.close()
+        with self._lock:
+            for conn in list(self._conns):
+                try:
+                    conn.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def _accept_loop(self) -> None:
+        while not self._closed.is_set():
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return
+            tune_socket(conn)
+            with self._lock:
+                self._conns.add(conn)
+            threading.Thread(target=self._serve, args=(conn,), name="rpc-conn", daemon=True).start()
+
+    def _authorized(self, msg: Message) -> bool:
+        given = msg.headers.get(SECRET_HEADER, "").encode("latin-1", "replace")
+        return hmac.compare_digest(given, self._secret)
+
+    def _serve(self, conn: socket.socket) -> None:
+        reader = SocketReader(conn)
+        try:
+            while not self._closed.is_set():
+                msg = reader.read_head()
+                if msg is None or not msg.method:
+                    return
+                if not self._authorized(msg):
+                    self._reply(
+                        conn, Reply(401, [b"missing or wrong trial secret"], "text/plain"), False
+                    )
+                    return
+                length = msg.content_length
+                if length > self._max_body:
+                    self._reply(
+                        conn,
+                        Reply(413, [f"body over {self._max_body} bytes".encode()], "text/plain"),
+                        False,
+                    )
+                    return
+                msg.body = reader.read_body(length)
+                reply = self._handler(msg)
+                self._reply(conn, reply, msg.keep_alive)
+                if not msg.keep_alive:
+                    return
+        except ProtocolError as exc:
+            try:
+                self._reply(conn, Reply(400, [str(exc).encode()], "text/plain"), False)
+            except OSError:
+                pass
+        except OSError:
+            pass
+        finally:
+            with self._lock:
+                self._conns.discard(conn)
+            conn.close()
+
+    @staticmethod
+    def _reply(conn: socket.socket, reply: Reply, keep_alive: bool) -> None:
+        headers = {"Content-Type": reply.content_type}
+        if not keep_alive:
+            headers["Connection"] = "close"
+        status_line = f"HTTP/1.1 {reply.status} {REASONS.get(reply.status, 'Status')}"
+        send_message(conn, status_line, headers, reply.parts)

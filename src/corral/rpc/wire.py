@@ -1,0 +1,271 @@
+"""Binary frames: a small JSON header describing the structure, then raw buffers.
+
+Layout of one frame::
+
+    b"CRL1" | u32 header_len | u32 n_buffers | n_buffers x u64 length | header | buffers
+
+Arrays and tensors travel as their raw bytes (bf16 stays bf16); the header holds only
+their dtype and shape. Decoding never imports a module named in the frame: dataclasses are
+rebuilt only if their class is already loaded, and torch is imported only to rebuild tensors.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import struct
+import sys
+from typing import Any
+
+import numpy as np
+
+from corral.errors import ProtocolError
+
+MAGIC = b"CRL1"
+_PREFIX = struct.Struct("<4sII")
+MAX_HEADER_BYTES = 16 * 1024 * 1024
+MAX_BUFFERS = 1 << 16
+TAG = "$t"
+_NUMPY_KINDS = set("biufc?mM")
+_TORCH_DTYPES = {
+    "float32", "float64", "float16", "bfloat16", "int8", "int16", "int32", "int64",
+    "uint8", "bool", "complex64", "complex128", "float8_e4m3fn", "float8_e5m2",
+}  # fmt: skip
+
+
+class _Encoder:
+    def __init__(self) -> None:
+        self.buffers: list[memoryview] = []
+
+    def _buffer(self, view: memoryview) -> int:
+        self.buffers.append(view)
+        return len(self.buffers) - 1
+
+    def encode(self, obj: Any) -> Any:
+        if obj is None or isinstance(obj, bool | int | str):
+            return obj
+        if isinstance(obj, float):
+            return obj if math.isfinite(obj) else {TAG: "float", "v": repr(obj)}
+        if isinstance(obj, list):
+            return [self.encode(x) for x in obj]
+        if isinstance(obj, tuple):
+            return {TAG: "tuple", "v": [self.encode(x) for x in obj]}
+        if isinstance(obj, dict):
+            if all(isinstance(k, str) for k in obj) and TAG not in obj:
+                return {k: self.encode(v) for k, v in obj.items()}
+            return {
+                TAG: "dict",
+                "k": [self.encode(k) for k in obj],
+                "v": [self.encode(v) for v in obj.values()],
+            }
+        if isinstance(obj, np.ndarray):
+            return self._ndarray(obj)
+        if isinstance(obj, np.generic):
+            return self.encode(obj.item())
+        if isinstance(obj, bytes | bytearray | memoryview):
+            return {TAG: "bytes", "b": self._buffer(memoryview(obj).cast("B"))}
+        if _is_torch_tensor(obj):
+            return self._tensor(obj)
+        if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+            cls = type(obj)
+            fields = {f.name: self.encode(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+            return {TAG: "dc", "c": f"{cls.__module__}:{cls.__qualname__}", "v": fields}
+        if isinstance(obj, set | frozenset):
+            return {TAG: "set", "v": [self.encode(x) for x in obj]}
+        raise TypeError(
+            f"cannot send a {type(obj).__name__} over the wire: use None, bool, int, float, str, "
+            "bytes, list, tuple, dict, set, dataclasses, numpy arrays or torch tensors"
+        )
+
+    def _ndarray(self, arr: np.ndarray) -> dict:
+        if arr.dtype.kind not in _NUMPY_KINDS:
+            raise TypeError(f"cannot send a numpy array of dtype {arr.dtype} (object/struct)")
+        arr = np.ascontiguousarray(arr)
+        view = memoryview(arr.reshape(-1).view(np.uint8)) if arr.size else memoryview(b"")
+        return {TAG: "nd", "d": arr.dtype.str, "s": list(arr.shape), "b": self._buffer(view)}
+
+    def _tensor(self, tensor: Any) -> dict:
+        import torch
+
+        t = tensor.detach()
+        device = str(t.device)
+        t = t.cpu().contiguous()
+        dtype = str(t.dtype).removeprefix("torch.")
+        flat = t.reshape(-1)
+        view = memoryview(flat.view(torch.uint8).numpy()) if flat.numel() else memoryview(b"")
+        return {TAG: "pt", "d": dtype, "s": list(t.shape), "dev": device, "b": self._buffer(view)}
+
+
+def _is_torch_tensor(obj: Any) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(obj, torch.Tensor)
+
+
+def encode(obj: Any) -> list[memoryview | bytes]:
+    """Encode ``obj`` into frame parts: write them in order (``sendmsg`` / ``writelines``)."""
+    enc = _Encoder()
+    header = json.dumps(enc.encode(obj), separators=(",", ":"), allow_nan=False).encode()
+    if len(header) > MAX_HEADER_BYTES:
+        raise ProtocolError(f"frame header of {len(header)} bytes exceeds {MAX_HEADER_BYTES}")
+    lengths = [v.nbytes for v in enc.buffers]
+    prefix = _PREFIX.pack(MAGIC, len(header), len(lengths)) + struct.pack(
+        f"<{len(lengths)}Q", *lengths
+    )
+    return [prefix, header, *enc.buffers]
+
+
+def frame_size(parts: list[memoryview | bytes]) -> int:
+    return sum(p.nbytes if isinstance(p, memoryview) else len(p) for p in parts)
+
+
+def encode_bytes(obj: Any) -> bytes:
+    return b"".join(bytes(p) for p in encode(obj))
+
+
+def decode(data: bytes | bytearray | memoryview) -> Any:
+    """Decode one whole frame. Arrays are views into ``data`` when it is writable."""
+    view = memoryview(data).cast("B")
+    if view.nbytes < _PREFIX.size:
+        raise ProtocolError(f"frame of {view.nbytes} bytes is shorter than its prefix")
+    magic, header_len, n_buffers = _PREFIX.unpack_from(view, 0)
+    if magic != MAGIC:
+        raise ProtocolError(f"bad frame magic {bytes(magic)!r}, expected {MAGIC!r}")
+    if header_len > MAX_HEADER_BYTES or n_buffers > MAX_BUFFERS:
+        raise ProtocolError(f"frame header {header_len} B / {n_buffers} buffers over the limits")
+    offset = _PREFIX.size
+    table_end = offset + 8 * n_buffers
+    if table_end + header_len > view.nbytes:
+        raise ProtocolError("frame is truncated before the end of its header")
+    lengths = struct.unpack_from(f"<{n_buffers}Q", view, offset)
+    header = bytes(view[table_end : table_end + header_len])
+    pos = table_end + header_len
+    buffers = []
+    for length in lengths:
+        if pos + length > view.nbytes:
+            raise ProtocolError("frame is truncated inside a buffer")
+        buffers.append(view[pos : pos + length])
+        pos += length
+    if pos != view.nbytes:
+        raise ProtocolError(f"frame has {view.nbytes - pos} trailing bytes")
+    try:
+        tree = json.loads(header)
+    except (ValueError, RecursionError) as exc:
+        raise ProtocolError(f"frame header is not valid JSON: {exc}") from None
+    try:
+        return _Decoder(buffers).decode(tree)
+    except ProtocolError:
+        raise
+    except RecursionError:
+        raise ProtocolError("frame nests too deeply") from None
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
+        raise ProtocolError(f"malformed frame: {type(exc).__name__}: {exc}") from None
+
+
+class _Decoder:
+    def __init__(self, buffers: list[memoryview]):
+        self.buffers = buffers
+
+    def decode(self, node: Any) -> Any:
+        if isinstance(node, list):
+            return [self.decode(x) for x in node]
+        if not isinstance(node, dict):
+            return node
+        tag = node.get(TAG)
+        if tag is None:
+            return {k: self.decode(v) for k, v in node.items()}
+        handler = _DECODERS.get(tag) if isinstance(tag, str) else None
+        if handler is None:
+            raise ProtocolError(f"unknown frame tag {tag!r}")
+        return handler(self, node)
+
+    def buffer(self, node: dict) -> memoryview:
+        index = node["b"]
+        if not isinstance(index, int) or not 0 <= index < len(self.buffers):
+            raise ProtocolError(f"frame refers to buffer {index!r} that does not exist")
+        return self.buffers[index]
+
+    def shape(self, node: dict) -> tuple[int, ...]:
+        shape = node["s"]
+        if not isinstance(shape, list) or not all(
+            isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in shape
+        ):
+            raise ProtocolError(f"bad shape {shape!r}")
+        return tuple(shape)
+
+    def ndarray(self, node: dict) -> np.ndarray:
+        dtype = np.dtype(node["d"])
+        if dtype.kind not in _NUMPY_KINDS:
+            raise ProtocolError(f"refusing numpy dtype {node['d']!r}")
+        shape = self.shape(node)
+        buf = self.buffer(node)
+        if math.prod(shape) * dtype.itemsize != buf.nbytes:
+            raise ProtocolError(f"array of shape {shape} {dtype} does not fit {buf.nbytes} bytes")
+        return np.frombuffer(buf, dtype=dtype).reshape(shape)
+
+    def tensor(self, node: dict) -> Any:
+        name = node["d"]
+        if name not in _TORCH_DTYPES:
+            raise ProtocolError(f"refusing torch dtype {name!r}")
+        import torch
+
+        dtype = getattr(torch, name)
+        shape = self.shape(node)
+        buf = self.buffer(node)
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        if math.prod(shape) * itemsize != buf.nbytes:
+            raise ProtocolError(f"tensor of shape {shape} {name} does not fit {buf.nbytes} bytes")
+        if buf.nbytes == 0:
+            return torch.empty(shape, dtype=dtype)
+        if buf.readonly:
+            buf = memoryview(bytearray(buf))
+        return torch.frombuffer(buf, dtype=dtype).reshape(shape)
+
+    def dataclass(self, node: dict) -> Any:
+        fields = {k: self.decode(v) for k, v in node["v"].items()}
+        module_name, _, qualname = str(node["c"]).partition(":")
+        cls: Any = sys.modules.get(module_name)
+        for part in qualname.split("."):
+            cls = getattr(cls, part, None) if cls is not None else None
+        if isinstance(cls, type) and dataclasses.is_dataclass(cls):
+            try:
+                return cls(**fields)
+            except TypeError:
+                pass
+        return fields
+
+
+def _float(_d: _Decoder, node: dict) -> float:
+    if node["v"] not in ("nan", "inf", "-inf"):
+        raise ProtocolError(f"bad float {node['v']!r}")
+    return float(node["v"])
+
+
+def _dict(d: _Decoder, node: dict) -> dict:
+    keys = [_hashable(d.decode(k)) for k in node["k"]]
+    values = [d.decode(v) for v in node["v"]]
+    if len(keys) != len(values):
+        raise ProtocolError("dict frame has unequal keys and values")
+    return dict(zip(keys, values, strict=True))
+
+
+def _hashable(key: Any) -> Any:
+    if isinstance(key, list):
+        return tuple(_hashable(k) for k in key)
+    try:
+        hash(key)
+    except TypeError:
+        raise ProtocolError(f"unhashable dict key of type {type(key).__name__}") from None
+    return key
+
+
+_DECODERS = {
+    "tuple": lambda d, n: tuple(d.decode(x) for x in n["v"]),
+    "set": lambda d, n: {_hashable(d.decode(x)) for x in n["v"]},
+    "float": _float,
+    "dict": _dict,
+    "bytes": lambda d, n: bytes(d.buffer(n)),
+    "nd": _Decoder.ndarray,
+    "pt": _Decoder.tensor,
+    "dc": _Decoder.dataclass,
+}

@@ -1,0 +1,746 @@
+"""The shared controller: roles, colocation, fork, engines, calls, health and teardown.
+
+A backend contributes only a ``Launcher``; everything that happens once a worker is
+reachable is written here once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import json
+import logging
+import os
+import secrets
+import socket
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from corral import keys
+from corral.config import cluster_field, scheduler_field
+from corral.discovery import NameResolve, make_name_resolve
+from corral.errors import (
+    ConfigError,
+    SchedulerError,
+    WorkerCreationError,
+    WorkerFailedError,
+    WorkerNotFoundError,
+    WorkerTimeoutError,
+)
+from corral.launcher import Launcher, LaunchRequest, WorkerExit
+from corral.logs import log_dir_for, replica_log_path, tail
+from corral.rpc.client import AsyncRPCClient, RPCClient, WorkerUnreachableError
+from corral.spec import NormalizedJob, SchedulingSpec, Worker, normalize_job, validate_role_name
+from corral.worker import env as E
+
+log = logging.getLogger("corral")
+DEAD_CHECK_SECONDS = 1.5
+STATUS_POLL_SECONDS = 0.25
+LEASE_BEAT_SECONDS = 1.0
+
+
+@dataclass
+class RoleState:
+    job: NormalizedJob
+    workers: list[Worker]
+    kind: str  # "launched" | "forked" | "reused"
+    target: str | None = None
+    engines: dict[str, set[str]] = field(default_factory=dict)
+
+
+def thread_env(cpu: int) -> dict[str, str]:
+    """Thread-count variables so numerical libraries use the worker's own CPUs."""
+    n = str(max(1, cpu))
+    names = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS")
+    return {name: n for name in names}
+
+
+class Scheduler:
+    """One API over every backend. Subclasses pick a ``Launcher``."""
+
+    backend = "base"
+
+    def __init__(
+        self,
+        exp_config: Any = None,
+        *,
+        launcher: Launcher,
+        n_gpus_per_node: int | None = None,
+        startup_timeout: float | None = None,
+        fileroot: str | None = None,
+        name_resolve: NameResolve | None = None,
+        lease_timeout: float = E.DEFAULT_LEASE_TIMEOUT,
+        progress: Callable[[str], None] | None = None,
+    ):
+        self.exp_config = exp_config
+        self.experiment_name = validate_role_name(
+            getattr(exp_config, "experiment_name", "corral"), "experiment_name"
+        )
+        self.trial_name = validate_role_name(
+            getattr(exp_config, "trial_name", "trial0"), "trial_name"
+        )
+        self._n_gpus_per_node = int(
+            n_gpus_per_node
+            if n_gpus_per_node is not None
+            else cluster_field(exp_config, "n_gpus_per_node")
+        )
+        if self._n_gpus_per_node < 0:
+            raise ConfigError("n_gpus_per_node", self._n_gpus_per_node, "use a whole number >= 0")
+        self.startup_timeout = float(
+            startup_timeout
+            if startup_timeout is not None
+            else scheduler_field(exp_config, "startup_timeout")
+        )
+        self.fileroot = os.path.abspath(fileroot or cluster_field(exp_config, "fileroot"))
+        self._ensure_dir(self.fileroot, "cluster.fileroot")
+        self.log_dir = log_dir_for(self.fileroot, self.experiment_name, self.trial_name)
+        self.name_resolve = name_resolve or make_name_resolve(
+            cluster_field(exp_config, "name_resolve"), self.fileroot
+        )
+        self.lease_timeout = lease_timeout
+        self.launcher = launcher
+        self.progress = progress or (lambda text: log.info(text))
+        self.secret = secrets.token_hex(32)
+        self.secret_file = self._write_secret()
+        self._client = RPCClient(self.secret)
+        self._async_client = AsyncRPCClient(self.secret)
+        self._roles: dict[str, RoleState] = {}
+        self._ids: dict[str, Worker] = {}
+        self._lock = threading.RLock()
+        self._lease_stop: threading.Event | None = None
+        self._pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="corral-fanout")
+        self._closed = False
+        _live_schedulers.add(self)
+
+    # ------------------------------------------------------------------ setup
+    @property
+    def n_gpus_per_node(self) -> int:
+        return self._n_gpus_per_node
+
+    @staticmethod
+    def _ensure_dir(path: str, field_name: str) -> None:
+        try:
+            os.makedirs(path, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(
+                field_name, path, f"cannot create it ({exc.strerror}); use a writable directory"
+            ) from None
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise ConfigError(field_name, path, "it is not writable; use a writable directory")
+
+    def _write_secret(self) -> str:
+        directory = os.path.join(self.fileroot, "secrets", self.experiment_name, self.trial_name)
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        os.chmod(directory, 0o700)
+        path = os.path.join(directory, "secret")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(self.secret)
+        os.chmod(path, 0o600)
+        return path
+
+    def _key(self, fn, *args) -> str:
+        return fn(self.experiment_name, self.trial_name, *args)
+
+    # ------------------------------------------------------------ controller lease
+    def _ensure_lease(self) -> None:
+        if self._lease_stop is not None:
+            return
+        self._lease_stop = threading.Event()
+        key = self._key(keys.controller_key)
+        beat = {"pid": os.getpid(), "host": socket.gethostname(), "n": 0}
+        self.name_resolve.add(key, json.dumps(beat), replace=True)
+
+        def renew(stop: threading.Event) -> None:
+            while not stop.wait(LEASE_BEAT_SECONDS):
+                beat["n"] += 1
+                try:
+                    self.name_resolve.add(key, json.dumps(beat), replace=True)
+                except Exception as exc:
+                    log.warning("could not renew the controller lease: %s", exc)
+
+        threading.Thread(
+            target=renew, args=(self._lease_stop,), name="corral-lease", daemon=True
+        ).start()
+
+    def _drop_lease(self) -> None:
+        if self._lease_stop is None:
+            return
+        self._lease_stop.set()
+        self._lease_stop = None
+        try:
+            self.name_resolve.delete(self._key(keys.controller_key))
+        except Exception:
+            pass
+
+    # ----------------------------------------------------------- worker env
+    def worker_env(self, role: str, index: int, spec: SchedulingSpec) -> dict[str, str]:
+        """The environment every backend gives a worker process."""
+        env = {
+            E.EXPERIMENT: self.experiment_name,
+            E.TRIAL: self.trial_name,
+            E.ROLE: role,
+            E.INDEX: str(index),
+            E.NAME_RESOLVE: json.dumps(self.name_resolve.describe()),
+            E.LOG_DIR: self.log_dir,
+            E.PORT_COUNT: str(spec.port_count),
+            E.LEASE_TIMEOUT: str(self.lease_timeout),
+            E.CONTROLLER_PID: str(os.getpid()),
+            E.CONTROLLER_HOST: socket.gethostname(),
+            "PYTHONUNBUFFERED": "1",
+        }
+        if self.launcher.share_secret_by_env():
+            env[E.SECRET] = self.secret
+        else:
+            env[E.SECRET_FILE] = self.secret_file
+        env.update(thread_env(spec.cpu))
+        env.update(spec.env_vars)
+        return env
+
+    # ------------------------------------------------------------- validation
+    def _check_job(self, job: NormalizedJob) -> None:
+        if job.role in self._roles:
+            raise ConfigError(
+                "job.role",
+                job.role,
+                "this role already exists; delete_workers(role) first or use another name",
+            )
+        if job.is_colocated:
+            target = job.strategy.target
+            if target not in self._roles:
+                known = ", ".join(self._roles) or "none"
+                raise ConfigError(
+                    "scheduling_strategy.target", target, f"create that role first (roles: {known})"
+                )
+            n_target = len(self._roles[target].workers)
+            if job.replicas != n_target:
+                raise ConfigError(
+                    "job.replicas",
+                    job.replicas,
+                    f"a role colocated with {target!r} needs replicas={n_target}, one per target worker",
+                )
+            return
+        for i, spec in enumerate(job.tasks):
+            if spec.gpu > self._n_gpus_per_node:
+                raise ConfigError(
+                    f"job.tasks[{i}].gpu",
+                    spec.gpu,
+                    f"a worker cannot use more GPUs than a node has (n_gpus_per_node={self._n_gpus_per_node})",
+                )
+        self.launcher.check(job)
+
+    # ------------------------------------------------------------ create
+    def create_workers(self, job: Any, *args: Any, **kwargs: Any) -> list[str]:
+        """Start ``job.replicas`` workers of ``job.role`` and wait until all are ready."""
+        nj = normalize_job(job)
+        with self._lock:
+            self._check_job(nj)
+            if nj.is_colocated and not nj.strategy.fork:
+                target = self._roles[nj.strategy.target]
+                self._roles[nj.role] = RoleState(
+                    nj, list(target.workers), "reused", nj.strategy.target
+                )
+                return [w.id for w in target.workers]
+            if nj.is_colocated:
+                return self._fork_role(nj, nj.strategy.target)
+            return self._launch_role(nj)
+
+    def _launch_role(self, job: NormalizedJob) -> list[str]:
+        self._ensure_lease()
+        self.name_resolve.clear_subtree(self._key(keys.role_prefix, job.role))
+        envs = [self.worker_env(job.role, i, spec) for i, spec in enumerate(job.tasks)]
+        os.makedirs(self.log_dir, exist_ok=True)
+        self.progress(
+            f"starting {job.replicas} {job.role} worker(s) on {self.backend}; logs in {self.log_dir}"
+        )
+        started = time.monotonic()
+        try:
+            self.launcher.launch(LaunchRequest(job=job, envs=envs, log_dir=self.log_dir))
+            state = RoleState(job, [], "launched")
+            self._roles[job.role] = state
+            state.workers = self._await_registration(job.role, job.replicas, self.startup_timeout)
+            self._rendezvous(job.role, state.workers)
+        except BaseException:
+            self._roles.pop(job.role, None)
+            self._stop_launched(job.role)
+            raise
+        for w in state.workers:
+            self._ids[w.id] = w
+        self.progress(
+            f"{job.replicas} {job.role} worker(s) ready in {time.monotonic() - started:.2f}s"
+        )
+        return [w.id for w in state.workers]
+
+    def _await_registration(self, role: str, replicas: int, timeout: float) -> list[Worker]:
+        deadline = time.monotonic() + timeout
+        found: dict[int, Worker] = {}
+        next_poll = next_report = 0.0
+        interval = 0.005
+        while True:
+            now = time.monotonic()
+            for index in range(replicas):
+                if index not in found:
+                    worker = self._read_worker(role, index)
+                    if worker is not None:
+                        found[index] = worker
+            if len(found) == replicas:
+                return [found[i] for i in range(replicas)]
+            if now >= next_poll:
+                dead = self.launcher.poll(role)
+                if dead:
+                    index, exit_ = sorted(dead.items())[0]
+                    raise self._failure(f"{role}/{index}", exit_, role, index, "while starting")
+                next_poll = now + STATUS_POLL_SECONDS
+            if now >= deadline:
+                reason = self.launcher.pending_reason(role)
+                missing = [f"{role}/{i}" for i in range(replicas) if i not in found]
+                raise WorkerTimeoutError(
+                    f"{len(missing)} of {replicas} {role} worker(s) not ready after {timeout:.0f}s "
+                    f"({', '.join(missing[:8])})"
+                    + (f"; backend says: {reason}" if reason else "")
+                    + f". Check the logs in {self.log_dir} or raise startup_timeout."
+                )
+            if now >= next_report and now - (deadline - timeout) > 5:
+                self.progress(f"waiting for {role}: {len(found)}/{replicas} ready")
+                next_report = now + 5
+            time.sleep(interval)
+            interval = min(interval * 1.5, 0.05)
+
+    def _read_worker(self, role: str, index: int) -> Worker | None:
+        address = self.name_resolve.get(self._key(keys.worker_address_key, role, index))
+        if address is None:
+            return None
+        raw = self.name_resolve.get(self._key(keys.worker_info_key, role, index))
+        info = json.loads(raw) if raw else {}
+        ip, _, port = address.rpartition(":")
+        return Worker(
+            id=f"{role}/{index}",
+            role=role,
+            index=index,
+            ip=ip,
+            port=int(port),
+            worker_ports=list(info.get("worker_ports", [])),
+            host=info.get("host", ""),
+            pid=info.get("pid"),
+            backend_id=info.get("backend_id") or self.launcher.backend_id(role, index),
+            forked=bool(info.get("forked", False)),
+        )
+
+    def _failure(
+        self, worker_id: str, exit_: WorkerExit, role: str, index: int, when: str
+    ) -> WorkerFailedError:
+        log_path = exit_.log_path or replica_log_path(self.log_dir, role, index)
+        time.sleep(0.05)
+        return WorkerFailedError(
+            worker_id, f"{exit_.reason} {when}", exit_.exit_code, tail(log_path), log_path
+        )
+
+    def _rendezvous(self, role: str, workers: list[Worker]) -> None:
+        master = self.launcher.rendezvous_master(role, workers)
+        hosts: dict[str, int] = {}
+        envs = []
+        for rank, worker in enumerate(workers):
+            local_rank = hosts.get(worker.host, 0)
+            hosts[worker.host] = local_rank + 1
+            env = {
+                "RANK": str(rank),
+                "WORLD_SIZE": str(len(workers)),
+                "LOCAL_RANK": str(local_rank),
+            }
+            if master is not None:
+                env.update(MASTER_ADDR=master[0], MASTER_PORT=str(master[1]))
+            envs.append(env)
+        self._fan_out(
+            lambda pair: self._request(pair[0], "/set_env", {"env": pair[1]}),
+            list(zip(workers, envs, strict=True)),
+        )
+
+    # -------------------------------------------------------------- fork
+    def fork_workers(self, role: str, target_role: str, command: str | None = None) -> list[str]:
+        """Start one new worker of ``role`` next to each worker of ``target_role``."""
+        validate_role_name(role)
+        with self._lock:
+            if target_role not in self._roles:
+                raise WorkerNotFoundError(f"no role {target_role!r} to fork from; create it first")
+            target = self._roles[target_role]
+            job = NormalizedJob(
+                role=role,
+                replicas=len(target.workers),
+                tasks=target.job.tasks,
+                strategy=type(target.job.strategy)(
+                    type="colocation", target=target_role, fork=True
+                ),
+            )
+            self._check_job(job)
+            return self._fork_role(job, target_role, command)
+
+    def _fork_role(
+        self, job: NormalizedJob, target_role: str, command: str | None = None
+    ) -> list[str]:
+        self._ensure_lease()
+        targets = self._roles[target_role].workers
+        self.name_resolve.clear_subtree(self._key(keys.role_prefix, job.role))
+        self.progress(f"forking {len(targets)} {job.role} worker(s) next to {target_role}")
+        state = RoleState(job, [], "forked", target_role)
+        self._roles[job.role] = state
+
+        def fork_one(index: int) -> Worker:
+            target = targets[index]
+            env = {k: v for k, v in job.tasks[index].env_vars.items()}
+            made = self.launcher.fork(job.role, target, index, env)
+            if made is not None:
+                return made
+            reply = self._request(
+                target,
+                "/fork",
+                {
+                    "role": job.role,
+                    "index": index,
+                    "module": command,
+                    "env": env,
+                    "timeout": self.startup_timeout,
+                },
+                timeout=self.startup_timeout + 5,
+            )
+            ip, _, port = reply["address"].rpartition(":")
+            return Worker(
+                id=f"{job.role}/{index}",
+                role=job.role,
+                index=index,
+                ip=ip,
+                port=int(port),
+                worker_ports=list(reply.get("worker_ports", [])),
+                host=reply.get("host", target.host),
+                pid=reply.get("pid"),
+                backend_id=target.backend_id,
+                forked=True,
+            )
+
+        try:
+            state.workers = self._fan_out(fork_one, list(range(len(targets))))
+            self._rendezvous(job.role, state.workers)
+        except BaseException:
+            self._delete_role(job.role)
+            raise
+        for w in state.workers:
+            self._ids[w.id] = w
+        return [w.id for w in state.workers]
+
+    # -------------------------------------------------------------- lookup
+    def get_workers(self, role: str, timeout: float | None = None) -> list[Worker]:
+        """The role's workers; raises WorkerFailedError if one has died."""
+        state = self._roles.get(role)
+        if state is None:
+            known = ", ".join(self._roles) or "none"
+            raise WorkerNotFoundError(f"no role {role!r} (roles: {known})")
+        self._raise_if_dead(state)
+        return list(state.workers)
+
+    def _owner_role(self, state: RoleState) -> RoleState:
+        return self._roles.get(state.target, state) if state.kind == "reused" else state
+
+    def _raise_if_dead(self, state: RoleState) -> None:
+        owner = self._owner_role(state)
+        if owner.kind == "launched":
+            dead = self.launcher.poll(owner.job.role)
+            if dead:
+                index, exit_ = sorted(dead.items())[0]
+                raise self._failure(f"{owner.job.role}/{index}", exit_, owner.job.role, index, "")
+
+    def _worker(self, worker_id: str) -> Worker:
+        worker = self._ids.get(worker_id)
+        if worker is None:
+            raise WorkerNotFoundError(
+                f"no worker {worker_id!r}; known roles: {', '.join(self._roles) or 'none'}"
+            )
+        return worker
+
+    def _diagnose(self, worker: Worker, cause: BaseException) -> WorkerFailedError:
+        """After a broken connection: find out, within about a second, whether it died."""
+        state = self._roles.get(worker.role)
+        owner_role = state.target if state is not None and state.kind != "launched" else worker.role
+        deadline = time.monotonic() + DEAD_CHECK_SECONDS
+        while time.monotonic() < deadline:
+            dead = self.launcher.poll(owner_role) if owner_role in self._roles else {}
+            index = worker.index
+            if index in dead:
+                kind = (
+                    ""
+                    if owner_role == worker.role
+                    else f" (its host worker {owner_role}/{index} died)"
+                )
+                return self._failure(
+                    worker.id, dead[index], worker.role, index, "during a call" + kind
+                )
+            time.sleep(0.05)
+        log_path = replica_log_path(self.log_dir, worker.role, worker.index)
+        return WorkerFailedError(
+            worker.id, f"unreachable at {worker.address}: {cause}", None, tail(log_path), log_path
+        )
+
+    # -------------------------------------------------------------- calls
+    def _request(
+        self,
+        worker: Worker,
+        path: str,
+        payload: Any,
+        timeout: float | None = None,
+        retries: int = 2,
+    ) -> Any:
+        from corral.rpc.client import new_request_id
+
+        request_id = new_request_id()
+        for attempt in range(retries + 1):
+            try:
+                return self._client.request(
+                    worker.address, path, payload, timeout=timeout, request_id=request_id
+                )
+            except TimeoutError as exc:
+                raise WorkerTimeoutError(
+                    f"worker {worker.id} did not answer {path} within {timeout}s: {exc}"
+                ) from None
+            except WorkerUnreachableError as exc:
+                self._client.forget(worker.address)
+                failure = self._diagnose(worker, exc)
+                if failure.exit_code is not None or attempt == retries:
+                    raise failure from None
+
+    async def _arequest(
+        self,
+        worker: Worker,
+        path: str,
+        payload: Any,
+        timeout: float | None = None,
+        retries: int = 2,
+    ) -> Any:
+        from corral.rpc.client import new_request_id
+
+        request_id = new_request_id()
+        for attempt in range(retries + 1):
+            try:
+                return await self._async_client.request(
+                    worker.address, path, payload, timeout=timeout, request_id=request_id
+                )
+            except TimeoutError as exc:
+                raise WorkerTimeoutError(
+                    f"worker {worker.id} did not answer {path} within {timeout}s: {exc}"
+                ) from None
+            except WorkerUnreachableError as exc:
+                failure = await asyncio.to_thread(self._diagnose, worker, exc)
+                if failure.exit_code is not None or attempt == retries:
+                    raise failure from None
+
+    @staticmethod
+    def _engine_path(engine: Any) -> str:
+        if isinstance(engine, str):
+            return engine
+        if isinstance(engine, type):
+            if engine.__module__ == "__main__":
+                raise ConfigError(
+                    "engine",
+                    engine.__qualname__,
+                    "define the engine class in an importable module, not in __main__",
+                )
+            return f"{engine.__module__}:{engine.__qualname__}"
+        raise ConfigError(
+            "engine", engine, "pass an import path 'pkg.module.Class' or the class itself"
+        )
+
+    async def create_engine(
+        self, worker_id: str, engine: Any, engine_name: str | None = None, *args: Any, **kwargs: Any
+    ) -> str:
+        """Import and construct ``engine`` on the worker; returns the engine's name."""
+        worker = self._worker(worker_id)
+        payload = {
+            "engine": self._engine_path(engine),
+            "engine_name": engine_name,
+            "args": list(args),
+            "kwargs": kwargs,
+        }
+        name = await self._arequest(worker, "/create_engine", payload, retries=1)
+        self._roles[worker.role].engines.setdefault(worker.id, set()).add(name)
+        return name
+
+    async def set_worker_env(self, worker_id: str, env: dict[str, str]) -> None:
+        worker = self._worker(worker_id)
+        await self._arequest(worker, "/set_env", {"env": {str(k): str(v) for k, v in env.items()}})
+
+    def configure_worker(
+        self, worker_id: str, config: Any = None, role: str | None = None, rank: int | None = None
+    ) -> None:
+        worker = self._worker(worker_id)
+        self._request(
+            worker, "/configure", {"config": config, "role": role or worker.role, "rank": rank}
+        )
+
+    def call_engine(
+        self,
+        worker_id: str,
+        method: str,
+        engine_name: str | None = None,
+        *args: Any,
+        rpc_meta: dict | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Call ``method`` on an engine of the worker and return its result.
+
+        ``rpc_meta``: ``timeout`` (seconds, default none) and ``max_retries`` (retries after
+        a dropped connection; the worker runs the method at most once either way).
+        """
+        worker = self._worker(worker_id)
+        meta = rpc_meta or {}
+        payload = {
+            "engine_name": engine_name,
+            "method": method,
+            "args": list(args),
+            "kwargs": kwargs,
+        }
+        return self._request(
+            worker, "/call", payload, meta.get("timeout"), int(meta.get("max_retries", 2))
+        )
+
+    async def async_call_engine(
+        self,
+        worker_id: str,
+        method: str,
+        engine_name: str | None = None,
+        *args: Any,
+        rpc_meta: dict | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        worker = self._worker(worker_id)
+        meta = rpc_meta or {}
+        payload = {
+            "engine_name": engine_name,
+            "method": method,
+            "args": list(args),
+            "kwargs": kwargs,
+        }
+        return await self._arequest(
+            worker, "/call", payload, meta.get("timeout"), int(meta.get("max_retries", 2))
+        )
+
+    def health(self, worker_id: str, timeout: float = 5.0) -> dict:
+        worker = self._worker(worker_id)
+        return self._client.request(worker.address, "/health", method="GET", timeout=timeout)
+
+    def _fan_out(self, fn: Callable[[Any], Any], items: list) -> list:
+        if len(items) <= 1:
+            return [fn(x) for x in items]
+        return list(self._pool.map(fn, items))
+
+    # -------------------------------------------------------------- teardown
+    def delete_workers(self, role: str | None = None, reverse_order: bool = False) -> None:
+        """Destroy engines, then stop the workers of ``role`` (or of every role)."""
+        with self._lock:
+            if role is not None:
+                if role not in self._roles:
+                    raise WorkerNotFoundError(f"no role {role!r} to delete")
+                for dependent in [r for r, s in self._roles.items() if s.target == role]:
+                    self._delete_role(dependent)
+                self._delete_role(role)
+            else:
+                order = list(self._roles)
+                if reverse_order:
+                    order.reverse()
+                dependents = [r for r in order if self._roles[r].kind != "launched"]
+                for name in dependents + [r for r in order if r not in dependents]:
+                    self._delete_role(name)
+            if not self._roles:
+                self._drop_lease()
+
+    def _delete_role(self, role: str) -> None:
+        state = self._roles.pop(role, None)
+        if state is None:
+            return
+        for w in state.workers:
+            if state.kind != "reused":
+                self._ids.pop(w.id, None)
+        if state.kind == "reused":
+            return
+        if state.kind == "forked":
+            self._fan_out(lambda w: self._kill_forked(w, state.target), state.workers)
+        else:
+            self._fan_out(self._destroy_engines_quietly, state.workers)
+            self._stop_launched(role)
+        try:
+            self.name_resolve.clear_subtree(self._key(keys.role_prefix, role))
+            self.name_resolve.clear_subtree(
+                f"{self.experiment_name}/{self.trial_name}/_info/{role}"
+            )
+        except Exception as exc:
+            log.warning("could not clear name-resolve entries of %s: %s", role, exc)
+
+    def _destroy_engines_quietly(self, worker: Worker) -> None:
+        try:
+            self._client.request(worker.address, "/destroy_engines", {}, timeout=5.0)
+        except Exception as exc:
+            log.debug("destroying engines of %s: %s", worker.id, exc)
+        self._client.forget(worker.address)
+
+    def _kill_forked(self, worker: Worker, target_role: str | None) -> None:
+        self._destroy_engines_quietly(worker)
+        if self.launcher.kill_fork(worker):
+            return
+        target = self._roles.get(target_role) if target_role else None
+        if target is None or worker.index >= len(target.workers):
+            return
+        try:
+            self._client.request(
+                target.workers[worker.index].address,
+                "/kill_forked_worker",
+                {"worker_id": worker.id},
+                timeout=10.0,
+            )
+        except Exception as exc:
+            log.warning("could not stop forked worker %s: %s", worker.id, exc)
+
+    def _stop_launched(self, role: str) -> None:
+        try:
+            self.launcher.stop(role)
+        except Exception as exc:
+            raise SchedulerError(f"stopping the {role} workers failed: {exc}") from exc
+
+    def close(self) -> None:
+        """Delete every worker and release the backend. Safe to call twice."""
+        if self._closed:
+            return
+        try:
+            self.delete_workers()
+        finally:
+            self._closed = True
+            self._client.close()
+            self._pool.shutdown(wait=False)
+            self.launcher.close()
+            _live_schedulers.discard(self)
+
+    def __enter__(self) -> Scheduler:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    @property
+    def roles(self) -> list[str]:
+        return list(self._roles)
+
+
+_live_schedulers: weakref.WeakSet[Scheduler] = weakref.WeakSet()
+
+
+@atexit.register
+def _cleanup_at_exit() -> None:
+    """Ctrl-C or a normal exit with workers still up: stop them before the interpreter ends."""
+    for scheduler in list(_live_schedulers):
+        try:
+            scheduler.close()
+        except Exception as exc:
+            log.warning("cleanup at exit failed: %s", exc)
+
+
+__all__ = ["Scheduler", "WorkerCreationError"]

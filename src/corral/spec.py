@@ -1,0 +1,231 @@
+"""What users declare: workers, jobs, resources and placement. Validated before anything starts."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from corral.errors import ConfigError
+
+STRATEGY_TYPES = ("separation", "colocation")
+RAY_PLACEMENT_STRATEGIES = ("shared", "separate", "deferred")
+CONTAINER_TYPES = ("none", "apptainer")
+_ROLE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+@dataclass
+class SchedulingSpec:
+    """Resources and launch details of one worker (one replica of a role).
+
+    ``mem`` is in GiB. ``port_count`` extra ports are reserved by the worker itself
+    (bind port 0) and reported in ``Worker.worker_ports``.
+    """
+
+    cpu: int = 1
+    gpu: int = 0
+    mem: int = 1
+    port_count: int = 1
+    env_vars: dict[str, str] = field(default_factory=dict)
+    cmd: str | None = None
+    container_type: str = "none"
+    image: str | None = None
+    mount: str | None = None
+    nodelist: str | None = None
+    exclude: str | None = None
+    srun_additional_args: str = ""
+    additional_bash_cmds: list[str] = field(default_factory=list)
+    ray_placement_strategy: str = "separate"
+    max_restarts: int = 0
+
+    def __post_init__(self) -> None:
+        validate_spec(self)
+
+
+@dataclass
+class SchedulingStrategy:
+    """How a role is placed relative to other roles.
+
+    ``separation``: the role gets its own resources. ``colocation``: the role lives on
+    the workers of ``target``; with ``fork=True`` each target worker forks a new worker
+    process next to itself, otherwise the target's workers are reused as they are.
+    """
+
+    type: Literal["separation", "colocation"] = "separation"
+    target: str | None = None
+    fork: bool = False
+
+    def __post_init__(self) -> None:
+        if self.type not in STRATEGY_TYPES:
+            raise ConfigError(
+                "scheduling_strategy.type", self.type, f"use one of {', '.join(STRATEGY_TYPES)}"
+            )
+        if self.type == "colocation" and not self.target:
+            raise ConfigError(
+                "scheduling_strategy.target",
+                self.target,
+                "colocation needs target=<role> naming the role to colocate with",
+            )
+        if self.target is not None:
+            validate_role_name(self.target, "scheduling_strategy.target")
+
+
+@dataclass
+class Job:
+    """A role to run: ``replicas`` workers, each with one of ``tasks``."""
+
+    role: str
+    replicas: int = 1
+    tasks: list[SchedulingSpec] = field(default_factory=lambda: [SchedulingSpec()])
+    scheduling_strategy: SchedulingStrategy = field(default_factory=SchedulingStrategy)
+
+
+@dataclass
+class Worker:
+    """A reachable worker process: its id (``role/index``), address and reserved ports."""
+
+    id: str
+    role: str
+    index: int
+    ip: str
+    port: int
+    worker_ports: list[int] = field(default_factory=list)
+    host: str = ""
+    pid: int | None = None
+    backend_id: str | None = None
+    forked: bool = False
+
+    @property
+    def address(self) -> str:
+        return f"{self.ip}:{self.port}"
+
+    @property
+    def slurm_job_id(self) -> int:
+        """The Slurm job id, or -1 for workers that are not Slurm jobs (forked ones)."""
+        try:
+            return int(self.backend_id) if self.backend_id and not self.forked else -1
+        except ValueError:
+            return -1
+
+
+def validate_role_name(role: object, field_name: str = "job.role") -> str:
+    if not isinstance(role, str) or not _ROLE_RE.match(role) or ".." in role:
+        raise ConfigError(
+            field_name,
+            role,
+            "use 1-64 characters of letters, digits, '_', '-' or '.', starting with a letter "
+            "or digit (no '/', ':', '..' or spaces)",
+        )
+    return role
+
+
+def _check_count(name: str, value: object, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(name, value, f"use a whole number >= {minimum}")
+
+
+def validate_spec(spec: SchedulingSpec, prefix: str = "SchedulingSpec") -> None:
+    _check_count(f"{prefix}.cpu", spec.cpu, 0)
+    _check_count(f"{prefix}.gpu", spec.gpu, 0)
+    _check_count(f"{prefix}.mem", spec.mem, 0)
+    _check_count(f"{prefix}.port_count", spec.port_count, 0)
+    _check_count(f"{prefix}.max_restarts", spec.max_restarts, 0)
+    if spec.container_type not in CONTAINER_TYPES:
+        raise ConfigError(
+            f"{prefix}.container_type",
+            spec.container_type,
+            f"use one of {', '.join(CONTAINER_TYPES)}",
+        )
+    if spec.container_type == "apptainer" and not spec.image:
+        raise ConfigError(
+            f"{prefix}.image", spec.image, "container_type='apptainer' needs image=<path to .sif>"
+        )
+    if spec.ray_placement_strategy not in RAY_PLACEMENT_STRATEGIES:
+        raise ConfigError(
+            f"{prefix}.ray_placement_strategy",
+            spec.ray_placement_strategy,
+            f"use one of {', '.join(RAY_PLACEMENT_STRATEGIES)}",
+        )
+    if not isinstance(spec.env_vars, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in spec.env_vars.items()
+    ):
+        raise ConfigError(f"{prefix}.env_vars", spec.env_vars, "use a dict of str to str")
+
+
+@dataclass(frozen=True)
+class NormalizedJob:
+    """A job after validation: every field present, one spec per replica."""
+
+    role: str
+    replicas: int
+    tasks: tuple[SchedulingSpec, ...]
+    strategy: SchedulingStrategy
+
+    @property
+    def is_colocated(self) -> bool:
+        return self.strategy.type == "colocation"
+
+    @property
+    def total_gpus(self) -> int:
+        return sum(t.gpu for t in self.tasks)
+
+
+def _as_strategy(value: Any) -> SchedulingStrategy:
+    if value is None:
+        return SchedulingStrategy()
+    if isinstance(value, SchedulingStrategy):
+        return value
+    if isinstance(value, dict):
+        return SchedulingStrategy(**value)
+    return SchedulingStrategy(
+        type=getattr(value, "type", "separation"),
+        target=getattr(value, "target", None),
+        fork=bool(getattr(value, "fork", False)),
+    )
+
+
+def _as_spec(value: Any, index: int) -> SchedulingSpec:
+    if isinstance(value, SchedulingSpec):
+        validate_spec(value, f"job.tasks[{index}]")
+        return value
+    if isinstance(value, dict):
+        try:
+            return SchedulingSpec(**value)
+        except TypeError as exc:
+            raise ConfigError(f"job.tasks[{index}]", value, f"unknown field ({exc})") from None
+    if dataclasses.is_dataclass(value):
+        return _as_spec(dataclasses.asdict(value), index)
+    raise ConfigError(f"job.tasks[{index}]", value, "use a corral.SchedulingSpec")
+
+
+def normalize_job(job: Any) -> NormalizedJob:
+    """Check any object with ``role``, ``replicas``, ``tasks`` and ``scheduling_strategy``."""
+    for attr in ("role", "replicas"):
+        if not hasattr(job, attr):
+            raise ConfigError(
+                f"job.{attr}", None, "a job needs role, replicas, tasks and scheduling_strategy"
+            )
+    role = validate_role_name(job.role)
+    _check_count("job.replicas", job.replicas, 1)
+    raw_tasks = getattr(job, "tasks", None)
+    if raw_tasks is None:
+        raw_tasks = [SchedulingSpec()]
+    elif isinstance(raw_tasks, SchedulingSpec | dict):
+        raw_tasks = [raw_tasks]
+    raw_tasks = list(raw_tasks)
+    if len(raw_tasks) == 1:
+        raw_tasks = raw_tasks * job.replicas
+    if len(raw_tasks) != job.replicas:
+        raise ConfigError(
+            "job.tasks",
+            f"{len(raw_tasks)} specs",
+            f"give 1 spec (used for every replica) or exactly replicas={job.replicas} specs",
+        )
+    tasks = tuple(_as_spec(t, i) for i, t in enumerate(raw_tasks))
+    strategy = _as_strategy(getattr(job, "scheduling_strategy", None))
+    if strategy.target == role:
+        raise ConfigError(
+            "scheduling_strategy.target", strategy.target, "a role cannot colocate with itself"
+        )
+    return NormalizedJob(role=role, replicas=job.replicas, tasks=tasks, strategy=strategy)

@@ -1,0 +1,1 @@
+"""Engines used by corral's own tests, demo and examples (importable on any worker)."""

@@ -1,0 +1,66 @@
+"""Small engines that exercise the worker runtime: echo, failures, sleeps, env, threads."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from typing import Any
+
+
+class EchoEngine:
+    def __init__(self, tag: str = "echo"):
+        self.tag = tag
+        self.calls = 0
+        self.destroyed_marker: str | None = None
+
+    def noop(self) -> None:
+        return None
+
+    def echo(self, value: Any) -> Any:
+        self.calls += 1
+        return value
+
+    def add(self, a: Any, b: Any) -> Any:
+        return a + b
+
+    def count(self) -> int:
+        return self.calls
+
+    def thread_name(self) -> str:
+        return threading.current_thread().name
+
+    async def async_echo(self, value: Any, delay: float = 0.0) -> Any:
+        await asyncio.sleep(delay)
+        return value
+
+    def getenv(self, name: str) -> str | None:
+        return os.environ.get(name)
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def sleep(self, seconds: float) -> float:
+        time.sleep(seconds)
+        self.calls += 1
+        return seconds
+
+    def fail(self, message: str = "boom") -> None:
+        raise ValueError(message)
+
+    def exit_now(self, code: int = 3) -> None:
+        os._exit(code)
+
+    def mark_destroy(self, path: str) -> None:
+        self.destroyed_marker = path
+
+    def destroy(self) -> None:
+        if self.destroyed_marker:
+            with open(self.destroyed_marker, "w") as fh:
+                fh.write(f"destroyed {self.tag}\n")
+
+
+class FailingInitEngine:
+    def __init__(self) -> None:
+        raise RuntimeError("engine init failed on purpose")

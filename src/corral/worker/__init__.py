@@ -1,0 +1,1 @@
+"""The worker process (``python -m corral.worker``) and what it hosts."""

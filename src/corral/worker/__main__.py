@@ -1,0 +1,3 @@
+from corral.worker.runtime import main
+
+main()

@@ -1,0 +1,107 @@
+"""The contract between a launcher and ``python -m corral.worker``: environment variables."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from dataclasses import dataclass
+
+EXPERIMENT = "CORRAL_EXPERIMENT"
+TRIAL = "CORRAL_TRIAL"
+ROLE = "CORRAL_ROLE"
+INDEX = "CORRAL_INDEX"
+INDEX_OFFSET = "CORRAL_INDEX_OFFSET"
+NAME_RESOLVE = "CORRAL_NAME_RESOLVE"
+SECRET = "CORRAL_SECRET"
+SECRET_FILE = "CORRAL_SECRET_FILE"
+LOG_DIR = "CORRAL_LOG_DIR"
+PORT_COUNT = "CORRAL_PORT_COUNT"
+LEASE_TIMEOUT = "CORRAL_LEASE_TIMEOUT"
+CONTROLLER_PID = "CORRAL_CONTROLLER_PID"
+CONTROLLER_HOST = "CORRAL_CONTROLLER_HOST"
+DIE_WITH_PARENT = "CORRAL_DIE_WITH_PARENT"
+BIND_HOST = "CORRAL_BIND_HOST"
+ADVERTISE_HOST = "CORRAL_ADVERTISE_HOST"
+BACKEND_ID = "CORRAL_BACKEND_ID"
+FORKED = "CORRAL_FORKED"
+
+DEFAULT_LEASE_TIMEOUT = 5.0
+
+
+def read_secret(env: dict[str, str] | None = None) -> str:
+    env = os.environ if env is None else env
+    path = env.get(SECRET_FILE)
+    if path:
+        with open(path) as fh:
+            return fh.read().strip()
+    secret = env.get(SECRET, "")
+    if not secret:
+        raise SystemExit(
+            f"corral worker: no trial secret ({SECRET_FILE} or {SECRET} must be set by the scheduler)"
+        )
+    return secret
+
+
+def advertise_host() -> str:
+    """The address other hosts reach this one at."""
+    explicit = os.environ.get(ADVERTISE_HOST)
+    if explicit:
+        return explicit
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "127.0.0.1"
+
+
+@dataclass
+class WorkerSettings:
+    experiment: str
+    trial: str
+    role: str
+    index: int
+    name_resolve: dict
+    log_dir: str | None
+    port_count: int
+    lease_timeout: float
+    controller_pid: int | None
+    controller_host: str | None
+    die_with_parent: bool
+    bind_host: str
+    backend_id: str | None
+    forked: bool
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> WorkerSettings:
+        env = os.environ if env is None else env
+        missing = [k for k in (EXPERIMENT, TRIAL, ROLE, NAME_RESOLVE) if not env.get(k)]
+        if missing:
+            raise SystemExit(
+                f"corral worker: {', '.join(missing)} not set; workers are started by a corral "
+                "scheduler, not by hand"
+            )
+        if env.get(INDEX) is not None:
+            index = int(env[INDEX])
+        else:
+            index = int(env.get(INDEX_OFFSET, "0")) + int(env.get("SLURM_PROCID", "0"))
+        pid = env.get(CONTROLLER_PID)
+        return cls(
+            experiment=env[EXPERIMENT],
+            trial=env[TRIAL],
+            role=env[ROLE],
+            index=index,
+            name_resolve=json.loads(env[NAME_RESOLVE]),
+            log_dir=env.get(LOG_DIR) or None,
+            port_count=int(env.get(PORT_COUNT, "1")),
+            lease_timeout=float(env.get(LEASE_TIMEOUT, DEFAULT_LEASE_TIMEOUT)),
+            controller_pid=int(pid) if pid else None,
+            controller_host=env.get(CONTROLLER_HOST) or None,
+            die_with_parent=env.get(DIE_WITH_PARENT) == "1",
+            bind_host=env.get(BIND_HOST, "0.0.0.0"),
+            backend_id=env.get(BACKEND_ID) or None,
+            forked=env.get(FORKED) == "1",
+        )
+
+    @property
+    def worker_id(self) -> str:
+        return f"{self.role}/{self.index}"

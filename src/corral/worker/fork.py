@@ -1,0 +1,141 @@
+"""Children forked by a worker on request of the authenticated controller."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from corral import keys
+from corral.discovery.base import NameResolve
+from corral.errors import ConfigError, WorkerCreationError
+from corral.logs import LogPump, replica_log_path, tail
+from corral.spec import validate_role_name
+from corral.worker import env as E
+from corral.worker.env import WorkerSettings
+
+_MODULE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+
+
+@dataclass
+class Child:
+    role: str
+    index: int
+    proc: subprocess.Popen
+
+
+class ForkManager:
+    """Starts and stops child workers. Children are spawned from one long-lived thread so
+    that their parent-death signal (PR_SET_PDEATHSIG) fires only when this process dies."""
+
+    def __init__(self, settings: WorkerSettings, name_resolve: NameResolve):
+        self.settings = settings
+        self.name_resolve = name_resolve
+        self.children: dict[str, Child] = {}
+        self._lock = threading.Lock()
+        self._spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="corral-spawner")
+        self._pump = LogPump()
+
+    def fork(self, role: str, index: int, module: str | None, env: dict, timeout: float) -> dict:
+        validate_role_name(role, "fork.role")
+        module = module or "corral.worker"
+        if not _MODULE.match(module):
+            raise ConfigError(
+                "fork.command", module, "name a Python module such as 'corral.worker'"
+            )
+        child_id = f"{role}/{index}"
+        with self._lock:
+            if child_id in self.children:
+                raise WorkerCreationError(f"this worker already forked {child_id}")
+        child_env = dict(os.environ)
+        child_env.update({str(k): str(v) for k, v in env.items()})
+        child_env.update({
+            E.ROLE: role,
+            E.INDEX: str(index),
+            E.FORKED: "1",
+            E.DIE_WITH_PARENT: "1",
+            "CORRAL_PARENT_PID": str(os.getpid()),
+        })  # fmt: skip
+        child_env.pop(E.INDEX_OFFSET, None)
+        s = self.settings
+        address_key = keys.worker_address_key(s.experiment, s.trial, role, index)
+        self.name_resolve.delete(address_key)
+        proc = self._spawner.submit(self._spawn, module, child_env).result()
+        with self._lock:
+            self.children[child_id] = Child(role, index, proc)
+        if s.log_dir:
+            self._pump.add(proc.stdout, s.log_dir, role, index)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            value = self.name_resolve.get(address_key)
+            if value is not None:
+                info = self.name_resolve.get(
+                    keys.worker_info_key(s.experiment, s.trial, role, index)
+                )
+                meta = json.loads(info) if info else {}
+                return {"address": value, "pid": proc.pid, **meta}
+            if proc.poll() is not None:
+                log = replica_log_path(s.log_dir, role, index) if s.log_dir else None
+                self._pump.flush_closed()
+                raise WorkerCreationError(
+                    f"forked worker {child_id} exited with code {proc.returncode} before it "
+                    f"registered\n{tail(log)}"
+                )
+            time.sleep(0.01)
+        self.kill(child_id)
+        raise WorkerCreationError(f"forked worker {child_id} did not register within {timeout}s")
+
+    @staticmethod
+    def _spawn(module: str, env: dict) -> subprocess.Popen:
+        return subprocess.Popen(
+            [sys.executable, "-m", module],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def kill(self, child_id: str, grace: float = 3.0) -> bool:
+        with self._lock:
+            child = self.children.pop(child_id, None)
+        if child is None:
+            return False
+        _stop_process_group(child.proc, grace)
+        s = self.settings
+        self.name_resolve.delete(
+            keys.worker_address_key(s.experiment, s.trial, child.role, child.index)
+        )
+        self.name_resolve.delete(
+            keys.worker_info_key(s.experiment, s.trial, child.role, child.index)
+        )
+        return True
+
+    def kill_all(self) -> None:
+        for child_id in list(self.children):
+            self.kill(child_id)
+        self._spawner.shutdown(wait=False)
+
+
+def _stop_process_group(proc: subprocess.Popen, grace: float) -> None:
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()

@@ -1,0 +1,324 @@
+"""A worker: its RPC endpoints, its engines, its children, and its registration."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+from collections import OrderedDict
+from typing import Any
+
+from corral import keys
+from corral.discovery import make_name_resolve
+from corral.errors import CorralError, ProtocolError
+from corral.rpc import wire
+from corral.rpc.http import FRAME_TYPE, REQUEST_ID_HEADER, Message
+from corral.rpc.server import Reply, RPCServer
+from corral.worker import env as E
+from corral.worker.engines import EngineHost
+from corral.worker.env import WorkerSettings, advertise_host, read_secret
+from corral.worker.fork import ForkManager
+
+RESULT_CACHE_ENTRIES = 256
+RESULT_CACHE_BYTES = 1 << 30
+_PR_SET_PDEATHSIG = 1
+
+
+def ok(result: Any = None) -> Reply:
+    return Reply(200, wire.encode({"ok": True, "result": result}), FRAME_TYPE)
+
+
+def failure(status: int, exc: BaseException) -> Reply:
+    error = {"type": type(exc).__name__, "message": str(exc)}
+    tb = getattr(exc, "remote_traceback", "") or ""
+    if not tb and not isinstance(exc, CorralError):
+        tb = traceback.format_exc()
+    error["traceback"] = tb
+    if isinstance(exc, CorralError) and not isinstance(exc, ProtocolError) and status == 500:
+        status = 500
+    return Reply(status, wire.encode({"ok": False, "error": error}), FRAME_TYPE)
+
+
+class ResultCache:
+    """Replies by request id, so a retried request is answered without running twice."""
+
+    def __init__(self) -> None:
+        self._done: OrderedDict[str, Reply] = OrderedDict()
+        self._running: dict[str, threading.Event] = {}
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def begin(self, request_id: str) -> Reply | None:
+        """None if the caller should run the request; else the earlier reply."""
+        while True:
+            with self._lock:
+                if request_id in self._done:
+                    return self._done[request_id]
+                event = self._running.get(request_id)
+                if event is None:
+                    self._running[request_id] = threading.Event()
+                    return None
+            event.wait()
+
+    def finish(self, request_id: str, reply: Reply) -> None:
+        size = wire.frame_size(reply.parts)
+        with self._lock:
+            self._done[request_id] = reply
+            self._bytes += size
+            while self._done and (
+                len(self._done) > RESULT_CACHE_ENTRIES or self._bytes > RESULT_CACHE_BYTES
+            ):
+                _, old = self._done.popitem(last=False)
+                self._bytes -= wire.frame_size(old.parts)
+            self._running.pop(request_id).set()
+
+
+class WorkerRuntime:
+    """Everything a worker does once started; usable in-process (the Ray actor hosts one)."""
+
+    def __init__(self, settings: WorkerSettings, secret: str):
+        self.settings = settings
+        self.name_resolve = make_name_resolve(settings.name_resolve)
+        self.engines = EngineHost()
+        self.forks = ForkManager(settings, self.name_resolve)
+        self.cache = ResultCache()
+        self.stopped = threading.Event()
+        self.config: dict = {}
+        self.worker_ports: list[int] = []
+        self.server = RPCServer(secret, self.handle, host=settings.bind_host)
+        self.address = f"{advertise_host()}:{self.server.port}"
+        self._routes = {
+            ("GET", "/health"): self._health,
+            ("POST", "/create_engine"): self._create_engine,
+            ("POST", "/call"): self._call,
+            ("POST", "/set_env"): self._set_env,
+            ("POST", "/configure"): self._configure,
+            ("POST", "/destroy_engines"): self._destroy_engines,
+            ("POST", "/fork"): self._fork,
+            ("POST", "/kill_forked_worker"): self._kill_forked,
+            ("POST", "/shutdown"): self._shutdown,
+        }
+
+    # lifecycle -------------------------------------------------------------
+    def start(self) -> None:
+        self.worker_ports = _reserve_ports(self.settings.port_count)
+        self.server.start()
+        s = self.settings
+        info = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "worker_ports": self.worker_ports,
+            "generation": f"{time.time():.6f}-{os.getpid()}",
+            "backend_id": s.backend_id,
+            "forked": s.forked,
+        }
+        self.name_resolve.add(
+            keys.worker_info_key(s.experiment, s.trial, s.role, s.index),
+            json.dumps(info),
+            replace=True,
+        )
+        self.name_resolve.add(
+            keys.worker_address_key(s.experiment, s.trial, s.role, s.index),
+            self.address,
+            replace=True,
+        )
+        print(
+            f"corral worker {s.worker_id} serving at {self.address} (pid {os.getpid()})", flush=True
+        )
+
+    def stop(self) -> None:
+        if self.stopped.is_set():
+            return
+        self.stopped.set()
+        s = self.settings
+        try:
+            self.engines.destroy_all()
+        finally:
+            self.forks.kill_all()
+            self.engines.close()
+            for key in (
+                keys.worker_address_key(s.experiment, s.trial, s.role, s.index),
+                keys.worker_info_key(s.experiment, s.trial, s.role, s.index),
+            ):
+                try:
+                    self.name_resolve.delete(key)
+                except Exception:
+                    pass
+            self.server.stop()
+
+    # dispatch --------------------------------------------------------------
+    def handle(self, msg: Message) -> Reply:
+        route = self._routes.get((msg.method, msg.path))
+        if route is None:
+            return Reply(404, [f"no endpoint {msg.method} {msg.path}".encode()], "text/plain")
+        if msg.method == "GET":
+            return route(None)
+        try:
+            payload = wire.decode(msg.body) if msg.body else {}
+            if not isinstance(payload, dict):
+                raise ProtocolError("request body must be a mapping")
+        except ProtocolError as exc:
+            return failure(400, exc)
+        request_id = msg.headers.get(REQUEST_ID_HEADER)
+        if request_id:
+            cached = self.cache.begin(request_id)
+            if cached is not None:
+                return cached
+        try:
+            reply = ok(route(payload))
+        except Exception as exc:
+            reply = failure(500, exc)
+        if request_id:
+            self.cache.finish(request_id, reply)
+        return reply
+
+    def _health(self, _payload: Any) -> Reply:
+        s = self.settings
+        body = {
+            "status": "ok",
+            "worker_id": s.worker_id,
+            "pid": os.getpid(),
+            "engines": sorted(self.engines.engines),
+            "forked_children": sorted(self.forks.children),
+        }
+        return Reply(200, [json.dumps(body).encode()], "application/json")
+
+    def _create_engine(self, p: dict) -> None:
+        name = p.get("engine_name") or self.settings.worker_id
+        self.engines.create(name, p["engine"], list(p.get("args", [])), dict(p.get("kwargs", {})))
+        return name
+
+    def _call(self, p: dict) -> Any:
+        name = p.get("engine_name") or self.settings.worker_id
+        return self.engines.call(
+            name, p["method"], list(p.get("args", [])), dict(p.get("kwargs", {}))
+        )
+
+    def _set_env(self, p: dict) -> None:
+        env = p.get("env", {})
+        if not isinstance(env, dict):
+            raise ProtocolError("env must be a mapping of str to str")
+        for key, value in env.items():
+            os.environ[str(key)] = str(value)
+
+    def _configure(self, p: dict) -> None:
+        self.config = {"config": p.get("config"), "role": p.get("role"), "rank": p.get("rank")}
+
+    def _destroy_engines(self, _p: dict) -> list[str]:
+        return self.engines.destroy_all()
+
+    def _fork(self, p: dict) -> dict:
+        return self.forks.fork(
+            p["role"],
+            int(p["index"]),
+            p.get("module"),
+            dict(p.get("env", {})),
+            float(p.get("timeout", 60)),
+        )
+
+    def _kill_forked(self, p: dict) -> bool:
+        return self.forks.kill(str(p["worker_id"]))
+
+    def _shutdown(self, _p: dict) -> None:
+        threading.Thread(target=self._shutdown_soon, daemon=True).start()
+
+    def _shutdown_soon(self) -> None:
+        time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _reserve_ports(count: int) -> list[int]:
+    """Ports picked by the kernel on this host, released for the engines to bind."""
+    socks = []
+    try:
+        for _ in range(count):
+            sock = socket.socket()
+            sock.bind(("", 0))
+            socks.append(sock)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def die_with_parent() -> None:
+    """Ask the kernel to SIGTERM this process when its parent dies (Linux only)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        return
+    expected = os.environ.get("CORRAL_PARENT_PID")
+    if expected and os.getppid() != int(expected):
+        sys.exit(f"corral worker: parent {expected} is already gone")
+
+
+class ControllerWatch:
+    """Exits the worker when its controller is gone: its pid (same host) or its lease."""
+
+    def __init__(self, runtime: WorkerRuntime, on_lost):
+        self.runtime = runtime
+        self.on_lost = on_lost
+        s = runtime.settings
+        self.key = keys.controller_key(s.experiment, s.trial)
+
+    def run(self) -> None:
+        s = self.runtime.settings
+        same_host = s.controller_pid and s.controller_host == socket.gethostname()
+        last_value, last_change = None, time.monotonic()
+        while not self.runtime.stopped.wait(0.5):
+            if same_host and not _pid_alive(s.controller_pid):
+                return self.on_lost(f"controller pid {s.controller_pid} is gone")
+            try:
+                value = self.runtime.name_resolve.get(self.key)
+            except Exception:
+                continue
+            if value is None:
+                return self.on_lost("controller lease removed")
+            if value != last_value:
+                last_value, last_change = value, time.monotonic()
+            elif time.monotonic() - last_change > s.lease_timeout:
+                return self.on_lost(f"controller lease not renewed for {s.lease_timeout:.0f}s")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def main() -> None:
+    settings = WorkerSettings.from_env()
+    if settings.die_with_parent:
+        die_with_parent()
+    secret = read_secret()
+    for name in (E.SECRET,):
+        os.environ.pop(name, None)
+    runtime = WorkerRuntime(settings, secret)
+    done = threading.Event()
+    reason: list[str] = []
+
+    def lost(why: str) -> None:
+        reason.append(why)
+        done.set()
+
+    signal.signal(signal.SIGTERM, lambda *_: lost("SIGTERM"))
+    signal.signal(signal.SIGINT, lambda *_: lost("SIGINT"))
+    runtime.start()
+    threading.Thread(
+        target=ControllerWatch(runtime, lost).run, name="corral-watch", daemon=True
+    ).start()
+    while not done.wait(1.0):
+        pass
+    print(f"corral worker {settings.worker_id} stopping: {reason[0]}", flush=True)
+    runtime.stop()
