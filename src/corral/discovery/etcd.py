@@ -11,6 +11,7 @@ import http.client
 import json
 import logging
 import math
+import socket
 import threading
 import time
 from typing import Any
@@ -95,7 +96,9 @@ class _Gateway:
             f"(for tests: .ci/etcd.sh start) or point {_ADDR_FIELD} at a running etcd"
         )
 
-    def open(self, path: str, body: dict, timeout: float | None):
+    def open(
+        self, path: str, body: dict, timeout: float | None
+    ) -> tuple[socket.socket, http.client.HTTPConnection, http.client.HTTPResponse]:
         """Send ``body``; return (socket, connection, response) with the status line read."""
         conn = http.client.HTTPConnection(self.host, self.port, timeout=self.connect_timeout)
         waited: float | None = self.connect_timeout
@@ -393,6 +396,9 @@ class EtcdNameResolve(NameResolve):
             except NameResolveError as exc:
                 if not failing:
                     logger.warning("etcd keep-alive failed (will retry): %s", exc)
+                failing = True
+            except Exception:  # never let the keep-alive die: entries would expire silently
+                logger.exception("etcd keep-alive hit an unexpected error (will retry)")
                 failing = True
 
     def _readd_owned(self) -> None:

@@ -34,6 +34,15 @@ _TORCH_DTYPES = {
 }  # fmt: skip
 
 
+class DataclassRecord(dict):
+    """A dataclass whose class is not loaded here: its fields, plus the class path so that
+    sending it on (for example echoing it back) restores the dataclass at the other end."""
+
+    def __init__(self, class_path: str, fields: dict):
+        super().__init__(fields)
+        self.class_path = class_path
+
+
 class _Encoder:
     def __init__(self) -> None:
         self.buffers: list[memoryview] = []
@@ -51,6 +60,9 @@ class _Encoder:
             return [self.encode(x) for x in obj]
         if isinstance(obj, tuple):
             return {TAG: "tuple", "v": [self.encode(x) for x in obj]}
+        if isinstance(obj, DataclassRecord):
+            fields = {k: self.encode(v) for k, v in obj.items()}
+            return {TAG: "dc", "c": obj.class_path, "v": fields}
         if isinstance(obj, dict):
             if all(isinstance(k, str) for k in obj) and TAG not in obj:
                 return {k: self.encode(v) for k, v in obj.items()}
@@ -232,7 +244,7 @@ class _Decoder:
                 return cls(**fields)
             except TypeError:
                 pass
-        return fields
+        return DataclassRecord(str(node["c"]), fields)
 
 
 def _float(_d: _Decoder, node: dict) -> float:

@@ -1,0 +1,606 @@
+"""Render the sbatch script that starts one role on Slurm.
+
+Pure text generation: nothing here starts a process or touches the filesystem, except
+:func:`check_container`, which only checks that a container image exists and is kept
+separate so the rest stays testable anywhere.
+
+The generated job is one ``sbatch`` allocation per role with one ``srun`` step that
+starts one task per replica. Each task runs a small bash script
+(:func:`render_task_script`) that
+
+* picks the task's GPUs from ``SLURM_LOCALID`` and exports ``CUDA_VISIBLE_DEVICES``
+  before Python starts,
+* runs the additional bash commands of the spec,
+* runs the worker (``<python> -m corral.worker``, or the spec's ``cmd``, optionally
+  inside ``apptainer exec``) with stdout and stderr merged and line-buffered, copied to
+  ``<log_dir>/<role>/<index>.log`` and, with a ``[role/index] `` prefix on every line,
+  appended to ``<log_dir>/<role>.log`` and ``<log_dir>/merged.log``,
+* exits with the worker's exit code.
+
+The worker index is ``CORRAL_INDEX_OFFSET + SLURM_PROCID``; the worker computes it from
+the environment itself, the task script only needs it to name the log file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from corral.errors import ConfigError
+from corral.spec import CONTAINER_TYPES, SchedulingSpec, validate_role_name, validate_spec
+
+__all__ = [
+    "RESERVED_ENV",
+    "SbatchParams",
+    "SlurmLayout",
+    "check_container",
+    "check_homogeneous",
+    "merged_log_path",
+    "plan_layout",
+    "render_sbatch_script",
+    "render_task_script",
+    "replica_log_path",
+    "role_log_path",
+    "sbatch_log_path",
+]
+
+# Environment the renderer owns (see corral.worker.env); users cannot override these
+# through SchedulingSpec.env_vars or SbatchParams.env. CORRAL_SECRET is refused so
+# that the trial secret never lands in a job script: pass secret_file instead.
+ENV_EXPERIMENT = "CORRAL_EXPERIMENT"
+ENV_TRIAL = "CORRAL_TRIAL"
+ENV_ROLE = "CORRAL_ROLE"
+ENV_NAME_RESOLVE = "CORRAL_NAME_RESOLVE"
+ENV_SECRET_FILE = "CORRAL_SECRET_FILE"
+ENV_INDEX_OFFSET = "CORRAL_INDEX_OFFSET"
+ENV_LEASE_TIMEOUT = "CORRAL_LEASE_TIMEOUT"
+ENV_PORT_COUNT = "CORRAL_PORT_COUNT"
+ENV_LOG_DIR = "CORRAL_LOG_DIR"
+ENV_BACKEND_ID = "CORRAL_BACKEND_ID"
+ENV_INDEX = "CORRAL_INDEX"
+ENV_SECRET = "CORRAL_SECRET"
+RESERVED_ENV = frozenset(
+    {
+        ENV_EXPERIMENT,
+        ENV_TRIAL,
+        ENV_ROLE,
+        ENV_NAME_RESOLVE,
+        ENV_SECRET_FILE,
+        ENV_INDEX_OFFSET,
+        ENV_LEASE_TIMEOUT,
+        ENV_PORT_COUNT,
+        ENV_LOG_DIR,
+        ENV_BACKEND_ID,
+        ENV_INDEX,
+        ENV_SECRET,
+    }
+)
+
+DEFAULT_LEASE_TIMEOUT = 5.0
+MERGED_LOG_NAME = "merged.log"
+
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_TIME_RE = re.compile(r"^(?:\d+-)?\d+(?::\d+){0,2}$|^(?:UNLIMITED|INFINITE)$", re.IGNORECASE)
+# spec fields that mean nothing to Slurm and may differ between replicas
+_NOT_SLURM_FIELDS = frozenset({"ray_placement_strategy"})
+
+
+# ------------------------------------------------------------------ log paths --
+def replica_log_path(log_dir: str, role: str, index: int) -> str:
+    """The log of one worker: ``<log_dir>/<role>/<index>.log``."""
+    return f"{log_dir.rstrip('/')}/{role}/{index}.log"
+
+
+def role_log_path(log_dir: str, role: str) -> str:
+    """All workers of a role, each line prefixed ``[role/index] ``."""
+    return f"{log_dir.rstrip('/')}/{role}.log"
+
+
+def merged_log_path(log_dir: str) -> str:
+    """Every worker of every role, each line prefixed ``[role/index] ``."""
+    return f"{log_dir.rstrip('/')}/{MERGED_LOG_NAME}"
+
+
+def sbatch_log_path(log_dir: str, role: str) -> str:
+    """Slurm's own output of the role's batch script (srun errors, bash errors)."""
+    return f"{log_dir.rstrip('/')}/{role}.sbatch.log"
+
+
+# --------------------------------------------------------------------- layout --
+@dataclass(frozen=True)
+class SlurmLayout:
+    """How ``replicas`` identical workers map onto Slurm nodes."""
+
+    nodes: int
+    ntasks: int
+    ntasks_per_node: int
+    cpus_per_task: int
+    gpus_per_task: int
+    gpus_per_node: int
+    """GPUs requested on every node (``--gres=gpu:<n>``); 0 for CPU-only roles."""
+    mem_per_node_gb: int
+    """``--mem`` per node in GiB; 0 means no ``--mem`` line."""
+
+
+def plan_layout(
+    replicas: int,
+    spec: SchedulingSpec,
+    n_gpus_per_node: int,
+    *,
+    n_cpus_per_node: int | None = None,
+    mem_per_node_gb: int | None = None,
+) -> SlurmLayout:
+    """Nodes and tasks per node for a role, or a ConfigError for shapes Slurm cannot run.
+
+    ``nodes = max(1, ceil(replicas * gpu / n_gpus_per_node))`` and
+    ``ntasks_per_node = ceil(replicas / nodes)``. CPU-only roles use one node.
+    ``n_cpus_per_node`` and ``mem_per_node_gb``, when given, are checked too.
+    A spec with ``cpu=0`` gets one CPU per task (Slurm's minimum).
+    """
+    if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
+        raise ConfigError("job.replicas", replicas, "use a whole number >= 1")
+    if (
+        isinstance(n_gpus_per_node, bool)
+        or not isinstance(n_gpus_per_node, int)
+        or n_gpus_per_node < 0
+    ):
+        raise ConfigError(
+            "n_gpus_per_node", n_gpus_per_node, "use a whole number >= 0 (GPUs on one node)"
+        )
+    validate_spec(spec)
+    gpu = spec.gpu
+    if gpu > 0 and n_gpus_per_node == 0:
+        raise ConfigError(
+            "SchedulingSpec.gpu",
+            gpu,
+            "the cluster is configured with n_gpus_per_node=0; set n_gpus_per_node to the "
+            "GPUs of one node or use gpu=0",
+        )
+    if gpu > n_gpus_per_node:
+        raise ConfigError(
+            "SchedulingSpec.gpu",
+            gpu,
+            f"one worker cannot span nodes: use gpu <= n_gpus_per_node={n_gpus_per_node}",
+        )
+
+    total_gpus = replicas * gpu
+    nodes = max(1, math.ceil(total_gpus / n_gpus_per_node)) if gpu > 0 else 1
+    ntasks_per_node = math.ceil(replicas / nodes)
+    gpus_per_node = ntasks_per_node * gpu
+    if gpus_per_node > n_gpus_per_node:
+        fits = n_gpus_per_node // gpu
+        lower = (replicas // fits) * fits
+        choices = " or ".join(str(r) for r in (lower, lower + fits) if r >= 1)
+        raise ConfigError(
+            "job.replicas",
+            replicas,
+            f"{replicas} workers x {gpu} GPUs do not pack onto nodes of {n_gpus_per_node} "
+            f"GPUs: Slurm would need {ntasks_per_node} workers ({gpus_per_node} GPUs) on each "
+            f"of {nodes} nodes; use a multiple of {fits} replicas ({choices}) or a gpu count "
+            f"that divides {n_gpus_per_node}",
+        )
+    cpus_per_task = max(1, spec.cpu)
+    if n_cpus_per_node is not None and ntasks_per_node * cpus_per_task > n_cpus_per_node:
+        raise ConfigError(
+            "SchedulingSpec.cpu",
+            spec.cpu,
+            f"{ntasks_per_node} workers x {cpus_per_task} CPUs share one node but a node has "
+            f"{n_cpus_per_node} CPUs; use cpu <= {n_cpus_per_node // ntasks_per_node} or fewer "
+            "replicas",
+        )
+    mem_node = ntasks_per_node * spec.mem
+    if mem_per_node_gb is not None and mem_node > mem_per_node_gb:
+        raise ConfigError(
+            "SchedulingSpec.mem",
+            spec.mem,
+            f"{ntasks_per_node} workers x {spec.mem} GiB share one node but a node has "
+            f"{mem_per_node_gb} GiB; use mem <= {mem_per_node_gb // ntasks_per_node} or fewer "
+            "replicas",
+        )
+    return SlurmLayout(
+        nodes=nodes,
+        ntasks=replicas,
+        ntasks_per_node=ntasks_per_node,
+        cpus_per_task=cpus_per_task,
+        gpus_per_task=gpu,
+        gpus_per_node=gpus_per_node,
+        mem_per_node_gb=mem_node,
+    )
+
+
+def check_homogeneous(tasks: Sequence[SchedulingSpec]) -> SchedulingSpec:
+    """Return the one spec shared by every replica, or raise ConfigError naming the field.
+
+    A Slurm step gives every task the same resources, so one role needs one spec.
+    """
+    tasks = list(tasks)
+    if not tasks:
+        raise ConfigError("job.tasks", tasks, "give at least one SchedulingSpec")
+    first = tasks[0]
+    for i, other in enumerate(tasks[1:], start=1):
+        for f in dataclasses.fields(SchedulingSpec):
+            if f.name in _NOT_SLURM_FIELDS:
+                continue
+            a, b = getattr(first, f.name), getattr(other, f.name)
+            if a != b:
+                raise ConfigError(
+                    f"job.tasks[{i}].{f.name}",
+                    b,
+                    f"Slurm starts every replica of a role in one srun step with the same "
+                    f"resources, but tasks[0].{f.name}={a!r}; give every replica the same spec "
+                    "or split the role into several roles",
+                )
+    return first
+
+
+def check_container(spec_or_params: SchedulingSpec | SbatchParams) -> None:
+    """For apptainer specs, check that the image file exists on this host (the only I/O)."""
+    if isinstance(spec_or_params, SbatchParams):
+        container_type, image = spec_or_params.resolved_container()[:2]
+    else:
+        container_type, image = spec_or_params.container_type, spec_or_params.image
+    if container_type != "apptainer":
+        return
+    if not image or not os.path.exists(image):
+        raise ConfigError(
+            "SchedulingSpec.image",
+            image,
+            "no such file: give the path of an existing apptainer image (.sif) on a "
+            "filesystem the compute nodes share",
+        )
+
+
+# ----------------------------------------------------------------- parameters --
+@dataclass(frozen=True)
+class SbatchParams:
+    """Everything the batch script of one role depends on.
+
+    ``nodelist``, ``exclude``, ``container_type``, ``image`` and ``mount`` override the
+    spec's fields of the same name when not None. ``env`` is exported after the spec's
+    ``env_vars``; neither may set the CORRAL_* variables the renderer owns
+    (:data:`RESERVED_ENV`). ``log_dir`` must be absolute and exist before submission
+    (Slurm opens the sbatch log there before the script runs).
+    """
+
+    job_name: str
+    role: str
+    replicas: int
+    spec: SchedulingSpec
+    n_gpus_per_node: int
+    log_dir: str
+    experiment: str
+    trial: str
+    name_resolve: str | Mapping[str, object]
+    """JSON text (or a mapping, dumped to JSON) for CORRAL_NAME_RESOLVE."""
+    secret_file: str
+    python: str = "python3"
+    env: Mapping[str, str] = field(default_factory=dict)
+    index_offset: int = 0
+    lease_timeout: float = DEFAULT_LEASE_TIMEOUT
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    time_limit: str | int | None = None
+    """Slurm --time: minutes (int) or e.g. "30", "4:00:00", "1-12:00:00"."""
+    extra_sbatch_directives: Sequence[str] = ()
+    """Extra sbatch options, one per line, e.g. "--reservation=x"."""
+    extra_srun_args: Sequence[str] = ()
+    """Extra srun arguments, one word each (the spec's srun_additional_args come first)."""
+    nodelist: str | None = None
+    exclude: str | None = None
+    container_type: str | None = None
+    image: str | None = None
+    mount: str | None = None
+    apptainer: str = "apptainer"
+    n_cpus_per_node: int | None = None
+    mem_per_node_gb: int | None = None
+
+    def resolved_container(self) -> tuple[str, str | None, str | None]:
+        """(container_type, image, mount) after applying the overrides."""
+        s = self.spec
+        ctype = self.container_type if self.container_type is not None else s.container_type
+        image = self.image if self.image is not None else s.image
+        mount = self.mount if self.mount is not None else s.mount
+        return ctype, image, mount
+
+    def layout(self) -> SlurmLayout:
+        return plan_layout(
+            self.replicas,
+            self.spec,
+            self.n_gpus_per_node,
+            n_cpus_per_node=self.n_cpus_per_node,
+            mem_per_node_gb=self.mem_per_node_gb,
+        )
+
+
+# ------------------------------------------------------------------ checking --
+def _directive_value(name: str, value: object) -> str:
+    """A value for an ``#SBATCH --x=value`` line: one word, no newline."""
+    text = str(value)
+    if not text or any(c.isspace() for c in text):
+        raise ConfigError(name, value, "use a non-empty value without spaces or newlines")
+    return text
+
+
+def _check_path(name: str, value: str) -> str:
+    if not isinstance(value, str) or not value.startswith("/"):
+        raise ConfigError(name, value, "use an absolute path on the shared filesystem")
+    if any(c.isspace() for c in value) or "%" in value:
+        raise ConfigError(
+            name, value, "use a path without spaces or '%' (Slurm reads '%' as a pattern)"
+        )
+    return value
+
+
+def _check_env(name: str, env: Mapping[str, str]) -> dict[str, str]:
+    if not isinstance(env, Mapping):
+        raise ConfigError(name, env, "use a dict of str to str")
+    out: dict[str, str] = {}
+    for key, value in env.items():
+        if not isinstance(key, str) or not _ENV_NAME_RE.match(key):
+            raise ConfigError(f"{name}[{key!r}]", value, "use a shell variable name")
+        if not isinstance(value, str):
+            raise ConfigError(f"{name}[{key!r}]", value, "use a str value")
+        if key in RESERVED_ENV:
+            fix = (
+                "pass the trial secret as secret_file, never in the script"
+                if key == ENV_SECRET
+                else "corral sets this variable itself; remove it"
+            )
+            raise ConfigError(f"{name}[{key!r}]", value, fix)
+        out[key] = value
+    return out
+
+
+def _name_resolve_json(value: str | Mapping[str, object]) -> str:
+    if isinstance(value, Mapping):
+        return json.dumps(dict(value), sort_keys=True)
+    if isinstance(value, str):
+        try:
+            json.loads(value)
+        except ValueError:
+            raise ConfigError(
+                "name_resolve", value, "use the JSON text of the name-resolve config"
+            ) from None
+        return value
+    raise ConfigError("name_resolve", value, "use a JSON string or a dict")
+
+
+def _time_value(value: str | int) -> str:
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return str(value)
+    if isinstance(value, str) and _TIME_RE.match(value):
+        return value
+    raise ConfigError(
+        "time_limit",
+        value,
+        'use minutes (int) or a Slurm time such as "30", "4:00:00" or "1-12:00:00"',
+    )
+
+
+def _worker_argv(p: SbatchParams) -> list[str]:
+    """The command of one task: the worker, or the spec's cmd, optionally in apptainer."""
+    if p.spec.cmd:
+        try:
+            argv = shlex.split(p.spec.cmd)
+        except ValueError as exc:
+            raise ConfigError(
+                "SchedulingSpec.cmd", p.spec.cmd, f"unbalanced quotes ({exc})"
+            ) from None
+        if not argv:
+            raise ConfigError("SchedulingSpec.cmd", p.spec.cmd, "use a non-empty command")
+    else:
+        if not p.python:
+            raise ConfigError("python", p.python, "give the python executable of the workers")
+        argv = [p.python, "-m", "corral.worker"]
+    ctype, image, mount = p.resolved_container()
+    if ctype not in CONTAINER_TYPES:
+        raise ConfigError("container_type", ctype, f"use one of {', '.join(CONTAINER_TYPES)}")
+    if ctype == "apptainer":
+        if not image:
+            raise ConfigError(
+                "SchedulingSpec.image", image, "container_type='apptainer' needs image=<.sif>"
+            )
+        wrap = [p.apptainer, "exec", "--nv"]
+        if mount:
+            wrap += ["--bind", mount]
+        argv = [*wrap, image, *argv]
+    return argv
+
+
+def _srun_extra(p: SbatchParams) -> list[str]:
+    try:
+        words = shlex.split(p.spec.srun_additional_args or "")
+    except ValueError as exc:
+        raise ConfigError(
+            "SchedulingSpec.srun_additional_args", p.spec.srun_additional_args, str(exc)
+        ) from None
+    for arg in p.extra_srun_args:
+        if not isinstance(arg, str):
+            raise ConfigError("extra_srun_args", arg, "use a list of str, one word each")
+        words.append(arg)
+    return words
+
+
+def _q(word: object) -> str:
+    return shlex.quote(str(word))
+
+
+# ----------------------------------------------------------------- rendering --
+def render_task_script(params: SbatchParams) -> str:
+    """The bash script each srun task runs (``bash -c '<this>'``).
+
+    It reads SLURM_PROCID, SLURM_LOCALID, CORRAL_INDEX_OFFSET and, if Slurm set it,
+    CUDA_VISIBLE_DEVICES (the node's GPUs of this job); everything else is literal.
+    Worker stdout+stderr go only to the three log files.
+    """
+    role = validate_role_name(params.role)
+    log_dir = _check_path("log_dir", params.log_dir)
+    gpus = params.spec.gpu
+    argv = _worker_argv(params)
+    role_dir = f"{log_dir.rstrip('/')}/{role}"
+
+    lines = [
+        "set -u",
+        "export PYTHONUNBUFFERED=1",
+        "corral_index=$(( ${CORRAL_INDEX_OFFSET:-0} + ${SLURM_PROCID:-0} ))",
+    ]
+    if gpus > 0:
+        # GPUs LOCALID*g .. LOCALID*g+g-1 of this node. When Slurm exported the job's
+        # GPUs on this node (e.g. "2,3" on a node another job also uses), pick from
+        # that list; otherwise the numbers themselves are the device ids.
+        lines += [
+            f"corral_gpus={gpus}",
+            "corral_first=$(( ${SLURM_LOCALID:-0} * corral_gpus ))",
+            'IFS=, read -r -a corral_alloc <<< "${CUDA_VISIBLE_DEVICES:-}"',
+            'corral_devices=""',
+            "for (( corral_i = corral_first; corral_i < corral_first + corral_gpus; corral_i++ )); do",
+            "    if (( ${#corral_alloc[@]} >= corral_first + corral_gpus )); then",
+            '        corral_devices+="${corral_devices:+,}${corral_alloc[corral_i]}"',
+            "    else",
+            '        corral_devices+="${corral_devices:+,}${corral_i}"',
+            "    fi",
+            "done",
+            'export CUDA_VISIBLE_DEVICES="$corral_devices"',
+        ]
+    else:
+        lines.append('export CUDA_VISIBLE_DEVICES=""  # CPU-only role: no GPU visible')
+    lines += [
+        f'corral_prefix="[{role}/${{corral_index}}] "',
+        f"corral_log={_q(role_dir)}/${{corral_index}}.log",
+        f"mkdir -p {_q(role_dir)}",
+    ]
+    for i, cmd in enumerate(params.spec.additional_bash_cmds):
+        if not isinstance(cmd, str):
+            raise ConfigError(f"SchedulingSpec.additional_bash_cmds[{i}]", cmd, "use a str")
+        lines.append(cmd)
+    # fd 3 feeds the role log through its own sed so that every line reaches both
+    # shared logs in one append; the worker itself does not inherit fd 3.
+    lines += [
+        f'exec 3> >(sed -u "s|^|${{corral_prefix}}|" >> {_q(role_log_path(log_dir, role))})',
+        "corral_sed=$!",
+        " ".join(_q(a) for a in argv) + " 3>&- 2>&1 \\",
+        '    | tee -a "$corral_log" /dev/fd/3 \\',
+        f'    | sed -u "s|^|${{corral_prefix}}|" >> {_q(merged_log_path(log_dir))}',
+        "corral_rc=${PIPESTATUS[0]}",
+        "exec 3>&-",
+        'wait "$corral_sed" 2>/dev/null || true',
+        'exit "$corral_rc"',
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def render_sbatch_script(params: SbatchParams) -> str:
+    """The whole batch script for ``sbatch``: directives, environment, one srun step."""
+    p = params
+    role = validate_role_name(p.role)
+    layout = p.layout()
+    log_dir = _check_path("log_dir", p.log_dir)
+    job_name = _directive_value("job_name", p.job_name)
+    if (
+        isinstance(p.index_offset, bool)
+        or not isinstance(p.index_offset, int)
+        or p.index_offset < 0
+    ):
+        raise ConfigError("index_offset", p.index_offset, "use a whole number >= 0")
+    try:
+        lease = float(p.lease_timeout)
+    except (TypeError, ValueError):
+        lease = -1.0
+    if not lease > 0:
+        raise ConfigError("lease_timeout", p.lease_timeout, "use a number of seconds > 0")
+    if not isinstance(p.secret_file, str) or not p.secret_file:
+        raise ConfigError("secret_file", p.secret_file, "give the path of the trial secret file")
+    for name, value in (("experiment", p.experiment), ("trial", p.trial)):
+        if not isinstance(value, str) or not value:
+            raise ConfigError(name, value, "use a non-empty str")
+    spec_env = _check_env("SchedulingSpec.env_vars", p.spec.env_vars)
+    extra_env = _check_env("env", p.env)
+
+    out = sbatch_log_path(log_dir, role)
+    directives = [
+        f"--job-name={job_name}",
+        f"--output={out}",
+        f"--error={out}",
+        "--open-mode=append",
+        f"--nodes={layout.nodes}",
+        f"--ntasks={layout.ntasks}",
+        f"--ntasks-per-node={layout.ntasks_per_node}",
+        f"--cpus-per-task={layout.cpus_per_task}",
+    ]
+    if layout.mem_per_node_gb > 0:
+        directives.append(f"--mem={layout.mem_per_node_gb}G")
+    if layout.gpus_per_node > 0:
+        directives.append(f"--gres=gpu:{layout.gpus_per_node}")
+    directives.append("--no-requeue")
+    for name, value in (("partition", p.partition), ("account", p.account), ("qos", p.qos)):
+        if value is not None:
+            directives.append(f"--{name}={_directive_value(name, value)}")
+    if p.time_limit is not None:
+        directives.append(f"--time={_time_value(p.time_limit)}")
+    nodelist = p.nodelist if p.nodelist is not None else p.spec.nodelist
+    exclude = p.exclude if p.exclude is not None else p.spec.exclude
+    if nodelist:
+        directives.append(f"--nodelist={_directive_value('nodelist', nodelist)}")
+    if exclude:
+        directives.append(f"--exclude={_directive_value('exclude', exclude)}")
+    for i, extra in enumerate(p.extra_sbatch_directives):
+        if not isinstance(extra, str) or not extra.startswith("-") or "\n" in extra:
+            raise ConfigError(
+                f"extra_sbatch_directives[{i}]",
+                extra,
+                'use one sbatch option per entry, e.g. "--reservation=x"',
+            )
+        directives.append(extra.strip())
+
+    ctype, image, mount = p.resolved_container()
+    summary = (
+        f"# corral role {role}: {p.replicas} replica(s) x (cpu={p.spec.cpu}, gpu={p.spec.gpu}, "
+        f"mem={p.spec.mem}G) on {layout.nodes} node(s), container={ctype}"
+    )
+    env_lines = [
+        f"export {ENV_EXPERIMENT}={_q(p.experiment)}",
+        f"export {ENV_TRIAL}={_q(p.trial)}",
+        f"export {ENV_ROLE}={_q(role)}",
+        f"export {ENV_NAME_RESOLVE}={_q(_name_resolve_json(p.name_resolve))}",
+        f"export {ENV_SECRET_FILE}={_q(p.secret_file)}",
+        f"export {ENV_INDEX_OFFSET}={p.index_offset}",
+        f"export {ENV_LEASE_TIMEOUT}={lease!r}",
+        f"export {ENV_PORT_COUNT}={p.spec.port_count}",
+        f"export {ENV_LOG_DIR}={_q(log_dir)}",
+        f'export {ENV_BACKEND_ID}="${{SLURM_JOB_ID:-}}"',
+    ]
+    env_lines += [f"export {k}={_q(v)}" for k, v in spec_env.items()]
+    env_lines += [f"export {k}={_q(v)}" for k, v in extra_env.items()]
+
+    srun = [
+        "srun",
+        f"--ntasks={layout.ntasks}",
+        f"--ntasks-per-node={layout.ntasks_per_node}",
+        f"--cpus-per-task={layout.cpus_per_task}",
+        "--kill-on-bad-exit=1",
+        "--unbuffered",
+        *(_q(a) for a in _srun_extra(p)),
+    ]
+    task = render_task_script(p)
+    parts = [
+        "#!/bin/bash",
+        *(f"#SBATCH {d}" for d in directives),
+        summary,
+        *(
+            ["# image: " + str(image) + (f" (bind {mount})" if mount else "")]
+            if ctype == "apptainer"
+            else []
+        ),
+        "set -u",
+        *env_lines,
+        " ".join(srun) + " \\",
+        f"    bash -c {_q(task)}",
+    ]
+    return "\n".join(parts) + "\n"

@@ -1,0 +1,18 @@
+from __future__ import annotations
+
+import pytest
+
+from corral.backends.local import LocalScheduler
+from tests.conformance.harness import BackendUnderTest
+
+
+@pytest.fixture(scope="session")
+def local_backend(tmp_path_factory) -> BackendUnderTest:
+    root = str(tmp_path_factory.mktemp("corral-local"))
+
+    def make(cfg, **kwargs):
+        kwargs.setdefault("gpu_devices", list(range(8)))
+        kwargs.setdefault("startup_timeout", 60)
+        return LocalScheduler(cfg, fileroot=root, **kwargs)
+
+    return BackendUnderTest(name="local", make=make, gpus_per_node=8)

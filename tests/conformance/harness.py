@@ -1,0 +1,59 @@
+"""What the conformance suite needs from a backend under test.
+
+Each backend module (backend_local.py, backend_ray.py, backend_slurm.py) defines a
+fixture ``<name>_backend`` that returns a ``BackendUnderTest``. The suite is parametrised
+over ``CORRAL_TEST_BACKENDS`` (default: local,ray,slurm).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pytest
+
+from corral import BaseExperimentConfig
+from corral.scheduler import Scheduler
+from corral.spec import Worker
+
+
+def require_service(name: str, why: str) -> None:
+    """Skip on a developer machine without the service; fail loudly in CI."""
+    if os.environ.get("CI"):
+        pytest.fail(f"{name} is required in CI but unavailable: {why}")
+    pytest.skip(f"{name} unavailable: {why}")
+
+
+@dataclass
+class BackendUnderTest:
+    name: str
+    make: Callable[..., Scheduler]
+    gpus_per_node: int = 4
+    leftovers: Callable[[str, str], list[str]] = field(default=lambda exp, trial: [])
+
+    def scheduler(self, **kwargs) -> Scheduler:
+        experiment = f"conf-{self.name}"
+        trial = f"t{uuid.uuid4().hex[:8]}"
+        cfg = BaseExperimentConfig(experiment_name=experiment, trial_name=trial)
+        cfg.cluster.n_gpus_per_node = self.gpus_per_node
+        return self.make(cfg, **kwargs)
+
+    def kill_worker(self, worker: Worker, sig: int = signal.SIGKILL) -> None:
+        """Every test backend runs on this machine, so the worker's pid is ours to signal."""
+        assert worker.pid, f"worker {worker.id} did not report its pid"
+        os.kill(worker.pid, sig)
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(") ", 1)[1][0] != "Z"
+    except (OSError, IndexError):
+        return False

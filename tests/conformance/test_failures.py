@@ -1,0 +1,113 @@
+"""Loud failures: dead workers, timeouts, bad secrets, bad input before anything starts."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import threading
+
+import pytest
+
+from corral import (
+    ConfigError,
+    Job,
+    SchedulingSpec,
+    SchedulingStrategy,
+    WorkerFailedError,
+    WorkerTimeoutError,
+)
+from corral.errors import AuthenticationError
+from corral.rpc.client import RPCClient
+
+ECHO = "corral.testing.engines.EchoEngine"
+
+
+def test_worker_that_exits_gives_worker_failed_with_code_and_log_tail(sched):
+    (wid,) = sched.create_workers(Job(role="doomed", replicas=1))
+    asyncio.run(sched.create_engine(wid, ECHO, "e"))
+    with pytest.raises(WorkerFailedError) as info:
+        sched.call_engine(wid, "exit_now", "e", 7)
+    assert info.value.worker_id == wid
+    if sched.backend == "local":
+        assert info.value.exit_code == 7
+    assert "serving at" in info.value.log_tail
+    with pytest.raises(WorkerFailedError):
+        sched.get_workers("doomed")
+
+
+def test_sigkill_mid_call_gives_worker_failed_not_a_hang(sched, backend):
+    (wid,) = sched.create_workers(Job(role="victim", replicas=1))
+    asyncio.run(sched.create_engine(wid, ECHO, "e"))
+    worker = sched.get_workers("victim")[0]
+    timer = threading.Timer(0.3, backend.kill_worker, args=(worker, signal.SIGKILL))
+    timer.start()
+    with pytest.raises(WorkerFailedError) as info:
+        sched.call_engine(wid, "sleep", "e", 60, rpc_meta={"timeout": 50})
+    timer.join()
+    assert wid in str(info.value)
+
+
+def test_sigstopped_worker_times_out_at_the_callers_deadline(sched, backend):
+    (wid,) = sched.create_workers(Job(role="frozen", replicas=1))
+    asyncio.run(sched.create_engine(wid, ECHO, "e"))
+    worker = sched.get_workers("frozen")[0]
+    backend.kill_worker(worker, signal.SIGSTOP)
+    try:
+        with pytest.raises(WorkerTimeoutError, match="frozen/0"):
+            sched.call_engine(wid, "noop", "e", rpc_meta={"timeout": 1.0})
+    finally:
+        backend.kill_worker(worker, signal.SIGCONT)
+
+
+def test_wrong_secret_is_refused_and_has_no_effect(sched):
+    (wid,) = sched.create_workers(Job(role="guarded", replicas=1))
+    asyncio.run(sched.create_engine(wid, ECHO, "e"))
+    worker = sched.get_workers("guarded")[0]
+    intruder = RPCClient("not-the-secret")
+    for path, payload in [
+        ("/call", {"engine_name": "e", "method": "echo", "args": [1]}),
+        ("/set_env", {"env": {"CORRAL_PWNED": "1"}}),
+        ("/fork", {"role": "evil", "index": 0}),
+        ("/create_engine", {"engine": "os.system", "args": ["true"]}),
+    ]:
+        with pytest.raises(AuthenticationError):
+            intruder.request(worker.address, path, payload, timeout=5)
+    with pytest.raises(AuthenticationError):
+        intruder.request(worker.address, "/health", method="GET", timeout=5)
+    assert sched.call_engine(wid, "getenv", "e", "CORRAL_PWNED") is None
+    assert sched.call_engine(wid, "count", "e") == 0
+    assert sched.health(wid)["forked_children"] == []
+
+
+@pytest.mark.parametrize(
+    "job, field",
+    [
+        (Job(role="x", replicas=1, tasks=[SchedulingSpec(gpu=99)]), "gpu"),
+        (Job(role="x", replicas=0), "job.replicas"),
+        (Job(role="x/y", replicas=1), "job.role"),
+        (Job(role="..", replicas=1), "job.role"),
+        (Job(role="x", replicas=3, tasks=[SchedulingSpec(), SchedulingSpec()]), "job.tasks"),
+        (
+            Job(
+                role="x", replicas=1, scheduling_strategy=SchedulingStrategy("colocation", "nobody")
+            ),
+            "scheduling_strategy.target",
+        ),
+    ],
+)
+def test_bad_input_is_refused_before_anything_starts(sched, job, field):
+    with pytest.raises(ConfigError) as info:
+        sched.create_workers(job)
+    assert field in str(info.value)
+    assert sched.roles == []
+
+
+def test_duplicate_role_and_replica_mismatch_are_refused(sched):
+    sched.create_workers(Job(role="base", replicas=2))
+    with pytest.raises(ConfigError, match="already exists"):
+        sched.create_workers(Job(role="base", replicas=1))
+    with pytest.raises(ConfigError, match="replicas=2"):
+        sched.create_workers(
+            Job(role="co", replicas=3, scheduling_strategy=SchedulingStrategy("colocation", "base"))
+        )
+    assert sched.roles == ["base"]
