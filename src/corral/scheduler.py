@@ -198,6 +198,8 @@ class Scheduler:
             env[E.SECRET] = self.secret
         else:
             env[E.SECRET_FILE] = self.secret_file
+        if spec.engines:
+            env[E.ENGINES] = json.dumps(spec.engines)
         env.update(thread_env(spec.cpu))
         env.update(spec.env_vars)
         return env

@@ -20,7 +20,8 @@ class SchedulingSpec:
     """Resources and launch details of one worker (one replica of a role).
 
     ``mem`` is in GiB. ``port_count`` extra ports are reserved by the worker itself
-    (bind port 0) and reported in ``Worker.worker_ports``.
+    (bind port 0) and reported in ``Worker.worker_ports``. ``engines`` maps engine names
+    to import paths of engines the worker creates before it reports ready.
     """
 
     cpu: int = 1
@@ -38,6 +39,7 @@ class SchedulingSpec:
     additional_bash_cmds: list[str] = field(default_factory=list)
     ray_placement_strategy: str = "separate"
     max_restarts: int = 0
+    engines: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         validate_spec(self)
@@ -151,6 +153,10 @@ def validate_spec(spec: SchedulingSpec, prefix: str = "SchedulingSpec") -> None:
         isinstance(k, str) and isinstance(v, str) for k, v in spec.env_vars.items()
     ):
         raise ConfigError(f"{prefix}.env_vars", spec.env_vars, "use a dict of str to str")
+    if not isinstance(spec.engines, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in spec.engines.items()
+    ):
+        raise ConfigError(f"{prefix}.engines", spec.engines, "use a dict of engine name to import path")
 
 
 @dataclass(frozen=True)

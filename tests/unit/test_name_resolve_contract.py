@@ -246,15 +246,7 @@ def test_bad_keys_are_refused(store, key: str) -> None:
 
 
 @pytest.mark.parametrize("key", BAD_KEYS)
-def test_wait_refuses_bad_keys(store, key: str, request: pytest.FixtureRequest) -> None:
-    if isinstance(store, MemoryNameResolve):
-        request.applymarker(
-            pytest.mark.xfail(
-                reason="MemoryNameResolve.wait does not call check_key",
-                raises=TimeoutError,
-                strict=True,
-            )
-        )
+def test_wait_refuses_bad_keys(store, key: str) -> None:
     with pytest.raises(ConfigError):
         store.wait(key, timeout=0.1)
 

@@ -15,7 +15,7 @@ starts one task per replica. Each task runs a small bash script
   inside ``apptainer exec``) with stdout and stderr merged and line-buffered, copied to
   ``<log_dir>/<role>/<index>.log`` and, with a ``[role/index] `` prefix on every line,
   appended to ``<log_dir>/<role>.log`` and ``<log_dir>/merged.log``,
-* exits with the worker's exit code.
+* writes the worker's exit code to ``<log_dir>/<role>/<index>.exit`` and exits with it.
 
 The worker index is ``CORRAL_INDEX_OFFSET + SLURM_PROCID``; the worker computes it from
 the environment itself, the task script only needs it to name the log file.
@@ -41,6 +41,7 @@ __all__ = [
     "SlurmLayout",
     "check_container",
     "check_homogeneous",
+    "exit_code_path",
     "merged_log_path",
     "plan_layout",
     "render_sbatch_script",
@@ -95,6 +96,15 @@ _NOT_SLURM_FIELDS = frozenset({"ray_placement_strategy"})
 def replica_log_path(log_dir: str, role: str, index: int) -> str:
     """The log of one worker: ``<log_dir>/<role>/<index>.log``."""
     return f"{log_dir.rstrip('/')}/{role}/{index}.log"
+
+
+def exit_code_path(log_dir: str, role: str, index: int) -> str:
+    """Written by the task when its worker exits on its own: the exit code and a newline.
+
+    Absent while the worker runs, and when the task itself was killed (scancel,
+    ``--kill-on-bad-exit`` taking down the other replicas after one failed).
+    """
+    return f"{log_dir.rstrip('/')}/{role}/{index}.exit"
 
 
 def role_log_path(log_dir: str, role: str) -> str:
@@ -262,9 +272,12 @@ class SbatchParams:
     """Everything the batch script of one role depends on.
 
     ``nodelist``, ``exclude``, ``container_type``, ``image`` and ``mount`` override the
-    spec's fields of the same name when not None. ``env`` is exported after the spec's
-    ``env_vars``; neither may set the CORRAL_* variables the renderer owns
-    (:data:`RESERVED_ENV`). ``log_dir`` must be absolute and exist before submission
+    spec's fields of the same name when not None. ``env`` may repeat or override the
+    CORRAL_* values rendered from the fields here (so a scheduler can pass its common
+    worker environment as is), but never CORRAL_SECRET (use ``secret_file``) or
+    CORRAL_INDEX (per task: ``CORRAL_INDEX_OFFSET + SLURM_PROCID``), and CORRAL_ROLE
+    must match ``role``. The spec's ``env_vars`` come last and win, but may not set any
+    of :data:`RESERVED_ENV`. ``log_dir`` must be absolute and exist before submission
     (Slurm opens the sbatch log there before the script runs).
     """
 
@@ -338,7 +351,9 @@ def _check_path(name: str, value: str) -> str:
     return value
 
 
-def _check_env(name: str, env: Mapping[str, str]) -> dict[str, str]:
+def _check_env(name: str, env: Mapping[str, str], *, allow_corral: bool) -> dict[str, str]:
+    """Names and values of an env mapping. CORRAL_SECRET and CORRAL_INDEX are refused
+    everywhere; the other reserved CORRAL_* names only where ``allow_corral`` is False."""
     if not isinstance(env, Mapping):
         raise ConfigError(name, env, "use a dict of str to str")
     out: dict[str, str] = {}
@@ -347,13 +362,23 @@ def _check_env(name: str, env: Mapping[str, str]) -> dict[str, str]:
             raise ConfigError(f"{name}[{key!r}]", value, "use a shell variable name")
         if not isinstance(value, str):
             raise ConfigError(f"{name}[{key!r}]", value, "use a str value")
-        if key in RESERVED_ENV:
-            fix = (
-                "pass the trial secret as secret_file, never in the script"
-                if key == ENV_SECRET
-                else "corral sets this variable itself; remove it"
+        if key == ENV_SECRET:
+            raise ConfigError(
+                f"{name}[{key!r}]",
+                "<hidden>",
+                "pass the trial secret as secret_file, never in the script",
             )
-            raise ConfigError(f"{name}[{key!r}]", value, fix)
+        if key == ENV_INDEX:
+            raise ConfigError(
+                f"{name}[{key!r}]",
+                value,
+                "remove it: each task's worker computes its index as "
+                "CORRAL_INDEX_OFFSET + SLURM_PROCID (set index_offset instead)",
+            )
+        if key in RESERVED_ENV and not allow_corral:
+            raise ConfigError(
+                f"{name}[{key!r}]", value, "corral sets this variable itself; remove it"
+            )
         out[key] = value
     return out
 
@@ -474,7 +499,9 @@ def render_task_script(params: SbatchParams) -> str:
     lines += [
         f'corral_prefix="[{role}/${{corral_index}}] "',
         f"corral_log={_q(role_dir)}/${{corral_index}}.log",
+        f"corral_exit={_q(role_dir)}/${{corral_index}}.exit",
         f"mkdir -p {_q(role_dir)}",
+        'rm -f "$corral_exit"',
     ]
     for i, cmd in enumerate(params.spec.additional_bash_cmds):
         if not isinstance(cmd, str):
@@ -489,6 +516,7 @@ def render_task_script(params: SbatchParams) -> str:
         '    | tee -a "$corral_log" /dev/fd/3 \\',
         f'    | sed -u "s|^|${{corral_prefix}}|" >> {_q(merged_log_path(log_dir))}',
         "corral_rc=${PIPESTATUS[0]}",
+        'printf "%s\\n" "$corral_rc" > "$corral_exit.tmp" && mv -f "$corral_exit.tmp" "$corral_exit"',
         "exec 3>&-",
         'wait "$corral_sed" 2>/dev/null || true',
         'exit "$corral_rc"',
@@ -520,8 +548,12 @@ def render_sbatch_script(params: SbatchParams) -> str:
     for name, value in (("experiment", p.experiment), ("trial", p.trial)):
         if not isinstance(value, str) or not value:
             raise ConfigError(name, value, "use a non-empty str")
-    spec_env = _check_env("SchedulingSpec.env_vars", p.spec.env_vars)
-    extra_env = _check_env("env", p.env)
+    spec_env = _check_env("SchedulingSpec.env_vars", p.spec.env_vars, allow_corral=False)
+    extra_env = _check_env("env", p.env, allow_corral=True)
+    if extra_env.get(ENV_ROLE, role) != role:
+        raise ConfigError(
+            f"env[{ENV_ROLE!r}]", extra_env[ENV_ROLE], f"must match role={role!r} or be left out"
+        )
 
     out = sbatch_log_path(log_dir, role)
     directives = [
@@ -564,20 +596,24 @@ def render_sbatch_script(params: SbatchParams) -> str:
         f"# corral role {role}: {p.replicas} replica(s) x (cpu={p.spec.cpu}, gpu={p.spec.gpu}, "
         f"mem={p.spec.mem}G) on {layout.nodes} node(s), container={ctype}"
     )
-    env_lines = [
-        f"export {ENV_EXPERIMENT}={_q(p.experiment)}",
-        f"export {ENV_TRIAL}={_q(p.trial)}",
-        f"export {ENV_ROLE}={_q(role)}",
-        f"export {ENV_NAME_RESOLVE}={_q(_name_resolve_json(p.name_resolve))}",
-        f"export {ENV_SECRET_FILE}={_q(p.secret_file)}",
-        f"export {ENV_INDEX_OFFSET}={p.index_offset}",
-        f"export {ENV_LEASE_TIMEOUT}={lease!r}",
-        f"export {ENV_PORT_COUNT}={p.spec.port_count}",
-        f"export {ENV_LOG_DIR}={_q(log_dir)}",
-        f'export {ENV_BACKEND_ID}="${{SLURM_JOB_ID:-}}"',
-    ]
-    env_lines += [f"export {k}={_q(v)}" for k, v in spec_env.items()]
-    env_lines += [f"export {k}={_q(v)}" for k, v in extra_env.items()]
+    # one export per name: corral's own values, then the caller's env (which may repeat
+    # or override them, e.g. Scheduler.worker_env() without CORRAL_INDEX), then the
+    # spec's env_vars (the user's word wins for everything that is not CORRAL_*)
+    exports: dict[str, str] = {
+        ENV_EXPERIMENT: _q(p.experiment),
+        ENV_TRIAL: _q(p.trial),
+        ENV_ROLE: _q(role),
+        ENV_NAME_RESOLVE: _q(_name_resolve_json(p.name_resolve)),
+        ENV_SECRET_FILE: _q(p.secret_file),
+        ENV_INDEX_OFFSET: str(p.index_offset),
+        ENV_LEASE_TIMEOUT: repr(lease),
+        ENV_PORT_COUNT: str(p.spec.port_count),
+        ENV_LOG_DIR: _q(log_dir),
+        ENV_BACKEND_ID: '"${SLURM_JOB_ID:-}"',
+    }
+    exports.update((k, _q(v)) for k, v in extra_env.items())
+    exports.update((k, _q(v)) for k, v in spec_env.items())
+    env_lines = [f"export {k}={v}" for k, v in exports.items()]
 
     srun = [
         "srun",

@@ -39,6 +39,10 @@ class NameResolve(abc.ABC):
         """Every key below ``prefix`` (not the prefix itself) with its value."""
 
     @abc.abstractmethod
+    def get_all(self) -> dict[str, str]:
+        """Every key in the store (for listing experiments)."""
+
+    @abc.abstractmethod
     def delete(self, key: str) -> None:
         """Remove ``key``; no error if it is absent."""
 

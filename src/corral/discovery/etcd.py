@@ -231,6 +231,12 @@ class EtcdNameResolve(NameResolve):
         reply = self._gw.call("/v3/kv/range", self._below(prefix))
         return {self._short(kv["key"]): _unb64(kv.get("value", "")) for kv in reply.get("kvs", [])}
 
+    def get_all(self) -> dict[str, str]:
+        start = f"{self._root}{KEY_SEP}".encode()
+        end = start[:-1] + bytes([start[-1] + 1])
+        reply = self._gw.call("/v3/kv/range", {"key": _b64(start), "range_end": _b64(end)})
+        return {self._short(kv["key"]): _unb64(kv.get("value", "")) for kv in reply.get("kvs", [])}
+
     def delete(self, key: str) -> None:
         self._gw.call("/v3/kv/deleterange", {"key": _b64(self._full(key))})
         with self._lock:

@@ -65,7 +65,12 @@ class FileNameResolve(NameResolve):
             return None
 
     def get_subtree(self, prefix: str) -> dict[str, str]:
-        base = self._path(prefix)
+        return self._walk(self._path(prefix))
+
+    def get_all(self) -> dict[str, str]:
+        return self._walk(self.root)
+
+    def _walk(self, base: str) -> dict[str, str]:
         found: dict[str, str] = {}
         for dirpath, _dirs, files in os.walk(base):
             if _VALUE_FILE in files and dirpath != base:

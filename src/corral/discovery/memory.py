@@ -27,6 +27,10 @@ class MemoryNameResolve(NameResolve):
         with self._changed:
             return self._data.get(key)
 
+    def get_all(self) -> dict[str, str]:
+        with self._changed:
+            return dict(self._data)
+
     def get_subtree(self, prefix: str) -> dict[str, str]:
         check_key(prefix)
         head = prefix + KEY_SEP
@@ -46,6 +50,7 @@ class MemoryNameResolve(NameResolve):
                 del self._data[k]
 
     def wait(self, key: str, timeout: float | None = None, poll_interval: float = 0.01) -> str:
+        check_key(key)
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._changed:
             while key not in self._data:

@@ -25,6 +25,7 @@ BIND_HOST = "CORRAL_BIND_HOST"
 ADVERTISE_HOST = "CORRAL_ADVERTISE_HOST"
 BACKEND_ID = "CORRAL_BACKEND_ID"
 FORKED = "CORRAL_FORKED"
+ENGINES = "CORRAL_ENGINES"
 
 DEFAULT_LEASE_TIMEOUT = 5.0
 
@@ -70,6 +71,7 @@ class WorkerSettings:
     bind_host: str
     backend_id: str | None
     forked: bool
+    engines: dict
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> WorkerSettings:
@@ -100,6 +102,7 @@ class WorkerSettings:
             bind_host=env.get(BIND_HOST, "0.0.0.0"),
             backend_id=env.get(BACKEND_ID) or None,
             forked=env.get(FORKED) == "1",
+            engines=json.loads(env.get(ENGINES) or "{}"),
         )
 
     @property

@@ -107,6 +107,8 @@ class WorkerRuntime:
 
     # lifecycle -------------------------------------------------------------
     def start(self) -> None:
+        for name, path in self.settings.engines.items():
+            self.engines.create(name, path, [], {})
         self.worker_ports = _reserve_ports(self.settings.port_count)
         self.server.start()
         s = self.settings

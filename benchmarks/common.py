@@ -1,0 +1,257 @@
+"""Shared pieces of the benchmark harness: rows, targets, statistics, machine facts, cleanup.
+
+Every figure is reported next to a baseline measured in the same run, because the machines
+this runs on are small and noisy: only the ratio between the two is meant to be compared
+across runs. ``ratio`` is always "how many times corral's cost exceeds the baseline's":
+time / baseline time for durations, baseline rate / rate for throughputs. 1.0 means as fast
+as the baseline, 2.0 means half as fast.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import math
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+PEER_SOURCE = "AReaL 1.0.4 LocalScheduler (recipes/README.md, 'Peer figures'; order of magnitude)"
+
+
+class BackendUnavailable(RuntimeError):
+    """A backend's benchmark cannot run here (its corral module or runtime is missing)."""
+
+
+@dataclass
+class Target:
+    """One goal for a row: ``kind`` "abs" compares ``value``, "ratio" compares ``ratio``."""
+
+    kind: str  # "abs" | "ratio"
+    op: str  # "<=" | ">=" | "=="
+    threshold: float
+    text: str
+    met: bool | None = None
+
+    def check(self, value: float | None, ratio: float | None) -> bool | None:
+        subject = value if self.kind == "abs" else ratio
+        if subject is None or (isinstance(subject, float) and math.isnan(subject)):
+            return None
+        if self.op == "<=":
+            return subject <= self.threshold
+        if self.op == ">=":
+            return subject >= self.threshold
+        if self.op == "==":
+            return subject == self.threshold
+        raise ValueError(f"unknown comparison {self.op!r}")
+
+
+@dataclass
+class Row:
+    """One measured figure of a backend, its same-run baseline and its targets."""
+
+    key: str
+    backend: str
+    label: str
+    unit: str
+    value: float | None
+    baseline: float | None = None
+    baseline_label: str = ""
+    higher_is_better: bool = False
+    targets: list[Target] = field(default_factory=list)
+    samples: dict[str, list[float]] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+    ratio: float | None = None
+    met: bool | None = None
+
+    def finish(self) -> Row:
+        self.ratio = slowdown(self.value, self.baseline, self.higher_is_better)
+        results = [t.check(self.value, self.ratio) for t in self.targets]
+        for target, result in zip(self.targets, results, strict=True):
+            target.met = result
+        if not self.targets or any(r is None for r in results):
+            self.met = None
+        else:
+            self.met = all(results)
+        return self
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def slowdown(value: float | None, baseline: float | None, higher_is_better: bool) -> float | None:
+    """How many times corral's cost exceeds the baseline's (see the module docstring)."""
+    if value is None or baseline is None:
+        return None
+    if higher_is_better:
+        return baseline / value if value > 0 else math.inf
+    return value / baseline if baseline > 0 else None
+
+
+def percentile(values: Iterable[float], q: float) -> float:
+    """Linear-interpolated percentile (``q`` in 0..100) of a non-empty sequence."""
+    data = sorted(values)
+    if not data:
+        raise ValueError("percentile of no values")
+    pos = (len(data) - 1) * q / 100.0
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(data) - 1)
+    return data[lo] + (data[hi] - data[lo]) * (pos - lo)
+
+
+def median(values: Iterable[float]) -> float:
+    return percentile(values, 50.0)
+
+
+def rounded(values: Iterable[float], digits: int = 6) -> list[float]:
+    return [round(v, digits) for v in values]
+
+
+def log(text: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
+
+
+def _version(module: str) -> str | None:
+    try:
+        mod = __import__(module)
+    except Exception:
+        return None
+    return getattr(mod, "__version__", "unknown")
+
+
+def _git_commit(repo: str) -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, timeout=10
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def machine_info(repo: str) -> dict[str, Any]:
+    """Facts that explain the figures: CPUs, load, versions, date."""
+    try:
+        affinity = len(os.sched_getaffinity(0))
+    except AttributeError:
+        affinity = None
+    try:
+        load = list(os.getloadavg())
+    except OSError:
+        load = None
+    mem_total = None
+    with contextlib.suppress(OSError):
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemTotal:"):
+                    mem_total = int(line.split()[1]) * 1024
+                    break
+    try:
+        import corral
+
+        corral_version = corral.__version__
+    except Exception:
+        corral_version = None
+    return {
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "hostname": socket.gethostname(),
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        "cpu_affinity": affinity,
+        "loadavg_at_start": load,
+        "mem_total_bytes": mem_total,
+        "python": sys.version.split()[0],
+        "python_executable": sys.executable,
+        "numpy": _version("numpy"),
+        "torch": _version("torch"),
+        "corral": corral_version,
+        "git_commit": _git_commit(repo),
+    }
+
+
+class Context:
+    """What one benchmark run shares: options, a fresh fileroot, rows so far, cleanup."""
+
+    def __init__(self, quick: bool, repo: str):
+        self.quick = quick
+        self.repo = repo
+        self.run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+        self.fileroot = tempfile.mkdtemp(prefix="corral-bench-", dir="/tmp")
+        self.rows: list[Row] = []
+        self._cleanups = contextlib.ExitStack()
+        self._names = 0
+
+    def unique_name(self, prefix: str) -> str:
+        """A name valid as a corral experiment or role, unique within this run."""
+        self._names += 1
+        return f"{prefix}-{self.run_id}-{self._names}"
+
+    def row(self, key: str) -> Row | None:
+        """A row measured earlier in this run (another backend may use it as a baseline)."""
+        return next((r for r in self.rows if r.key == key), None)
+
+    def on_close(self, fn: Callable[..., Any], *args: Any) -> None:
+        self._cleanups.callback(fn, *args)
+
+    def close(self) -> None:
+        try:
+            self._cleanups.close()
+        finally:
+            shutil.rmtree(self.fileroot, ignore_errors=True)
+
+
+# ----------------------------------------------------------------- processes left
+def _proc_stat(pid: int) -> tuple[str, int, int, int] | None:
+    """(state, ppid, pgrp, session) of a live pid, or None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            raw = fh.read()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    fields = raw[raw.rfind(")") + 2 :].split()
+    return fields[0], int(fields[1]), int(fields[2]), int(fields[3])
+
+
+def processes_left(pids: Iterable[int]) -> dict[str, Any]:
+    """Which of ``pids`` (worker processes) or anything in their sessions still exists.
+
+    Workers are started in their own session, so a forked child or a stray helper shows up
+    under the worker's session id even after the worker itself is gone.
+    """
+    pids = [int(p) for p in pids if p]
+    alive, zombies = [], []
+    for pid in pids:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            continue
+        except PermissionError:
+            pass
+        stat = _proc_stat(pid)
+        if stat is None:
+            continue
+        (zombies if stat[0] == "Z" else alive).append(pid)
+    sessions = set(pids)
+    in_sessions = []
+    if sessions and os.path.isdir("/proc"):
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit() or int(entry) in pids:
+                continue
+            stat = _proc_stat(int(entry))
+            if stat is not None and (stat[2] in sessions or stat[3] in sessions):
+                in_sessions.append(int(entry))
+    return {
+        "checked": len(pids),
+        "alive": alive,
+        "zombies": zombies,
+        "in_worker_sessions": in_sessions,
+        "left": len(alive) + len(zombies) + len(in_sessions),
+    }

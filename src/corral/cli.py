@@ -1,0 +1,212 @@
+"""The ``corral`` command: demo, run, ps, logs, stop."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+from corral import keys
+from corral.config import ClusterSpecConfig
+from corral.discovery import FileNameResolve, NameResolve, make_name_resolve
+from corral.logs import log_dir_for
+
+
+def _name_resolve(args: argparse.Namespace) -> NameResolve:
+    if args.etcd:
+        return make_name_resolve({"type": "etcd3", "etcd3_addr": args.etcd})
+    return FileNameResolve(os.path.join(args.fileroot, "name_resolve"))
+
+
+def _secret(fileroot: str, experiment: str, trial: str) -> str | None:
+    try:
+        with open(os.path.join(fileroot, "secrets", experiment, trial, "secret")) as fh:
+            return fh.read().strip()
+    except OSError:
+        return None
+
+
+def _trials(nr: NameResolve) -> dict[tuple[str, str], dict[str, str]]:
+    """(experiment, trial) -> {role/index: address}, from name-resolve entries."""
+    found: dict[tuple[str, str], dict[str, str]] = {}
+    for key, value in nr.get_all().items():
+        parts = key.split("/")
+        if len(parts) == 4 and not parts[2].startswith("_"):
+            found.setdefault((parts[0], parts[1]), {})[f"{parts[2]}/{parts[3]}"] = value
+        elif len(parts) == 3 and parts[2] == "_controller":
+            found.setdefault((parts[0], parts[1]), {})
+    return found
+
+
+def cmd_ps(args: argparse.Namespace) -> int:
+    from corral.rpc.client import RPCClient
+
+    nr = _name_resolve(args)
+    trials = _trials(nr)
+    if not trials:
+        print(f"no experiments found in {args.etcd or os.path.join(args.fileroot, 'name_resolve')}")
+        return 0
+    print(f"{'EXPERIMENT':<16} {'TRIAL':<24} {'WORKER':<16} {'ADDRESS':<22} {'PID':>7}  HEALTH")
+    for (exp, trial), workers in sorted(trials.items()):
+        secret = _secret(args.fileroot, exp, trial)
+        client = RPCClient(secret) if secret else None
+        if not workers:
+            print(f"{exp:<16} {trial:<24} {'-':<16} {'(controller only)':<22}")
+        for wid, address in sorted(workers.items(), key=lambda kv: (kv[0].split("/")[0], int(kv[0].split("/")[1]))):
+            role, index = wid.split("/")
+            raw = nr.get(keys.worker_info_key(exp, trial, role, int(index)))
+            pid = json.loads(raw).get("pid", "") if raw else ""
+            health = "no secret"
+            if client is not None:
+                try:
+                    health = client.request(address, "/health", method="GET", timeout=2.0)["status"]
+                except Exception as exc:
+                    health = f"unreachable ({type(exc).__name__})"
+            print(f"{exp:<16} {trial:<24} {wid:<16} {address:<22} {pid!s:>7}  {health}")
+    return 0
+
+
+def _latest_trial(log_root: str) -> tuple[str, str] | None:
+    best = None
+    if not os.path.isdir(log_root):
+        return None
+    for exp in os.listdir(log_root):
+        for trial in os.listdir(os.path.join(log_root, exp)):
+            mtime = os.path.getmtime(os.path.join(log_root, exp, trial))
+            if best is None or mtime > best[0]:
+                best = (mtime, exp, trial)
+    return (best[1], best[2]) if best else None
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    base = log_dir_for(args.fileroot, "x", "y")
+    log_root = os.path.dirname(os.path.dirname(base))
+    exp, trial = args.experiment, args.trial
+    if not (exp and trial):
+        latest = _latest_trial(log_root)
+        if latest is None:
+            print(f"no logs under {log_root}", file=sys.stderr)
+            return 1
+        exp, trial = exp or latest[0], trial or latest[1]
+    log_dir = log_dir_for(args.fileroot, exp, trial)
+    role, _, index = args.target.partition("/")
+    if role in ("", "all", "merged"):
+        path = os.path.join(log_dir, "merged.log")
+    elif index:
+        path = os.path.join(log_dir, role, f"{index}.log")
+    else:
+        path = os.path.join(log_dir, f"{role}.log")
+    if not os.path.exists(path):
+        print(f"no log at {path}", file=sys.stderr)
+        return 1
+    with open(path, "rb") as fh:
+        sys.stdout.buffer.write(fh.read())
+        sys.stdout.flush()
+        while args.follow:
+            chunk = fh.read()
+            if chunk:
+                sys.stdout.buffer.write(chunk)
+                sys.stdout.flush()
+            else:
+                time.sleep(0.2)
+    return 0
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    from corral.rpc.client import RPCClient
+
+    nr = _name_resolve(args)
+    workers = _trials(nr).get((args.experiment, args.trial), {})
+    secret = _secret(args.fileroot, args.experiment, args.trial)
+    stopped = 0
+    if secret:
+        client = RPCClient(secret)
+        for wid, address in workers.items():
+            try:
+                client.request(address, "/shutdown", {}, timeout=5.0)
+                stopped += 1
+                print(f"asked {wid} at {address} to stop")
+            except Exception as exc:
+                print(f"{wid} at {address}: {type(exc).__name__}: {exc}")
+    nr.delete(keys.controller_key(args.experiment, args.trial))
+    print(f"removed the controller lease of {args.experiment}/{args.trial}; {stopped} worker(s) told to stop, "
+          "the rest exit within the lease timeout")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from corral.demo.run import run_demo
+
+    overrides = dict(o.split("=", 1) for o in args.override)
+    scheduler = overrides.pop("scheduler.type", args.scheduler)
+    run_demo(scheduler_type=scheduler, steps=args.steps, fileroot=args.fileroot,
+             rollout_replicas=args.rollout, trainer_replicas=args.trainers,
+             use_torch=False if args.no_torch else None, overrides=overrides)
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from corral.config import BaseExperimentConfig, load_expr_config
+
+    cfg, _ = load_expr_config(args.config, BaseExperimentConfig)
+    if args.dry_run:
+        from corral.backends.slurm import render_dry_run
+
+        print(render_dry_run(cfg, args.role, args.replicas))
+        return 0
+    print("corral run without --dry-run: use the Python API (see README)", file=sys.stderr)
+    return 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    default_root = os.environ.get("CORRAL_FILEROOT", ClusterSpecConfig().fileroot)
+    parser = argparse.ArgumentParser(prog="corral", description=__doc__)
+    parser.add_argument("--fileroot", default=default_root, help="cluster fileroot (default %(default)s)")
+    parser.add_argument("--etcd", default=None, help="etcd host:port, if name-resolve is etcd")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    demo = sub.add_parser("demo", help="run the demo RL job")
+    demo.add_argument("--scheduler", default="local", choices=["local", "ray", "slurm"])
+    demo.add_argument("--steps", type=int, default=30)
+    demo.add_argument("--rollout", type=int, default=2)
+    demo.add_argument("--trainers", type=int, default=2)
+    demo.add_argument("--no-torch", action="store_true", help="learners average gradients with numpy")
+    demo.add_argument("override", nargs="*", help="dotted overrides such as scheduler.type=ray")
+    demo.set_defaults(fn=cmd_demo)
+
+    ps = sub.add_parser("ps", help="experiments and workers in name-resolve, with health")
+    ps.set_defaults(fn=cmd_ps)
+
+    logs = sub.add_parser("logs", help="print a role's, a replica's or the merged log")
+    logs.add_argument("target", nargs="?", default="merged", help="ROLE, ROLE/INDEX or merged")
+    logs.add_argument("-f", "--follow", action="store_true")
+    logs.add_argument("--experiment")
+    logs.add_argument("--trial")
+    logs.set_defaults(fn=cmd_logs)
+
+    stop = sub.add_parser("stop", help="stop every worker of a trial")
+    stop.add_argument("experiment")
+    stop.add_argument("trial")
+    stop.set_defaults(fn=cmd_stop)
+
+    run = sub.add_parser("run", help="render a role's launch script (--dry-run)")
+    run.add_argument("config", nargs="+", help="YAML file and dotted overrides")
+    run.add_argument("--role", default="worker")
+    run.add_argument("--replicas", type=int, default=1)
+    run.add_argument("--dry-run", action="store_true")
+    run.set_defaults(fn=cmd_run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,45 @@
+#!/bin/bash
+#SBATCH --job-name=demo_run1_trainer
+#SBATCH --output=/shared/corral/demo/run1/logs/trainer.sbatch.log
+#SBATCH --error=/shared/corral/demo/run1/logs/trainer.sbatch.log
+#SBATCH --open-mode=append
+#SBATCH --nodes=1
+#SBATCH --ntasks=2
+#SBATCH --ntasks-per-node=2
+#SBATCH --cpus-per-task=2
+#SBATCH --mem=8G
+#SBATCH --no-requeue
+# corral role trainer: 2 replica(s) x (cpu=2, gpu=0, mem=4G) on 1 node(s), container=none
+set -u
+export CORRAL_EXPERIMENT=demo
+export CORRAL_TRIAL=run1
+export CORRAL_ROLE=trainer
+export CORRAL_NAME_RESOLVE='{"root": "/shared/corral/name_resolve", "type": "files"}'
+export CORRAL_SECRET_FILE=/shared/corral/demo/run1/.secret
+export CORRAL_INDEX_OFFSET=0
+export CORRAL_LEASE_TIMEOUT=5.0
+export CORRAL_PORT_COUNT=1
+export CORRAL_LOG_DIR=/shared/corral/demo/run1/logs
+export CORRAL_BACKEND_ID="${SLURM_JOB_ID:-}"
+export OMP_NUM_THREADS=2
+srun --ntasks=2 --ntasks-per-node=2 --cpus-per-task=2 --kill-on-bad-exit=1 --unbuffered \
+    bash -c 'set -u
+export PYTHONUNBUFFERED=1
+corral_index=$(( ${CORRAL_INDEX_OFFSET:-0} + ${SLURM_PROCID:-0} ))
+export CUDA_VISIBLE_DEVICES=""  # CPU-only role: no GPU visible
+corral_prefix="[trainer/${corral_index}] "
+corral_log=/shared/corral/demo/run1/logs/trainer/${corral_index}.log
+corral_exit=/shared/corral/demo/run1/logs/trainer/${corral_index}.exit
+mkdir -p /shared/corral/demo/run1/logs/trainer
+rm -f "$corral_exit"
+exec 3> >(sed -u "s|^|${corral_prefix}|" >> /shared/corral/demo/run1/logs/trainer.log)
+corral_sed=$!
+/opt/venv/bin/python -m corral.worker 3>&- 2>&1 \
+    | tee -a "$corral_log" /dev/fd/3 \
+    | sed -u "s|^|${corral_prefix}|" >> /shared/corral/demo/run1/logs/merged.log
+corral_rc=${PIPESTATUS[0]}
+printf "%s\n" "$corral_rc" > "$corral_exit.tmp" && mv -f "$corral_exit.tmp" "$corral_exit"
+exec 3>&-
+wait "$corral_sed" 2>/dev/null || true
+exit "$corral_rc"
+'

@@ -1,0 +1,56 @@
+#!/bin/bash
+#SBATCH --job-name=demo_run1_rollout
+#SBATCH --output=/shared/corral/demo/run1/logs/rollout.sbatch.log
+#SBATCH --error=/shared/corral/demo/run1/logs/rollout.sbatch.log
+#SBATCH --open-mode=append
+#SBATCH --nodes=2
+#SBATCH --ntasks=4
+#SBATCH --ntasks-per-node=2
+#SBATCH --cpus-per-task=4
+#SBATCH --mem=32G
+#SBATCH --gres=gpu:2
+#SBATCH --no-requeue
+# corral role rollout: 4 replica(s) x (cpu=4, gpu=1, mem=16G) on 2 node(s), container=none
+set -u
+export CORRAL_EXPERIMENT=demo
+export CORRAL_TRIAL=run1
+export CORRAL_ROLE=rollout
+export CORRAL_NAME_RESOLVE='{"root": "/shared/corral/name_resolve", "type": "files"}'
+export CORRAL_SECRET_FILE=/shared/corral/demo/run1/.secret
+export CORRAL_INDEX_OFFSET=0
+export CORRAL_LEASE_TIMEOUT=5.0
+export CORRAL_PORT_COUNT=2
+export CORRAL_LOG_DIR=/shared/corral/demo/run1/logs
+export CORRAL_BACKEND_ID="${SLURM_JOB_ID:-}"
+srun --ntasks=4 --ntasks-per-node=2 --cpus-per-task=4 --kill-on-bad-exit=1 --unbuffered \
+    bash -c 'set -u
+export PYTHONUNBUFFERED=1
+corral_index=$(( ${CORRAL_INDEX_OFFSET:-0} + ${SLURM_PROCID:-0} ))
+corral_gpus=1
+corral_first=$(( ${SLURM_LOCALID:-0} * corral_gpus ))
+IFS=, read -r -a corral_alloc <<< "${CUDA_VISIBLE_DEVICES:-}"
+corral_devices=""
+for (( corral_i = corral_first; corral_i < corral_first + corral_gpus; corral_i++ )); do
+    if (( ${#corral_alloc[@]} >= corral_first + corral_gpus )); then
+        corral_devices+="${corral_devices:+,}${corral_alloc[corral_i]}"
+    else
+        corral_devices+="${corral_devices:+,}${corral_i}"
+    fi
+done
+export CUDA_VISIBLE_DEVICES="$corral_devices"
+corral_prefix="[rollout/${corral_index}] "
+corral_log=/shared/corral/demo/run1/logs/rollout/${corral_index}.log
+corral_exit=/shared/corral/demo/run1/logs/rollout/${corral_index}.exit
+mkdir -p /shared/corral/demo/run1/logs/rollout
+rm -f "$corral_exit"
+exec 3> >(sed -u "s|^|${corral_prefix}|" >> /shared/corral/demo/run1/logs/rollout.log)
+corral_sed=$!
+/opt/venv/bin/python -m corral.worker 3>&- 2>&1 \
+    | tee -a "$corral_log" /dev/fd/3 \
+    | sed -u "s|^|${corral_prefix}|" >> /shared/corral/demo/run1/logs/merged.log
+corral_rc=${PIPESTATUS[0]}
+printf "%s\n" "$corral_rc" > "$corral_exit.tmp" && mv -f "$corral_exit.tmp" "$corral_exit"
+exec 3>&-
+wait "$corral_sed" 2>/dev/null || true
+exit "$corral_rc"
+'

@@ -1,0 +1,788 @@
+"""sbatch rendering: golden scripts, every ConfigError shape, and the per-task bash run for real.
+
+Golden files live in tests/unit/golden/sbatch_*.sh. After an intended change to the
+renderer, rewrite them with ``CORRAL_UPDATE_GOLDEN=1 python -m pytest tests/unit/test_sbatch.py``
+and review the diff.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from corral.backends.sbatch import (
+    RESERVED_ENV,
+    SbatchParams,
+    check_container,
+    check_homogeneous,
+    exit_code_path,
+    merged_log_path,
+    plan_layout,
+    render_sbatch_script,
+    render_task_script,
+    replica_log_path,
+    role_log_path,
+    sbatch_log_path,
+)
+from corral.errors import ConfigError
+from corral.spec import SchedulingSpec
+
+GOLDEN_DIR = Path(__file__).parent / "golden"
+UPDATE_GOLDEN = os.environ.get("CORRAL_UPDATE_GOLDEN") == "1"
+BASH = shutil.which("bash")
+
+
+def make_params(**overrides) -> SbatchParams:
+    base = dict(
+        job_name="demo_run1_trainer",
+        role="trainer",
+        replicas=2,
+        spec=SchedulingSpec(cpu=2, gpu=0, mem=4),
+        n_gpus_per_node=8,
+        log_dir="/shared/corral/demo/run1/logs",
+        experiment="demo",
+        trial="run1",
+        name_resolve={"type": "files", "root": "/shared/corral/name_resolve"},
+        secret_file="/shared/corral/demo/run1/.secret",
+        python="/opt/venv/bin/python",
+    )
+    base.update(overrides)
+    return SbatchParams(**base)
+
+
+def assert_golden(name: str, text: str) -> None:
+    path = GOLDEN_DIR / f"sbatch_{name}.sh"
+    if UPDATE_GOLDEN:
+        GOLDEN_DIR.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        return
+    assert path.exists(), f"{path} missing: run with CORRAL_UPDATE_GOLDEN=1 to create it"
+    expected = path.read_text()
+    assert text == expected, (
+        f"rendered script differs from {path}; if the change is intended, rerun with "
+        "CORRAL_UPDATE_GOLDEN=1 and review the diff"
+    )
+
+
+def bash_syntax_ok(script: str) -> None:
+    if BASH is None:
+        pytest.skip("bash not available")
+    r = subprocess.run([BASH, "-n"], input=script, text=True, capture_output=True)
+    assert r.returncode == 0, r.stderr
+
+
+GOLDEN_CASES = {
+    "cpu_only": lambda: make_params(
+        replicas=2,
+        spec=SchedulingSpec(cpu=2, gpu=0, mem=4, env_vars={"OMP_NUM_THREADS": "2"}),
+    ),
+    "gpu_4x1_2nodes": lambda: make_params(
+        role="rollout",
+        job_name="demo_run1_rollout",
+        replicas=4,
+        spec=SchedulingSpec(cpu=4, gpu=1, mem=16, port_count=2),
+        n_gpus_per_node=2,
+    ),
+    "gpu_2x2": lambda: make_params(
+        replicas=2,
+        spec=SchedulingSpec(cpu=8, gpu=2, mem=32),
+        n_gpus_per_node=4,
+        env={"NCCL_DEBUG": "WARN"},
+    ),
+    "apptainer": lambda: make_params(
+        replicas=2,
+        spec=SchedulingSpec(
+            cpu=4,
+            gpu=1,
+            mem=8,
+            container_type="apptainer",
+            image="/shared/images/train.sif",
+            mount="/shared:/shared,/scratch",
+            additional_bash_cmds=["module load cuda/12.4", "export HF_HOME=/scratch/hf"],
+        ),
+        python="python3",
+    ),
+    "directives": lambda: make_params(
+        replicas=3,
+        spec=SchedulingSpec(
+            cpu=1,
+            gpu=1,
+            mem=2,
+            nodelist="gpu[01-02]",
+            srun_additional_args="--mpi=none --label",
+            cmd="/opt/venv/bin/python -m corral.worker --log-level 'debug info'",
+        ),
+        n_gpus_per_node=2,
+        partition="gpu",
+        account="proj42",
+        qos="high",
+        time_limit="1-12:00:00",
+        extra_sbatch_directives=["--reservation=rl-week", "--constraint=h100"],
+        extra_srun_args=["--cpu-bind=cores"],
+        exclude="gpu07",
+        index_offset=4,
+        lease_timeout=12.5,
+        env={"WANDB_MODE": "offline", "QUOTED": 'it\'s a "value" with $dollar'},
+        name_resolve='{"type": "etcd", "address": "10.0.0.5:2379"}',
+    ),
+}
+
+
+# ----------------------------------------------------------------- golden files --
+@pytest.mark.parametrize("name", sorted(GOLDEN_CASES))
+def test_golden(name):
+    params = GOLDEN_CASES[name]()
+    script = render_sbatch_script(params)
+    assert_golden(name, script)
+    bash_syntax_ok(script)
+    bash_syntax_ok(render_task_script(params))
+
+
+def test_golden_files_have_no_stale_extras():
+    names = {p.name for p in GOLDEN_DIR.glob("sbatch_*.sh")}
+    assert names == {f"sbatch_{n}.sh" for n in GOLDEN_CASES}
+
+
+def test_rendering_is_deterministic():
+    for make in GOLDEN_CASES.values():
+        assert render_sbatch_script(make()) == render_sbatch_script(make())
+
+
+# ---------------------------------------------------------------------- layout --
+@pytest.mark.parametrize(
+    "replicas, gpu, per_node, nodes, tasks_per_node, gres",
+    [
+        (2, 0, 8, 1, 2, 0),  # CPU-only: one node
+        (64, 0, 0, 1, 64, 0),  # CPU-only, no GPUs on the cluster at all
+        (4, 1, 2, 2, 2, 2),
+        (2, 2, 4, 1, 2, 4),
+        (2, 2, 2, 2, 1, 2),
+        (3, 1, 2, 2, 2, 2),  # uneven but within the node: 2 + 1
+        (16, 1, 8, 2, 8, 8),
+        (1, 8, 8, 1, 1, 8),
+        (3, 3, 4, 3, 1, 3),
+    ],
+)
+def test_plan_layout(replicas, gpu, per_node, nodes, tasks_per_node, gres):
+    layout = plan_layout(replicas, SchedulingSpec(gpu=gpu, mem=3), per_node)
+    assert (layout.nodes, layout.ntasks_per_node, layout.gpus_per_node) == (
+        nodes,
+        tasks_per_node,
+        gres,
+    )
+    assert layout.ntasks == replicas
+    assert layout.mem_per_node_gb == 3 * tasks_per_node
+
+
+def test_header_lines_match_layout():
+    script = render_sbatch_script(GOLDEN_CASES["gpu_4x1_2nodes"]())
+    directives = re.findall(r"^#SBATCH (\S+)$", script, re.M)
+    for d in (
+        "--nodes=2",
+        "--ntasks=4",
+        "--ntasks-per-node=2",
+        "--cpus-per-task=4",
+        "--mem=32G",
+        "--gres=gpu:2",
+        "--no-requeue",
+        "--job-name=demo_run1_rollout",
+        "--output=/shared/corral/demo/run1/logs/rollout.sbatch.log",
+        "--error=/shared/corral/demo/run1/logs/rollout.sbatch.log",
+    ):
+        assert d in directives
+    srun = [line for line in script.splitlines() if line.startswith("srun ")]
+    assert len(srun) == 1
+    for arg in ("--ntasks=4", "--ntasks-per-node=2", "--cpus-per-task=4", "--kill-on-bad-exit=1"):
+        assert arg in srun[0].split()
+
+
+def test_cpu_zero_and_mem_zero():
+    script = render_sbatch_script(make_params(spec=SchedulingSpec(cpu=0, gpu=0, mem=0)))
+    assert "#SBATCH --cpus-per-task=1" in script
+    assert "--mem" not in script
+    assert "--gres" not in script
+
+
+def test_environment_exports():
+    script = render_sbatch_script(GOLDEN_CASES["directives"]())
+    srun_at = script.index("\nsrun ")
+    head = script[:srun_at]
+    for line in (
+        "export CORRAL_EXPERIMENT=demo",
+        "export CORRAL_TRIAL=run1",
+        "export CORRAL_ROLE=trainer",
+        'export CORRAL_NAME_RESOLVE=\'{"type": "etcd", "address": "10.0.0.5:2379"}\'',
+        "export CORRAL_SECRET_FILE=/shared/corral/demo/run1/.secret",
+        "export CORRAL_INDEX_OFFSET=4",
+        "export CORRAL_LEASE_TIMEOUT=12.5",
+        "export WANDB_MODE=offline",
+    ):
+        assert line + "\n" in head
+    assert "CORRAL_INDEX=" not in script  # the worker derives it from SLURM_PROCID
+
+
+@pytest.mark.skipif(BASH is None, reason="bash not available")
+def test_exported_values_survive_the_shell():
+    """Source the export block and read the values back exactly."""
+    params = GOLDEN_CASES["directives"]()
+    script = render_sbatch_script(params)
+    exports = "\n".join(line for line in script.splitlines() if line.startswith("export "))
+    probe = exports + '\nprintf "%s\\n" "$QUOTED" "$CORRAL_NAME_RESOLVE" "$CORRAL_BACKEND_ID"'
+    r = subprocess.run(
+        [BASH, "-c", probe],
+        env={"PATH": os.environ["PATH"], "SLURM_JOB_ID": "77"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert r.stdout.splitlines() == [
+        'it\'s a "value" with $dollar',
+        '{"type": "etcd", "address": "10.0.0.5:2379"}',
+        "77",
+    ]
+
+
+def test_env_var_names_match_the_worker_contract():
+    env = pytest.importorskip("corral.worker.env")
+    for name in (
+        "EXPERIMENT",
+        "TRIAL",
+        "ROLE",
+        "NAME_RESOLVE",
+        "SECRET_FILE",
+        "INDEX_OFFSET",
+        "LEASE_TIMEOUT",
+        "PORT_COUNT",
+        "LOG_DIR",
+        "BACKEND_ID",
+        "INDEX",
+        "SECRET",
+    ):
+        assert getattr(env, name) in RESERVED_ENV
+
+
+def test_log_paths():
+    assert replica_log_path("/l/", "actor", 3) == "/l/actor/3.log"
+    assert role_log_path("/l", "actor") == "/l/actor.log"
+    assert merged_log_path("/l") == "/l/merged.log"
+    assert sbatch_log_path("/l", "actor") == "/l/actor.sbatch.log"
+    assert exit_code_path("/l", "actor", 3) == "/l/actor/3.exit"
+
+
+def test_overrides_take_precedence_over_spec():
+    spec = SchedulingSpec(nodelist="a1", exclude="a2")
+    script = render_sbatch_script(make_params(spec=spec, nodelist="b1", exclude="b2"))
+    assert "#SBATCH --nodelist=b1" in script and "#SBATCH --exclude=b2" in script
+    script = render_sbatch_script(make_params(spec=spec))
+    assert "#SBATCH --nodelist=a1" in script and "#SBATCH --exclude=a2" in script
+
+
+def test_time_limit_minutes_int():
+    assert "#SBATCH --time=90\n" in render_sbatch_script(make_params(time_limit=90))
+
+
+# ---------------------------------------------------------------- ConfigErrors --
+def assert_config_error(fn, field: str, *fragments: str) -> ConfigError:
+    with pytest.raises(ConfigError) as info:
+        fn()
+    err = info.value
+    assert err.field == field, str(err)
+    for fragment in fragments:
+        assert fragment in str(err), str(err)
+    return err
+
+
+def test_gpu_more_than_a_node():
+    err = assert_config_error(
+        lambda: render_sbatch_script(make_params(spec=SchedulingSpec(gpu=4), n_gpus_per_node=2)),
+        "SchedulingSpec.gpu",
+        "n_gpus_per_node=2",
+    )
+    assert err.value == 4
+
+
+def test_gpu_on_a_cluster_without_gpus():
+    assert_config_error(
+        lambda: plan_layout(1, SchedulingSpec(gpu=1), 0), "SchedulingSpec.gpu", "n_gpus_per_node=0"
+    )
+
+
+def test_replicas_that_do_not_pack():
+    # 5 x 3 GPUs on 8-GPU nodes: 2 nodes, 3 per node = 9 GPUs > 8
+    err = assert_config_error(
+        lambda: plan_layout(5, SchedulingSpec(gpu=3), 8),
+        "job.replicas",
+        "multiple of 2 replicas",
+        "4 or 6",
+    )
+    assert err.value == 5
+
+
+@pytest.mark.parametrize("replicas", [0, -1, True, 1.5])
+def test_bad_replicas(replicas):
+    assert_config_error(lambda: plan_layout(replicas, SchedulingSpec(), 8), "job.replicas")
+
+
+@pytest.mark.parametrize("n", [-1, True, "8"])
+def test_bad_n_gpus_per_node(n):
+    assert_config_error(lambda: plan_layout(1, SchedulingSpec(), n), "n_gpus_per_node")
+
+
+def test_cpus_per_node_exceeded():
+    assert_config_error(
+        lambda: render_sbatch_script(
+            make_params(replicas=4, spec=SchedulingSpec(cpu=2), n_cpus_per_node=4)
+        ),
+        "SchedulingSpec.cpu",
+        "cpu <= 1",
+    )
+
+
+def test_mem_per_node_exceeded():
+    assert_config_error(
+        lambda: plan_layout(2, SchedulingSpec(mem=40), 8, mem_per_node_gb=64),
+        "SchedulingSpec.mem",
+        "mem <= 32",
+    )
+
+
+def test_check_homogeneous():
+    a = SchedulingSpec(cpu=2, gpu=1)
+    assert check_homogeneous([a, SchedulingSpec(cpu=2, gpu=1)]) is a
+    # a Ray-only field may differ
+    check_homogeneous([a, SchedulingSpec(cpu=2, gpu=1, ray_placement_strategy="shared")])
+    err = assert_config_error(
+        lambda: check_homogeneous([a, a, SchedulingSpec(cpu=2, gpu=2)]),
+        "job.tasks[2].gpu",
+        "tasks[0].gpu=1",
+        "same spec",
+    )
+    assert err.value == 2
+    assert_config_error(
+        lambda: check_homogeneous([a, SchedulingSpec(cpu=2, gpu=1, env_vars={"X": "1"})]),
+        "job.tasks[1].env_vars",
+    )
+    assert_config_error(lambda: check_homogeneous([]), "job.tasks")
+
+
+def test_check_container(tmp_path):
+    check_container(SchedulingSpec())  # no container: nothing to check
+    image = tmp_path / "img.sif"
+    spec = SchedulingSpec(container_type="apptainer", image=str(image))
+    assert_config_error(lambda: check_container(spec), "SchedulingSpec.image", "no such file")
+    image.write_bytes(b"")
+    check_container(spec)
+    # overrides on SbatchParams are what gets checked
+    params = make_params(container_type="apptainer", image=str(tmp_path / "other.sif"))
+    assert_config_error(lambda: check_container(params), "SchedulingSpec.image")
+    check_container(make_params(container_type="apptainer", image=str(image)))
+
+
+def test_apptainer_override_without_image():
+    assert_config_error(
+        lambda: render_sbatch_script(make_params(container_type="apptainer")),
+        "SchedulingSpec.image",
+    )
+
+
+def test_apptainer_wraps_the_command():
+    task = render_task_script(GOLDEN_CASES["apptainer"]())
+    assert (
+        "apptainer exec --nv --bind /shared:/shared,/scratch /shared/images/train.sif "
+        "python3 -m corral.worker 3>&- 2>&1" in task
+    )
+
+
+@pytest.mark.parametrize(
+    "key, field",
+    [
+        ("CORRAL_ROLE", "env['CORRAL_ROLE']"),
+        ("CORRAL_SECRET", "env['CORRAL_SECRET']"),
+        ("CORRAL_INDEX", "env['CORRAL_INDEX']"),
+        ("1BAD", "env['1BAD']"),
+        ("A-B", "env['A-B']"),
+    ],
+)
+def test_bad_extra_env(key, field):
+    assert_config_error(lambda: render_sbatch_script(make_params(env={key: "x"})), field)
+
+
+def test_env_may_repeat_and_override_corral_values():
+    env = {
+        "CORRAL_EXPERIMENT": "demo",
+        "CORRAL_ROLE": "trainer",
+        "CORRAL_LEASE_TIMEOUT": "9",
+        "CORRAL_CONTROLLER_HOST": "login1",
+        "OMP_NUM_THREADS": "1",
+    }
+    spec = SchedulingSpec(env_vars={"OMP_NUM_THREADS": "4"})
+    script = render_sbatch_script(make_params(env=env, spec=spec))
+    exports = [line for line in script.splitlines() if line.startswith("export ")]
+    names = [line.split("=", 1)[0] for line in exports]
+    assert len(names) == len(set(names))  # one export per variable
+    assert "export CORRAL_EXPERIMENT=demo" in exports
+    assert "export CORRAL_LEASE_TIMEOUT=9" in exports
+    assert "export CORRAL_CONTROLLER_HOST=login1" in exports
+    assert "export OMP_NUM_THREADS=4" in exports  # the user's spec wins
+
+
+def test_reserved_names_refused_in_spec_env():
+    spec = SchedulingSpec(env_vars={"CORRAL_TRIAL": "other"})
+    assert_config_error(
+        lambda: render_sbatch_script(make_params(spec=spec)),
+        "SchedulingSpec.env_vars['CORRAL_TRIAL']",
+    )
+
+
+def test_secret_is_refused_in_spec_env():
+    spec = SchedulingSpec(env_vars={"CORRAL_SECRET": "hunter2"})
+    err = assert_config_error(
+        lambda: render_sbatch_script(make_params(spec=spec)),
+        "SchedulingSpec.env_vars['CORRAL_SECRET']",
+        "secret_file",
+    )
+    assert "hunter2" not in str(err)
+
+
+def test_non_str_env_value():
+    assert_config_error(lambda: render_sbatch_script(make_params(env={"A": 1})), "env['A']", "str")
+
+
+@pytest.mark.parametrize(
+    "overrides, field",
+    [
+        (dict(log_dir="logs"), "log_dir"),
+        (dict(log_dir="/a b"), "log_dir"),
+        (dict(log_dir="/logs/%j"), "log_dir"),
+        (dict(job_name="my job"), "job_name"),
+        (dict(job_name=""), "job_name"),
+        (dict(partition="a b"), "partition"),
+        (dict(account="x\ny"), "account"),
+        (dict(qos=""), "qos"),
+        (dict(time_limit="soon"), "time_limit"),
+        (dict(time_limit=0), "time_limit"),
+        (dict(nodelist="n1 n2"), "nodelist"),
+        (dict(exclude="n1\n#SBATCH --x"), "exclude"),
+        (dict(extra_sbatch_directives=["reservation=x"]), "extra_sbatch_directives[0]"),
+        (dict(extra_sbatch_directives=["--a", "--b\n--c"]), "extra_sbatch_directives[1]"),
+        (dict(extra_srun_args=[3]), "extra_srun_args"),
+        (dict(name_resolve="{not json"), "name_resolve"),
+        (dict(name_resolve=42), "name_resolve"),
+        (dict(secret_file=""), "secret_file"),
+        (dict(experiment=""), "experiment"),
+        (dict(index_offset=-1), "index_offset"),
+        (dict(lease_timeout=0), "lease_timeout"),
+        (dict(lease_timeout="soon"), "lease_timeout"),
+        (dict(role="a/b"), "job.role"),
+        (dict(python=""), "python"),
+        (dict(spec=SchedulingSpec(cmd="python -c 'oops")), "SchedulingSpec.cmd"),
+        (dict(spec=SchedulingSpec(cmd="   ")), "SchedulingSpec.cmd"),
+        (
+            dict(spec=SchedulingSpec(srun_additional_args="--x 'y")),
+            "SchedulingSpec.srun_additional_args",
+        ),
+        (
+            dict(spec=SchedulingSpec(additional_bash_cmds=[None])),
+            "SchedulingSpec.additional_bash_cmds[0]",
+        ),
+        (dict(container_type="docker"), "container_type"),
+    ],
+)
+def test_bad_params(overrides, field):
+    assert_config_error(lambda: render_sbatch_script(make_params(**overrides)), field)
+
+
+def test_config_errors_carry_value_and_fix():
+    with pytest.raises(ConfigError) as info:
+        render_sbatch_script(make_params(time_limit="soon"))
+    assert info.value.value == "soon"
+    assert "4:00:00" in info.value.fix
+
+
+# ------------------------------------------------- the per-task script, for real --
+def run_task(params: SbatchParams, procid: int, localid: int, **env) -> subprocess.CompletedProcess:
+    if BASH is None:
+        pytest.skip("bash not available")
+    full_env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "SLURM_PROCID": str(procid),
+        "SLURM_LOCALID": str(localid),
+        **env,
+    }
+    return subprocess.run(
+        [BASH, "-c", render_task_script(params)],
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+PRINT_CVD = (
+    f"{sys.executable} -c 'import os, sys; "
+    'print("cvd=%s" % os.environ.get("CUDA_VISIBLE_DEVICES")); '
+    'print("to stderr", file=sys.stderr); '
+    'print("foo=%s" % os.environ.get("FOO")); '
+    'sys.exit(int(os.environ.get("EXIT_CODE", "0")))\''
+)
+
+
+def task_params(tmp_path: Path, gpu: int, **spec_kwargs) -> SbatchParams:
+    spec = SchedulingSpec(cpu=1, gpu=gpu, mem=1, cmd=PRINT_CVD, **spec_kwargs)
+    return make_params(
+        role="actor", replicas=4, spec=spec, n_gpus_per_node=8, log_dir=str(tmp_path / "logs")
+    )
+
+
+def read_lines(path: str) -> list[str]:
+    return Path(path).read_text().splitlines()
+
+
+def test_task_script_gpus_logs_and_prefixes(tmp_path):
+    params = task_params(tmp_path, gpu=2)
+    log_dir = params.log_dir
+    expected_cvd = {0: "0,1", 1: "2,3", 2: "4,5"}
+    for local in (0, 1, 2):
+        r = run_task(params, procid=local, localid=local, CORRAL_INDEX_OFFSET="10")
+        assert r.returncode == 0, r.stderr
+        assert r.stdout == ""  # the worker's output goes only to the log files
+        index = 10 + local
+        assert read_lines(replica_log_path(log_dir, "actor", index)) == [
+            f"cvd={expected_cvd[local]}",
+            "to stderr",
+            "foo=None",
+        ]
+    for path in (role_log_path(log_dir, "actor"), merged_log_path(log_dir)):
+        lines = read_lines(path)
+        assert len(lines) == 9
+        for local in (0, 1, 2):
+            prefix = f"[actor/{10 + local}] "
+            assert f"{prefix}cvd={expected_cvd[local]}" in lines
+            assert f"{prefix}to stderr" in lines
+
+
+def test_task_script_index_offset_defaults_to_zero(tmp_path):
+    params = task_params(tmp_path, gpu=1)
+    r = run_task(params, procid=3, localid=1)
+    assert r.returncode == 0, r.stderr
+    assert read_lines(replica_log_path(params.log_dir, "actor", 3))[0] == "cvd=1"
+
+
+def test_task_script_cpu_only_hides_gpus(tmp_path):
+    params = task_params(tmp_path, gpu=0)
+    r = run_task(params, procid=1, localid=1, CUDA_VISIBLE_DEVICES="0,1,2,3")
+    assert r.returncode == 0, r.stderr
+    assert read_lines(replica_log_path(params.log_dir, "actor", 1))[0] == "cvd="
+
+
+def test_task_script_picks_from_slurm_allocation(tmp_path):
+    # Slurm gave this job GPUs 4-7 of the node: local task 1 with 2 GPUs gets 6,7
+    params = task_params(tmp_path, gpu=2)
+    r = run_task(params, procid=1, localid=1, CUDA_VISIBLE_DEVICES="4,5,6,7")
+    assert r.returncode == 0, r.stderr
+    assert read_lines(replica_log_path(params.log_dir, "actor", 1))[0] == "cvd=6,7"
+
+
+def test_task_script_exit_code_and_setup_commands(tmp_path):
+    params = task_params(tmp_path, gpu=0, additional_bash_cmds=["export FOO=from-setup"])
+    r = run_task(params, procid=0, localid=0, EXIT_CODE="7")
+    assert r.returncode == 7
+    assert Path(exit_code_path(params.log_dir, "actor", 0)).read_text() == "7\n"
+    lines = read_lines(replica_log_path(params.log_dir, "actor", 0))
+    assert lines[-1] == "foo=from-setup"  # written before exit, nothing lost
+    assert read_lines(role_log_path(params.log_dir, "actor"))[-1] == "[actor/0] foo=from-setup"
+
+
+def test_task_script_replaces_a_stale_exit_file(tmp_path):
+    params = task_params(tmp_path, gpu=0)
+    stale = Path(exit_code_path(params.log_dir, "actor", 2))
+    stale.parent.mkdir(parents=True)
+    stale.write_text("99\n")
+    r = run_task(params, procid=2, localid=0)
+    assert r.returncode == 0, r.stderr
+    assert stale.read_text() == "0\n"
+    assert not Path(str(stale) + ".tmp").exists()
+
+
+def test_task_script_missing_command_fails(tmp_path):
+    spec = SchedulingSpec(cmd="/nonexistent/worker-binary")
+    params = make_params(role="actor", spec=spec, log_dir=str(tmp_path / "logs"))
+    r = run_task(params, procid=0, localid=0)
+    assert r.returncode == 127
+    assert "nonexistent" in Path(replica_log_path(params.log_dir, "actor", 0)).read_text()
+
+
+def test_concurrent_tasks_append_whole_lines(tmp_path):
+    """Many tasks writing at once: every line of the shared logs stays whole."""
+    if BASH is None:
+        pytest.skip("bash not available")
+    n_lines, n_tasks = 300, 4
+    cmd = (
+        f"{sys.executable} -c 'import os\n"
+        f'for i in range({n_lines}): print("line", i, "x" * (i % 97), flush=True)\''
+    )
+    params = make_params(
+        role="gen", spec=SchedulingSpec(gpu=0, cmd=cmd), log_dir=str(tmp_path / "logs")
+    )
+    script = render_task_script(params)
+    procs = [
+        subprocess.Popen(
+            [BASH, "-c", script],
+            env={"PATH": os.environ["PATH"], "SLURM_PROCID": str(i), "SLURM_LOCALID": str(i)},
+        )
+        for i in range(n_tasks)
+    ]
+    assert [p.wait(timeout=60) for p in procs] == [0] * n_tasks
+    pattern = re.compile(r"^\[gen/(\d)\] line (\d+) x*$")
+    for path in (role_log_path(params.log_dir, "gen"), merged_log_path(params.log_dir)):
+        lines = read_lines(path)
+        assert len(lines) == n_lines * n_tasks
+        seen: dict[str, list[int]] = {}
+        for line in lines:
+            m = pattern.match(line)
+            assert m, f"torn or unprefixed line in {path}: {line!r}"
+            seen.setdefault(m.group(1), []).append(int(m.group(2)))
+        assert all(v == list(range(n_lines)) for v in seen.values())  # in order per task
+        assert len(seen) == n_tasks
+
+
+# ------------------------------------------------------ on the real test cluster --
+def _slurm_up() -> bool:
+    if not (shutil.which("sbatch") and shutil.which("scontrol")):
+        return False
+    try:
+        r = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return "is UP" in r.stdout
+
+
+def _wait_job(job_id: str, timeout: float = 90) -> str:
+    deadline = time.monotonic() + timeout
+    state = ""
+    while time.monotonic() < deadline:
+        r = subprocess.run(
+            ["squeue", "-h", "-t", "all", "-j", job_id, "-o", "%T"],
+            capture_output=True,
+            text=True,
+        )
+        state = r.stdout.strip()
+        if state in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"):
+            return state
+        time.sleep(0.2)
+    subprocess.run(["scancel", job_id])
+    pytest.fail(f"job {job_id} did not finish in {timeout}s (last state {state!r})")
+
+
+def _job_field(job_id: str, name: str) -> str:
+    out = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True).stdout
+    m = re.search(rf"\b{name}=(\S+)", out)
+    return m.group(1) if m else ""
+
+
+@pytest.mark.slurm
+@pytest.mark.timeout(180)
+def test_rendered_script_on_slurm(tmp_path):
+    """4 replicas x 1 GPU on 2-GPU nodes: 2 nodes, distinct hostnames, GPUs by LOCALID."""
+    if not _slurm_up():
+        pytest.skip("no Slurm test cluster (bash .ci/slurm_cluster.sh up)")
+    log_dir = tmp_path / "logs"
+    log_dir.mkdir()
+    cmd = (
+        f"{sys.executable} -c 'import json, os, socket; e = os.environ; "
+        'print(json.dumps(dict(host=socket.gethostname(), procid=e["SLURM_PROCID"], '
+        'localid=e["SLURM_LOCALID"], cvd=e["CUDA_VISIBLE_DEVICES"], role=e["CORRAL_ROLE"], '
+        'nr=json.loads(e["CORRAL_NAME_RESOLVE"]), backend=e["CORRAL_BACKEND_ID"])))\''
+    )
+    params = make_params(
+        job_name="corral_sbatch_test",
+        role="rollout",
+        replicas=4,
+        spec=SchedulingSpec(cpu=1, gpu=1, mem=1, cmd=cmd),
+        n_gpus_per_node=2,
+        log_dir=str(log_dir),
+        name_resolve={"type": "files", "root": str(tmp_path / "nr")},
+    )
+    script = tmp_path / "job.sh"
+    script.write_text(render_sbatch_script(params))
+    job_id = (
+        subprocess.run(
+            ["sbatch", "--parsable", str(script)], capture_output=True, text=True, check=True
+        )
+        .stdout.strip()
+        .split(";")[0]
+    )
+    state = _wait_job(job_id)
+    sbatch_log = Path(sbatch_log_path(str(log_dir), "rollout"))
+    detail = sbatch_log.read_text() if sbatch_log.exists() else "(no sbatch log)"
+    assert state == "COMPLETED", detail
+
+    hosts = set()
+    for index in range(4):
+        (line,) = read_lines(replica_log_path(str(log_dir), "rollout", index))
+        fields = json.loads(line)
+        assert fields["procid"] == str(index)
+        assert fields["cvd"] == fields["localid"]  # gres gpu:2 per node -> 0,1 by LOCALID
+        assert fields["role"] == "rollout"
+        assert fields["backend"] == job_id
+        assert fields["nr"] == {"type": "files", "root": str(tmp_path / "nr")}
+        hosts.add(fields["host"])
+    assert len(hosts) == 2, hosts
+    merged = read_lines(merged_log_path(str(log_dir)))
+    assert sorted(line.split("]")[0] for line in merged) == [f"[rollout/{i}" for i in range(4)]
+    assert len(read_lines(role_log_path(str(log_dir), "rollout"))) == 4
+
+
+@pytest.mark.slurm
+@pytest.mark.timeout(180)
+def test_failing_worker_fails_the_job(tmp_path):
+    if not _slurm_up():
+        pytest.skip("no Slurm test cluster (bash .ci/slurm_cluster.sh up)")
+    log_dir = tmp_path / "logs"
+    log_dir.mkdir()
+    cmd = (
+        f"{sys.executable} -c 'import os, sys, time; "
+        'print("worker", os.environ["SLURM_PROCID"]); '
+        'sys.exit(3) if os.environ["SLURM_PROCID"] == "1" else time.sleep(60)\''
+    )
+    params = make_params(
+        job_name="corral_sbatch_fail",
+        role="bad",
+        replicas=2,
+        spec=SchedulingSpec(cpu=1, gpu=0, mem=1, cmd=cmd),
+        log_dir=str(log_dir),
+    )
+    script = tmp_path / "job.sh"
+    script.write_text(render_sbatch_script(params))
+    started = time.monotonic()
+    job_id = (
+        subprocess.run(
+            ["sbatch", "--parsable", str(script)], capture_output=True, text=True, check=True
+        )
+        .stdout.strip()
+        .split(";")[0]
+    )
+    state = _wait_job(job_id)
+    # --kill-on-bad-exit: the sleeping replica is killed, not waited for
+    assert time.monotonic() - started < 40
+    assert state == "FAILED"
+    # srun reports the highest task exit code (143 for the replica it killed), so the
+    # failing replica's own code comes from its exit file
+    assert _job_field(job_id, "ExitCode") != "0:0"
+    assert Path(exit_code_path(str(log_dir), "bad", 1)).read_text() == "3\n"
+    assert read_lines(replica_log_path(str(log_dir), "bad", 1)) == ["worker 1"]
+
+
+def test_dataclass_is_frozen():
+    params = make_params()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        params.replicas = 3  # type: ignore[misc]
