@@ -15,4 +15,4 @@ def local_backend(tmp_path_factory) -> BackendUnderTest:
         kwargs.setdefault("startup_timeout", 60)
         return LocalScheduler(cfg, fileroot=root, **kwargs)
 
-    return BackendUnderTest(name="local", make=make, gpus_per_node=8)
+    return BackendUnderTest(name="local", make=make, gpus_per_node=8, fileroot=root)

@@ -32,6 +32,8 @@ class BackendUnderTest:
     name: str
     make: Callable[..., Scheduler]
     gpus_per_node: int = 4
+    fileroot: str = "/tmp/corral-conformance"
+    controller_env: dict = field(default_factory=dict)
     leftovers: Callable[[str, str], list[str]] = field(default=lambda exp, trial: [])
 
     def scheduler(self, **kwargs) -> Scheduler:

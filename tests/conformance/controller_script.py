@@ -1,0 +1,23 @@
+"""A controller process for the controller-death test: starts workers, prints their pids,
+then waits to be killed."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+from corral import BaseExperimentConfig, Job, SchedulingSpec, make_scheduler
+
+backend, fileroot, experiment, trial, gpus = sys.argv[1:6]
+cfg = BaseExperimentConfig(experiment_name=experiment, trial_name=trial)
+cfg.scheduler.type = backend
+cfg.cluster.fileroot = fileroot
+cfg.cluster.n_gpus_per_node = int(gpus)
+kwargs = {"gpu_devices": [0, 1]} if backend == "local" else {}
+sched = make_scheduler(cfg, **kwargs)
+sched.create_workers(Job(role="orphan", replicas=2, tasks=[SchedulingSpec(cpu=1)]))
+sched.fork_workers("orphan_child", "orphan")
+pids = [w.pid for role in ("orphan", "orphan_child") for w in sched.get_workers(role)]
+print(json.dumps({"pids": pids}), flush=True)
+time.sleep(600)
