@@ -26,7 +26,7 @@ from corral.worker.env import WorkerSettings, advertise_host, read_secret
 from corral.worker.fork import ForkManager
 
 RESULT_CACHE_ENTRIES = 256
-RESULT_CACHE_BYTES = 1 << 30
+RESULT_CACHE_BYTES = 128 << 20
 _PR_SET_PDEATHSIG = 1
 
 
@@ -46,7 +46,10 @@ def failure(status: int, exc: BaseException) -> Reply:
 
 
 class ResultCache:
-    """Replies by request id, so a retried request is answered without running twice."""
+    """Replies by request id, so a retried request is answered without running twice.
+
+    Bounded by entry count and bytes; the newest reply is always kept whatever its size,
+    since a retry follows its failed attempt within seconds."""
 
     def __init__(self) -> None:
         self._done: OrderedDict[str, Reply] = OrderedDict()
@@ -71,7 +74,7 @@ class ResultCache:
         with self._lock:
             self._done[request_id] = reply
             self._bytes += size
-            while self._done and (
+            while len(self._done) > 1 and (
                 len(self._done) > RESULT_CACHE_ENTRIES or self._bytes > RESULT_CACHE_BYTES
             ):
                 _, old = self._done.popitem(last=False)

@@ -1,0 +1,601 @@
+"""SlurmScheduler: one ``sbatch`` job per role, one ``srun`` task per worker.
+
+The batch script comes from :mod:`corral.backends.sbatch` (pure rendering). This module
+submits it, watches the job with Slurm's own commands (``squeue``, ``scontrol show
+job``), and cancels it (``scancel``). Whether one worker has died is read from the exit
+file its task writes (``<log_dir>/<role>/<index>.exit``); whether the whole job has
+ended (cancelled from outside, timed out, node failure, ...) from Slurm's job state.
+
+Everything that happens once a worker is reachable (health, engines, calls, fork via
+``POST /fork``, colocation, teardown order) is the shared :class:`~corral.scheduler.Scheduler`.
+
+``dry_run=True``: ``create_workers`` prints the batch script it would submit and returns
+``[]`` without submitting anything; :meth:`SlurmScheduler.render_script` returns the
+script as text, and :func:`render_dry_run` serves ``corral run --dry-run``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from corral.backends.sbatch import (
+    SbatchParams,
+    check_container,
+    check_homogeneous,
+    exit_code_path,
+    plan_layout,
+    render_sbatch_script,
+    replica_log_path,
+    sbatch_log_path,
+)
+from corral.config import scheduler_field
+from corral.errors import ConfigError, SchedulerError, WorkerCreationError
+from corral.launcher import Launcher, LaunchRequest, WorkerExit
+from corral.scheduler import Scheduler
+from corral.spec import NormalizedJob, SchedulingSpec, normalize_job
+from corral.worker import env as E
+
+log = logging.getLogger("corral")
+
+SQUEUE_CACHE_SECONDS = 0.5
+STOP_TIMEOUT_SECONDS = 60.0
+COMMAND_TIMEOUT_SECONDS = 60.0
+
+# ------------------------------------------------------------------ job states --
+PENDING = "pending"  # queued: workers not started (yet)
+ACTIVE = "active"  # the job's processes exist (running, or stopped while suspended)
+ENDED = "ended"  # the job is over or ending: its workers are dead or dying
+UNKNOWN = "unknown"  # a state this module does not know: assume nothing
+
+_STATE_KINDS = {
+    "PENDING": PENDING,
+    "CONFIGURING": PENDING,
+    "REQUEUED": PENDING,
+    "REQUEUE_HOLD": PENDING,
+    "REQUEUE_FED": PENDING,
+    "RESV_DEL_HOLD": PENDING,
+    "RUNNING": ACTIVE,
+    "SUSPENDED": ACTIVE,
+    "STOPPED": ACTIVE,
+    "SIGNALING": ACTIVE,
+    "RESIZING": ACTIVE,
+    "STAGE_OUT": ACTIVE,
+    "COMPLETING": ENDED,
+    "COMPLETED": ENDED,
+    "FAILED": ENDED,
+    "CANCELLED": ENDED,
+    "TIMEOUT": ENDED,
+    "NODE_FAIL": ENDED,
+    "PREEMPTED": ENDED,
+    "OUT_OF_MEMORY": ENDED,
+    "BOOT_FAIL": ENDED,
+    "DEADLINE": ENDED,
+    "SPECIAL_EXIT": ENDED,
+    "REVOKED": ENDED,
+}
+
+
+def normalize_state(state: str | None) -> str:
+    """``"CANCELLED by 0"``, ``"cancelled+"`` -> ``"CANCELLED"``; empty -> ``"UNKNOWN"``."""
+    words = (state or "").strip().split()
+    return words[0].rstrip("+").upper() if words else "UNKNOWN"
+
+
+def classify_state(state: str | None) -> str:
+    """The kind of a Slurm job state: PENDING, ACTIVE, ENDED or UNKNOWN (module constants)."""
+    return _STATE_KINDS.get(normalize_state(state), UNKNOWN)
+
+
+def state_is_final(state: str | None) -> bool:
+    """Ended and done cleaning up: no process of the job is left (COMPLETING is not final)."""
+    name = normalize_state(state)
+    return classify_state(name) == ENDED and name != "COMPLETING"
+
+
+def describe_state(job_id: str, state: str | None, reason: str | None = None) -> str:
+    """``"Slurm job 12 PENDING (Resources)"``, ``"Slurm job 12 CANCELLED"``."""
+    name = normalize_state(state)
+    text = f"Slurm job {job_id} {name}"
+    if reason and reason not in ("None", "(null)") and name in ("PENDING", "REQUEUED"):
+        text += f" ({reason})"
+    return text
+
+
+def parse_exit_code(text: str | None) -> int | None:
+    """Slurm's ``ExitCode=code:signal`` -> the exit code, or ``-signal`` if it was killed."""
+    m = re.match(r"^\s*(\d+):(\d+)\s*$", text or "")
+    if not m:
+        return None
+    code, sig = int(m.group(1)), int(m.group(2))
+    return -sig if sig else code
+
+
+# ---------------------------------------------------------------- commands --
+def _require(command: str) -> str:
+    path = shutil.which(command)
+    if path is None:
+        raise SchedulerError(
+            f"{command} not found: is this a Slurm login node? Install the Slurm client "
+            "commands or put them on PATH."
+        )
+    return path
+
+
+def _run(argv: list[str], timeout: float = COMMAND_TIMEOUT_SECONDS) -> subprocess.CompletedProcess:
+    _require(argv[0])
+    try:
+        return subprocess.run(
+            argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+        )
+    except subprocess.TimeoutExpired:
+        raise SchedulerError(
+            f"{' '.join(argv)} did not answer within {timeout:.0f}s: is slurmctld reachable?"
+        ) from None
+
+
+@dataclass
+class JobState:
+    state: str
+    reason: str = ""
+    exit_code: int | None = None
+    nodes: str = ""
+
+
+@dataclass
+class RoleJob:
+    job_id: str
+    replicas: int
+    log_dir: str
+    script: str
+    seen_active: bool = False
+
+
+class SlurmQueue:
+    """Job states from one ``squeue`` call for every job asked about, cached briefly;
+    ``scontrol show job`` for jobs that have left squeue's view."""
+
+    def __init__(self, cache_seconds: float = SQUEUE_CACHE_SECONDS):
+        self.cache_seconds = cache_seconds
+        self._lock = threading.Lock()
+        self._states: dict[str, JobState] = {}
+        self._at = -1e9
+        self._asked: frozenset[str] = frozenset()
+        self._final: dict[str, JobState] = {}
+
+    def states(self, job_ids: list[str]) -> dict[str, JobState]:
+        ids = frozenset(j for j in job_ids if j not in self._final)
+        with self._lock:
+            fresh = time.monotonic() - self._at < self.cache_seconds
+            if ids and not (fresh and ids <= self._asked):
+                self._states = self._squeue(sorted(ids))
+                self._at = time.monotonic()
+                self._asked = ids
+            out = {}
+            for job_id in job_ids:
+                if job_id in self._final:
+                    out[job_id] = self._final[job_id]
+                    continue
+                state = self._states.get(job_id)
+                if state is None or classify_state(state.state) == ENDED:
+                    # gone from squeue, or ended: scontrol knows the exit code
+                    state = self._scontrol(job_id) or state or JobState("UNKNOWN")
+                    self._states[job_id] = state
+                    if state_is_final(state.state):
+                        self._final[job_id] = state
+                out[job_id] = state
+            return out
+
+    def invalidate(self) -> None:
+        with self._lock:
+            self._at = -1e9
+
+    @staticmethod
+    def _squeue(job_ids: list[str]) -> dict[str, JobState]:
+        r = _run(["squeue", "-h", "-t", "all", "-j", ",".join(job_ids), "-o", "%i|%T|%r|%N"])
+        if r.returncode != 0:
+            if "Invalid job id" in r.stderr:
+                return {}
+            raise SchedulerError(f"squeue failed (exit {r.returncode}): {r.stderr.strip()}")
+        found = {}
+        for line in r.stdout.splitlines():
+            parts = line.strip().split("|")
+            if len(parts) >= 3:
+                nodes = parts[3] if len(parts) > 3 else ""
+                found[parts[0]] = JobState(parts[1], parts[2], None, nodes)
+        return found
+
+    @staticmethod
+    def _scontrol(job_id: str) -> JobState | None:
+        r = _run(["scontrol", "show", "job", "-o", job_id])
+        if r.returncode != 0:
+            return None
+        fields = dict(re.findall(r"(\w+)=(\S*)", r.stdout))
+        if "JobState" not in fields:
+            return None
+        return JobState(
+            fields["JobState"],
+            fields.get("Reason", ""),
+            parse_exit_code(fields.get("ExitCode")),
+            fields.get("NodeList", ""),
+        )
+
+
+def _read_exit_file(path: str) -> int | None:
+    try:
+        with open(path) as fh:
+            return int(fh.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _describe_code(code: int) -> str:
+    if code > 128:
+        import signal
+
+        try:
+            return f"killed by {signal.Signals(code - 128).name} (exit status {code})"
+        except ValueError:
+            pass
+    return f"exited with code {code}"
+
+
+# ----------------------------------------------------------------- launcher --
+class SlurmLauncher(Launcher):
+    name = "slurm"
+
+    def __init__(
+        self,
+        *,
+        n_gpus_per_node: int,
+        partition: str | None = None,
+        account: str | None = None,
+        qos: str | None = None,
+        time_limit: str | int | None = None,
+        sbatch_directives: list[str] | tuple[str, ...] = (),
+        srun_args: list[str] | str = (),
+        nodelist: str | None = None,
+        exclude: str | None = None,
+        python: str = sys.executable,
+        dry_run: bool = False,
+    ):
+        self.n_gpus_per_node = n_gpus_per_node
+        self.partition = partition
+        self.account = account
+        self.qos = qos
+        self.time_limit = time_limit
+        self.sbatch_directives = tuple(sbatch_directives or ())
+        if isinstance(srun_args, str):
+            import shlex
+
+            srun_args = shlex.split(srun_args)
+        self.srun_args = tuple(srun_args or ())
+        self.nodelist = nodelist
+        self.exclude = exclude
+        self.python = python
+        self.dry_run = dry_run
+        self.queue = SlurmQueue()
+        self._jobs: dict[str, RoleJob] = {}
+        self._lock = threading.Lock()
+        if not dry_run:
+            for command in ("sbatch", "squeue", "scontrol", "scancel"):
+                _require(command)
+
+    # ------------------------------------------------------------- scripts
+    def params(
+        self, job: NormalizedJob, env: dict[str, str], log_dir: str
+    ) -> SbatchParams:
+        """The sbatch parameters of a role; ``env`` is replica 0's worker environment."""
+        spec = check_homogeneous(job.tasks)
+        common = {k: v for k, v in env.items() if k not in (E.INDEX, E.SECRET)}
+        # the spec's env_vars are rendered last by the renderer itself
+        for key in spec.env_vars:
+            common.pop(key, None)
+        experiment, trial = common[E.EXPERIMENT], common[E.TRIAL]
+        return SbatchParams(
+            job_name=f"{experiment}:{trial}:{job.role}",
+            role=job.role,
+            replicas=job.replicas,
+            spec=spec,
+            n_gpus_per_node=self.n_gpus_per_node,
+            log_dir=log_dir,
+            experiment=experiment,
+            trial=trial,
+            name_resolve=common[E.NAME_RESOLVE],
+            secret_file=common.get(E.SECRET_FILE, ""),
+            python=self.python,
+            env=common,
+            lease_timeout=float(common.get(E.LEASE_TIMEOUT, E.DEFAULT_LEASE_TIMEOUT)),
+            partition=self.partition,
+            account=self.account,
+            qos=self.qos,
+            time_limit=self.time_limit,
+            extra_sbatch_directives=self.sbatch_directives,
+            extra_srun_args=self.srun_args,
+            nodelist=self.nodelist,
+            exclude=self.exclude,
+        )
+
+    def render(self, job: NormalizedJob, env: dict[str, str], log_dir: str) -> str:
+        return render_sbatch_script(self.params(job, env, log_dir))
+
+    # -------------------------------------------------------------- launch
+    def check(self, job: NormalizedJob) -> None:
+        spec = check_homogeneous(job.tasks)
+        check_container(spec)
+        plan_layout(job.replicas, spec, self.n_gpus_per_node)
+
+    def launch(self, request: LaunchRequest) -> None:
+        job = request.job
+        log_dir = request.log_dir
+        script = self.render(job, request.envs[0], log_dir)
+        role_dir = os.path.join(log_dir, job.role)
+        os.makedirs(role_dir, exist_ok=True)
+        for index in range(job.replicas):  # a role made again must not read old exits
+            try:
+                os.unlink(exit_code_path(log_dir, job.role, index))
+            except FileNotFoundError:
+                pass
+        path = os.path.join(log_dir, f"{job.role}.sbatch")
+        with open(path, "w") as fh:
+            fh.write(script)
+        r = _run(["sbatch", "--parsable", path])
+        job_id = r.stdout.strip().split(";")[0]
+        if r.returncode != 0 or not job_id.isdigit():
+            spec = job.tasks[0]
+            layout = plan_layout(job.replicas, spec, self.n_gpus_per_node)
+            message = (r.stderr or r.stdout).strip() or f"exit code {r.returncode}"
+            raise WorkerCreationError(
+                f"Slurm refused the {job.role} job: {message}. Asked for {job.replicas} "
+                f"worker(s) x (cpu={spec.cpu}, gpu={spec.gpu}, mem={spec.mem}G) on "
+                f"{layout.nodes} node(s) ({layout.ntasks_per_node} per node"
+                + (f", gres gpu:{layout.gpus_per_node}" if layout.gpus_per_node else "")
+                + f"); check n_gpus_per_node and the partition's nodes (sinfo). Script: {path}"
+            )
+        with self._lock:
+            self._jobs[job.role] = RoleJob(job_id, job.replicas, log_dir, path)
+        self.queue.invalidate()
+        log.info("submitted %s as Slurm job %s", job.role, job_id)
+
+    def job_id(self, role: str) -> str | None:
+        job = self._jobs.get(role)
+        return job.job_id if job else None
+
+    def backend_id(self, role: str, index: int) -> str | None:
+        return self.job_id(role)
+
+    # ---------------------------------------------------------------- poll
+    def _states(self) -> dict[str, JobState]:
+        with self._lock:
+            ids = [j.job_id for j in self._jobs.values()]
+        return self.queue.states(ids) if ids else {}
+
+    def poll(self, role: str) -> dict[int, WorkerExit]:
+        job = self._jobs.get(role)
+        if job is None:
+            return {}
+        dead: dict[int, WorkerExit] = {}
+        for index in range(job.replicas):
+            code = _read_exit_file(exit_code_path(job.log_dir, role, index))
+            if code is not None:
+                dead[index] = WorkerExit(
+                    _describe_code(code), code, replica_log_path(job.log_dir, role, index)
+                )
+        if len(dead) == job.replicas:
+            return dead
+        state = self._states().get(job.job_id) or JobState("UNKNOWN")
+        kind = classify_state(state.state)
+        if kind == ACTIVE:
+            job.seen_active = True
+        ended = kind == ENDED or (kind == PENDING and job.seen_active)
+        if ended:
+            reason = describe_state(job.job_id, state.state)
+            if kind == PENDING:
+                reason += " after its workers had started"
+            for index in range(job.replicas):
+                if index not in dead:
+                    path = replica_log_path(job.log_dir, role, index)
+                    if not os.path.exists(path):
+                        path = sbatch_log_path(job.log_dir, role)
+                    dead[index] = WorkerExit(reason, state.exit_code, path)
+        return dead
+
+    def pending_reason(self, role: str) -> str | None:
+        job = self._jobs.get(role)
+        if job is None:
+            return None
+        state = self._states().get(job.job_id) or JobState("UNKNOWN")
+        name = normalize_state(state.state)
+        if name == "PENDING":
+            return f"Slurm job {job.job_id}: PENDING ({state.reason})"
+        if name == "RUNNING":
+            return (
+                f"Slurm job {job.job_id}: RUNNING on {state.nodes or '?'} but not every worker "
+                f"registered (see {sbatch_log_path(job.log_dir, role)})"
+            )
+        return describe_state(job.job_id, state.state, state.reason)
+
+    # ---------------------------------------------------------------- stop
+    def stop(self, role: str) -> None:
+        with self._lock:
+            job = self._jobs.pop(role, None)
+        if job is None:
+            return
+        r = _run(["scancel", job.job_id])
+        if r.returncode != 0 and "Invalid job id" not in r.stderr:
+            log.warning("scancel %s: %s", job.job_id, r.stderr.strip())
+        self.wait_gone(job.job_id, STOP_TIMEOUT_SECONDS)
+
+    @staticmethod
+    def wait_gone(job_id: str, timeout: float) -> bool:
+        """Wait until the job has left squeue or reached a final state."""
+        deadline = time.monotonic() + timeout
+        interval = 0.05
+        while True:
+            r = _run(["squeue", "-h", "-t", "all", "-j", job_id, "-o", "%T"])
+            state = r.stdout.strip()
+            if r.returncode != 0 or not state or state_is_final(state):
+                return True
+            if time.monotonic() >= deadline:
+                log.warning(
+                    "Slurm job %s still %s %.0fs after scancel; check it with "
+                    "`scontrol show job %s`",
+                    job_id,
+                    state,
+                    timeout,
+                    job_id,
+                )
+                return False
+            time.sleep(interval)
+            interval = min(interval * 1.5, 0.5)
+
+    def close(self) -> None:
+        for role in list(self._jobs):
+            try:
+                self.stop(role)
+            except Exception as exc:
+                log.warning("stopping Slurm job of %s: %s", role, exc)
+
+
+# ---------------------------------------------------------------- scheduler --
+class SlurmScheduler(Scheduler):
+    """Workers are ``srun`` tasks of one ``sbatch`` job per role, on a cluster with a
+    filesystem shared by the controller and every node (``cluster.fileroot``).
+
+    Options default to ``cfg.scheduler.<name>`` (``partition``, ``account``, ``qos``,
+    ``time_limit``, ``sbatch_directives``, ``srun_args``). ``nodelist``/``exclude``
+    apply to every role (a role's ``SchedulingSpec.nodelist``/``exclude`` is used when
+    these are None). ``python`` is the interpreter the nodes run workers with.
+    ``dry_run=True`` submits nothing: ``create_workers`` prints the batch script and
+    returns ``[]``; :meth:`render_script` returns it.
+    """
+
+    backend = "slurm"
+
+    def __init__(
+        self,
+        exp_config: Any = None,
+        *,
+        n_gpus_per_node: int | None = None,
+        startup_timeout: float | None = None,
+        partition: str | None = None,
+        account: str | None = None,
+        qos: str | None = None,
+        time_limit: str | int | None = None,
+        sbatch_directives: list[str] | None = None,
+        srun_args: list[str] | str | None = None,
+        nodelist: str | None = None,
+        exclude: str | None = None,
+        python: str = sys.executable,
+        dry_run: bool = False,
+        **kwargs: Any,
+    ):
+        def pick(value: Any, name: str) -> Any:
+            return value if value is not None else scheduler_field(exp_config, name)
+
+        from corral.config import cluster_field
+
+        gpus = int(
+            n_gpus_per_node
+            if n_gpus_per_node is not None
+            else cluster_field(exp_config, "n_gpus_per_node")
+        )
+        launcher = SlurmLauncher(
+            n_gpus_per_node=gpus,
+            partition=pick(partition, "partition"),
+            account=pick(account, "account"),
+            qos=pick(qos, "qos"),
+            time_limit=pick(time_limit, "time_limit"),
+            sbatch_directives=list(pick(sbatch_directives, "sbatch_directives") or ()),
+            srun_args=pick(srun_args, "srun_args") or (),
+            nodelist=nodelist,
+            exclude=exclude,
+            python=python,
+            dry_run=dry_run,
+        )
+        super().__init__(
+            exp_config,
+            launcher=launcher,
+            n_gpus_per_node=gpus,
+            startup_timeout=startup_timeout,
+            **kwargs,
+        )
+        self.dry_run = dry_run
+        self._ensure_dir(self.log_dir, "cluster.fileroot (the log directory under it)")
+
+    def render_script(self, job: Any) -> str:
+        """The exact batch script ``create_workers(job)`` submits (nothing is submitted)."""
+        nj = normalize_job(job)
+        if nj.is_colocated:
+            raise ConfigError(
+                "scheduling_strategy",
+                nj.strategy.type,
+                "a colocated role has no batch script of its own (it lives on its target's job)",
+            )
+        for i, spec in enumerate(nj.tasks):
+            if spec.gpu > self.n_gpus_per_node:
+                raise ConfigError(
+                    f"job.tasks[{i}].gpu",
+                    spec.gpu,
+                    f"a worker cannot use more GPUs than a node has "
+                    f"(n_gpus_per_node={self.n_gpus_per_node})",
+                )
+        self.launcher.check(nj)
+        env = self.worker_env(nj.role, 0, nj.tasks[0])
+        return self.launcher.render(nj, env, self.log_dir)
+
+    def create_workers(self, job: Any, *args: Any, **kwargs: Any) -> list[str]:
+        if self.dry_run:
+            nj = normalize_job(job)
+            if nj.is_colocated:
+                print(f"# dry run: {nj.role} is colocated with {nj.strategy.target}; no job")
+            else:
+                print(self.render_script(job))
+            return []
+        return super().create_workers(job, *args, **kwargs)
+
+    @property
+    def launcher_jobs(self) -> dict[str, str]:
+        """Role -> Slurm job id of the roles this scheduler submitted."""
+        return {role: job.job_id for role, job in self.launcher._jobs.items()}
+
+
+def render_dry_run(cfg: Any, role: str, replicas: int) -> str:
+    """The batch script of ``replicas`` workers of ``role`` under ``cfg`` (``corral run
+    --dry-run``). The spec is ``cfg.scheduling_spec`` if the config has one, else the
+    default ``SchedulingSpec()``."""
+    spec = getattr(cfg, "scheduling_spec", None)
+    if isinstance(spec, (list, tuple)):
+        tasks = list(spec)
+    elif isinstance(spec, SchedulingSpec):
+        tasks = [spec]
+    else:
+        tasks = [SchedulingSpec()]
+    job = type(
+        "Job", (), {"role": role, "replicas": replicas, "tasks": tasks, "scheduling_strategy": None}
+    )()
+    sched = SlurmScheduler(cfg, dry_run=True)
+    try:
+        return sched.render_script(job)
+    finally:
+        sched.close()
+
+
+__all__ = [
+    "SlurmLauncher",
+    "SlurmScheduler",
+    "classify_state",
+    "describe_state",
+    "normalize_state",
+    "parse_exit_code",
+    "render_dry_run",
+    "state_is_final",
+]
