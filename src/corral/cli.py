@@ -54,7 +54,9 @@ def cmd_ps(args: argparse.Namespace) -> int:
         client = RPCClient(secret) if secret else None
         if not workers:
             print(f"{exp:<16} {trial:<24} {'-':<16} {'(controller only)':<22}")
-        for wid, address in sorted(workers.items(), key=lambda kv: (kv[0].split("/")[0], int(kv[0].split("/")[1]))):
+        for wid, address in sorted(
+            workers.items(), key=lambda kv: (kv[0].split("/")[0], int(kv[0].split("/")[1]))
+        ):
             role, index = wid.split("/")
             raw = nr.get(keys.worker_info_key(exp, trial, role, int(index)))
             pid = json.loads(raw).get("pid", "") if raw else ""
@@ -131,8 +133,10 @@ def cmd_stop(args: argparse.Namespace) -> int:
             except Exception as exc:
                 print(f"{wid} at {address}: {type(exc).__name__}: {exc}")
     nr.delete(keys.controller_key(args.experiment, args.trial))
-    print(f"removed the controller lease of {args.experiment}/{args.trial}; {stopped} worker(s) told to stop, "
-          "the rest exit within the lease timeout")
+    print(
+        f"removed the controller lease of {args.experiment}/{args.trial}; {stopped} worker(s) told to stop, "
+        "the rest exit within the lease timeout"
+    )
     return 0
 
 
@@ -141,9 +145,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     overrides = dict(o.split("=", 1) for o in args.override)
     scheduler = overrides.pop("scheduler.type", args.scheduler)
-    run_demo(scheduler_type=scheduler, steps=args.steps, fileroot=args.fileroot,
-             rollout_replicas=args.rollout, trainer_replicas=args.trainers,
-             use_torch=False if args.no_torch else None, overrides=overrides)
+    run_demo(
+        scheduler_type=scheduler,
+        steps=args.steps,
+        fileroot=args.fileroot,
+        rollout_replicas=args.rollout,
+        trainer_replicas=args.trainers,
+        use_torch=False if args.no_torch else None,
+        overrides=overrides,
+    )
     return 0
 
 
@@ -163,7 +173,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     default_root = os.environ.get("CORRAL_FILEROOT", ClusterSpecConfig().fileroot)
     parser = argparse.ArgumentParser(prog="corral", description=__doc__)
-    parser.add_argument("--fileroot", default=default_root, help="cluster fileroot (default %(default)s)")
+    parser.add_argument(
+        "--fileroot", default=default_root, help="cluster fileroot (default %(default)s)"
+    )
     parser.add_argument("--etcd", default=None, help="etcd host:port, if name-resolve is etcd")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -172,7 +184,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--steps", type=int, default=30)
     demo.add_argument("--rollout", type=int, default=2)
     demo.add_argument("--trainers", type=int, default=2)
-    demo.add_argument("--no-torch", action="store_true", help="learners average gradients with numpy")
+    demo.add_argument(
+        "--no-torch", action="store_true", help="learners average gradients with numpy"
+    )
     demo.add_argument("override", nargs="*", help="dotted overrides such as scheduler.type=ray")
     demo.set_defaults(fn=cmd_demo)
 

@@ -45,6 +45,7 @@ class WorkerFailedError(SchedulerError):
         self.exit_code = exit_code
         self.log_tail = log_tail
         self.log_path = log_path
+        self.restarted = False
         msg = f"worker {worker_id} failed: {reason}"
         if exit_code is not None:
             msg += f" (exit code {exit_code})"
@@ -53,6 +54,10 @@ class WorkerFailedError(SchedulerError):
         if log_tail:
             msg += "\n--- last lines of its log ---\n" + log_tail.rstrip()
         super().__init__(msg)
+
+
+class WorkerConnectionError(SchedulerError, ConnectionError):
+    """The connection to a worker broke or was refused, but the worker is not known to be dead."""
 
 
 class WorkerNotFoundError(SchedulerError, KeyError):

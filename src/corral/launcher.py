@@ -51,6 +51,13 @@ class Launcher(abc.ABC):
     def stop(self, role: str) -> None:
         """Stop every process of ``role`` and wait until they are gone."""
 
+    def restart(self, role: str, index: int, env: dict[str, str]) -> None:
+        """Start replica ``index`` of ``role`` again, in its old place, with ``env``."""
+        raise NotImplementedError(f"the {self.name} backend cannot restart workers")
+
+    def supports_restart(self) -> bool:
+        return type(self).restart is not Launcher.restart
+
     def backend_id(self, role: str, index: int) -> str | None:
         return None
 

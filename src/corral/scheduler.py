@@ -26,7 +26,9 @@ from corral.config import cluster_field, scheduler_field
 from corral.discovery import NameResolve, make_name_resolve
 from corral.errors import (
     ConfigError,
+    CorralError,
     SchedulerError,
+    WorkerConnectionError,
     WorkerCreationError,
     WorkerFailedError,
     WorkerNotFoundError,
@@ -34,7 +36,7 @@ from corral.errors import (
 )
 from corral.launcher import Launcher, LaunchRequest, WorkerExit
 from corral.logs import log_dir_for, replica_log_path, tail
-from corral.rpc.client import AsyncRPCClient, RPCClient, WorkerUnreachableError
+from corral.rpc.client import AsyncRPCClient, RPCClient, WorkerUnreachableError, new_request_id
 from corral.spec import NormalizedJob, SchedulingSpec, Worker, normalize_job, validate_role_name
 from corral.worker import env as E
 
@@ -51,6 +53,7 @@ class RoleState:
     kind: str  # "launched" | "forked" | "reused"
     target: str | None = None
     engines: dict[str, set[str]] = field(default_factory=dict)
+    restarts: dict[int, int] = field(default_factory=dict)
 
 
 def thread_env(cpu: int) -> dict[str, str]:
@@ -113,6 +116,7 @@ class Scheduler:
         self._ids: dict[str, Worker] = {}
         self._lock = threading.RLock()
         self._lease_stop: threading.Event | None = None
+        self._restart_hooks: dict[str, Callable[[Scheduler, str], Any]] = {}
         self._pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="corral-fanout")
         self._closed = False
         _live_schedulers.add(self)
@@ -234,6 +238,12 @@ class Scheduler:
                     spec.gpu,
                     f"a worker cannot use more GPUs than a node has (n_gpus_per_node={self._n_gpus_per_node})",
                 )
+        if any(spec.max_restarts for spec in job.tasks) and not self.launcher.supports_restart():
+            raise ConfigError(
+                "SchedulingSpec.max_restarts",
+                max(spec.max_restarts for spec in job.tasks),
+                f"the {self.backend} backend cannot restart workers; use 0 (fail fast)",
+            )
         self.launcher.check(job)
 
     # ------------------------------------------------------------ create
@@ -331,6 +341,7 @@ class Scheduler:
             pid=info.get("pid"),
             backend_id=info.get("backend_id") or self.launcher.backend_id(role, index),
             forked=bool(info.get("forked", False)),
+            generation=info.get("generation", ""),
         )
 
     def _failure(
@@ -342,7 +353,8 @@ class Scheduler:
             worker_id, f"{exit_.reason} {when}", exit_.exit_code, tail(log_path), log_path
         )
 
-    def _rendezvous(self, role: str, workers: list[Worker]) -> None:
+    def _rendezvous(self, role: str, workers: list[Worker], only: list[int] | None = None) -> None:
+        """Give each worker its torch.distributed variables (``only``: just these ranks)."""
         master = self.launcher.rendezvous_master(role, workers)
         hosts: dict[str, int] = {}
         envs = []
@@ -357,10 +369,10 @@ class Scheduler:
             if master is not None:
                 env.update(MASTER_ADDR=master[0], MASTER_PORT=str(master[1]))
             envs.append(env)
-        self._fan_out(
-            lambda pair: self._request(pair[0], "/set_env", {"env": pair[1]}),
-            list(zip(workers, envs, strict=True)),
-        )
+        pairs = list(zip(workers, envs, strict=True))
+        if only is not None:
+            pairs = [pairs[i] for i in only]
+        self._fan_out(lambda pair: self._request(pair[0], "/set_env", {"env": pair[1]}), pairs)
 
     # -------------------------------------------------------------- fork
     def fork_workers(self, role: str, target_role: str, command: str | None = None) -> list[str]:
@@ -421,6 +433,7 @@ class Scheduler:
                 pid=reply.get("pid"),
                 backend_id=target.backend_id,
                 forked=True,
+                generation=reply.get("generation", ""),
             )
 
         try:
@@ -462,28 +475,86 @@ class Scheduler:
             )
         return worker
 
-    def _diagnose(self, worker: Worker, cause: BaseException) -> WorkerFailedError:
-        """After a broken connection: find out, within about a second, whether it died."""
+    def _diagnose(self, worker: Worker, cause: BaseException) -> SchedulerError | None:
+        """After a broken connection: within about a second, tell a dead worker (an error
+        to raise) from a live one that answers again (None: the call may be retried)."""
         state = self._roles.get(worker.role)
         owner_role = state.target if state is not None and state.kind != "launched" else worker.role
+        index = worker.index
         deadline = time.monotonic() + DEAD_CHECK_SECONDS
-        while time.monotonic() < deadline:
+        while True:
             dead = self.launcher.poll(owner_role) if owner_role in self._roles else {}
-            index = worker.index
             if index in dead:
                 kind = (
                     ""
                     if owner_role == worker.role
                     else f" (its host worker {owner_role}/{index} died)"
                 )
-                return self._failure(
+                failure = self._failure(
                     worker.id, dead[index], worker.role, index, "during a call" + kind
                 )
+                self._maybe_restart(worker, failure)
+                return failure
+            try:
+                self._client.request(
+                    worker.address, "/health", method="GET", timeout=0.3, identity=worker.identity
+                )
+                return None
+            except (OSError, TimeoutError, SchedulerError, CorralError):
+                pass
+            if time.monotonic() >= deadline:
+                break
             time.sleep(0.05)
         log_path = replica_log_path(self.log_dir, worker.role, worker.index)
-        return WorkerFailedError(
-            worker.id, f"unreachable at {worker.address}: {cause}", None, tail(log_path), log_path
+        return WorkerConnectionError(
+            f"worker {worker.id} at {worker.address} does not answer ({cause}) although the "
+            f"{self.backend} backend does not report it dead; see {log_path}"
         )
+
+    # -------------------------------------------------------------- restarts
+    def set_restart_hook(self, role: str, hook: Callable[[Scheduler, str], Any]) -> None:
+        """Call ``hook(scheduler, worker_id)`` after a worker of ``role`` was restarted
+        (``SchedulingSpec.max_restarts > 0``), e.g. to create its engines again."""
+        self._restart_hooks[role] = hook
+
+    def _maybe_restart(self, worker: Worker, failure: WorkerFailedError) -> None:
+        state = self._roles.get(worker.role)
+        if state is None or state.kind != "launched":
+            return
+        spec = state.job.tasks[worker.index]
+        done = state.restarts.get(worker.index, 0)
+        if done >= spec.max_restarts:
+            return
+        state.restarts[worker.index] = done + 1
+        with self._lock:
+            self.name_resolve.delete(self._key(keys.worker_address_key, worker.role, worker.index))
+            env = self.worker_env(worker.role, worker.index, spec)
+            self.launcher.restart(worker.role, worker.index, env)
+            new = self._await_one(worker.role, worker.index, self.startup_timeout)
+            state.workers[worker.index] = new
+            self._ids[new.id] = new
+            self._rendezvous(worker.role, state.workers, only=[worker.index])
+        hook = self._restart_hooks.get(worker.role)
+        if hook is not None:
+            hook(self, new.id)
+        failure.restarted = True
+        failure.args = (
+            failure.args[0] + f"\nrestarted it ({done + 1} of {spec.max_restarts}); "
+            "later calls go to the new process",
+        )
+        self.progress(f"restarted {worker.id} after: {failure.reason}")
+
+    def _await_one(self, role: str, index: int, timeout: float) -> Worker:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            worker = self._read_worker(role, index)
+            if worker is not None:
+                return worker
+            dead = self.launcher.poll(role)
+            if index in dead:
+                raise self._failure(f"{role}/{index}", dead[index], role, index, "while restarting")
+            time.sleep(0.02)
+        raise WorkerTimeoutError(f"restarted worker {role}/{index} not ready after {timeout:.0f}s")
 
     # -------------------------------------------------------------- calls
     def _request(
@@ -494,13 +565,16 @@ class Scheduler:
         timeout: float | None = None,
         retries: int = 2,
     ) -> Any:
-        from corral.rpc.client import new_request_id
-
         request_id = new_request_id()
         for attempt in range(retries + 1):
             try:
                 return self._client.request(
-                    worker.address, path, payload, timeout=timeout, request_id=request_id
+                    worker.address,
+                    path,
+                    payload,
+                    timeout=timeout,
+                    request_id=request_id,
+                    identity=worker.identity,
                 )
             except TimeoutError as exc:
                 raise WorkerTimeoutError(
@@ -508,9 +582,14 @@ class Scheduler:
                 ) from None
             except WorkerUnreachableError as exc:
                 self._client.forget(worker.address)
-                failure = self._diagnose(worker, exc)
-                if failure.exit_code is not None or attempt == retries:
-                    raise failure from None
+                problem = self._diagnose(worker, exc)
+                if problem is not None:
+                    raise problem from None
+                if attempt == retries:
+                    raise WorkerConnectionError(
+                        f"the connection to worker {worker.id} broke {retries + 1} time(s) during {path}: "
+                        f"{exc.cause}; it is alive, so retry or raise rpc_meta['max_retries']"
+                    ) from None
 
     async def _arequest(
         self,
@@ -520,22 +599,30 @@ class Scheduler:
         timeout: float | None = None,
         retries: int = 2,
     ) -> Any:
-        from corral.rpc.client import new_request_id
-
         request_id = new_request_id()
         for attempt in range(retries + 1):
             try:
                 return await self._async_client.request(
-                    worker.address, path, payload, timeout=timeout, request_id=request_id
+                    worker.address,
+                    path,
+                    payload,
+                    timeout=timeout,
+                    request_id=request_id,
+                    identity=worker.identity,
                 )
             except TimeoutError as exc:
                 raise WorkerTimeoutError(
                     f"worker {worker.id} did not answer {path} within {timeout}s: {exc}"
                 ) from None
             except WorkerUnreachableError as exc:
-                failure = await asyncio.to_thread(self._diagnose, worker, exc)
-                if failure.exit_code is not None or attempt == retries:
-                    raise failure from None
+                problem = await asyncio.to_thread(self._diagnose, worker, exc)
+                if problem is not None:
+                    raise problem from None
+                if attempt == retries:
+                    raise WorkerConnectionError(
+                        f"the connection to worker {worker.id} broke {retries + 1} time(s) during {path}: "
+                        f"{exc.cause}; it is alive, so retry or raise rpc_meta['max_retries']"
+                    ) from None
 
     @staticmethod
     def _engine_path(engine: Any) -> str:
@@ -629,7 +716,9 @@ class Scheduler:
 
     def health(self, worker_id: str, timeout: float = 5.0) -> dict:
         worker = self._worker(worker_id)
-        return self._client.request(worker.address, "/health", method="GET", timeout=timeout)
+        return self._client.request(
+            worker.address, "/health", method="GET", timeout=timeout, identity=worker.identity
+        )
 
     def _fan_out(self, fn: Callable[[Any], Any], items: list) -> list:
         if len(items) <= 1:

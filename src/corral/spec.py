@@ -97,10 +97,16 @@ class Worker:
     pid: int | None = None
     backend_id: str | None = None
     forked: bool = False
+    generation: str = ""
 
     @property
     def address(self) -> str:
         return f"{self.ip}:{self.port}"
+
+    @property
+    def identity(self) -> str | None:
+        """``id#generation``: what the worker at ``address`` must be to accept a call."""
+        return f"{self.id}#{self.generation}" if self.generation else None
 
     @property
     def slurm_job_id(self) -> int:
@@ -156,7 +162,9 @@ def validate_spec(spec: SchedulingSpec, prefix: str = "SchedulingSpec") -> None:
     if not isinstance(spec.engines, dict) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in spec.engines.items()
     ):
-        raise ConfigError(f"{prefix}.engines", spec.engines, "use a dict of engine name to import path")
+        raise ConfigError(
+            f"{prefix}.engines", spec.engines, "use a dict of engine name to import path"
+        )
 
 
 @dataclass(frozen=True)

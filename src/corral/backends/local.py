@@ -38,7 +38,9 @@ class LocalLauncher(Launcher):
         self.devices = devices
         self._free = list(devices)
         self._procs: dict[str, list] = {}
-        self._gpus: dict[str, list[int]] = {}
+        self._gpus: dict[str, list[list[int]]] = {}
+        self._specs: dict[str, tuple] = {}
+        self._log_dir = ""
         self._pump = LogPump()
         self._lock = threading.Lock()
 
@@ -56,25 +58,32 @@ class LocalLauncher(Launcher):
     def launch(self, request: LaunchRequest) -> None:
         job = request.job
         procs = []
-        taken: list[int] = []
+        taken: list[list[int]] = []
+        self._log_dir = request.log_dir
         try:
             for index, (spec, env) in enumerate(zip(job.tasks, request.envs, strict=True)):
                 with self._lock:
                     devices, self._free = self._free[: spec.gpu], self._free[spec.gpu :]
-                taken.extend(devices)
-                env = dict(env)
-                env[E.DIE_WITH_PARENT] = "1"
-                env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, devices))
-                argv = (
-                    shlex.split(spec.cmd) if spec.cmd else [sys.executable, "-m", "corral.worker"]
-                )
-                proc = spawn(argv, env)
-                procs.append(proc)
-                self._pump.add(proc.stdout, request.log_dir, job.role, index)
+                taken.append(devices)
+                procs.append(self._start(job.role, index, spec, env, devices))
         finally:
             self._procs[job.role] = procs
             self._gpus[job.role] = taken
-            self._log_dir = request.log_dir
+            self._specs[job.role] = job.tasks
+
+    def _start(self, role: str, index: int, spec, env: dict[str, str], devices: list[int]):
+        env = dict(env)
+        env[E.DIE_WITH_PARENT] = "1"
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, devices))
+        argv = shlex.split(spec.cmd) if spec.cmd else [sys.executable, "-m", "corral.worker"]
+        proc = spawn(argv, env)
+        self._pump.add(proc.stdout, self._log_dir, role, index)
+        return proc
+
+    def restart(self, role: str, index: int, env: dict[str, str]) -> None:
+        stop_process_groups([self._procs[role][index]], grace=1.0)
+        spec = self._specs[role][index]
+        self._procs[role][index] = self._start(role, index, spec, env, self._gpus[role][index])
 
     def poll(self, role: str) -> dict[int, WorkerExit]:
         dead = {}
@@ -91,8 +100,10 @@ class LocalLauncher(Launcher):
     def stop(self, role: str) -> None:
         procs = self._procs.pop(role, [])
         stop_process_groups(procs)
+        self._specs.pop(role, None)
         with self._lock:
-            self._free.extend(self._gpus.pop(role, []))
+            for devices in self._gpus.pop(role, []):
+                self._free.extend(devices)
             self._free.sort()
 
     def pids(self, role: str) -> list[int]:

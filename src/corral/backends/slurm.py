@@ -290,9 +290,7 @@ class SlurmLauncher(Launcher):
                 _require(command)
 
     # ------------------------------------------------------------- scripts
-    def params(
-        self, job: NormalizedJob, env: dict[str, str], log_dir: str
-    ) -> SbatchParams:
+    def params(self, job: NormalizedJob, env: dict[str, str], log_dir: str) -> SbatchParams:
         """The sbatch parameters of a role; ``env`` is replica 0's worker environment."""
         spec = check_homogeneous(job.tasks)
         common = {k: v for k, v in env.items() if k not in (E.INDEX, E.SECRET)}

@@ -36,25 +36,40 @@ async def _create(sched, ids: list[str], engine: str, name: str, **kwargs: Any) 
     await asyncio.gather(*(sched.create_engine(w, engine, name, **kwargs) for w in ids))
 
 
-async def _step(sched, rollout, helpers, trainers, batch, version, numpy_mode) -> tuple[float, dict]:
-    samples = await asyncio.gather(*(sched.async_call_engine(w, "generate", "policy", batch) for w in rollout))
+async def _step(
+    sched, rollout, helpers, trainers, batch, version, numpy_mode
+) -> tuple[float, dict]:
+    samples = await asyncio.gather(
+        *(sched.async_call_engine(w, "generate", "policy", batch) for w in rollout)
+    )
     actions = [s["actions"] for s in samples]
     rewards = await asyncio.gather(
-        *(sched.async_call_engine(h, "score", "reward", a) for h, a in zip(helpers, actions, strict=True))
+        *(
+            sched.async_call_engine(h, "score", "reward", a)
+            for h, a in zip(helpers, actions, strict=True)
+        )
     )
     all_actions = np.concatenate(actions)
     all_rewards = np.concatenate(rewards)
     shards = np.array_split(np.arange(len(all_actions)), len(trainers))
     outs = await asyncio.gather(
-        *(sched.async_call_engine(t, "train_step", "learner", all_actions[s], all_rewards[s])
-          for t, s in zip(trainers, shards, strict=True))
+        *(
+            sched.async_call_engine(t, "train_step", "learner", all_actions[s], all_rewards[s])
+            for t, s in zip(trainers, shards, strict=True)
+        )
     )
     if numpy_mode and len(trainers) > 1:
         grad = np.mean([o["grad"] for o in outs], axis=0)
-        weights = (await asyncio.gather(*(sched.async_call_engine(t, "apply", "learner", grad) for t in trainers)))[0]
+        weights = (
+            await asyncio.gather(
+                *(sched.async_call_engine(t, "apply", "learner", grad) for t in trainers)
+            )
+        )[0]
     else:
         weights = outs[0]["weights"]
-    await asyncio.gather(*(sched.async_call_engine(w, "update_weights", "policy", weights, version) for w in rollout))
+    await asyncio.gather(
+        *(sched.async_call_engine(w, "update_weights", "policy", weights, version) for w in rollout)
+    )
     return float(all_rewards.mean()), {"weights": weights}
 
 
@@ -70,7 +85,9 @@ def run_demo(
     use_torch: bool | None = None,
     overrides: dict | None = None,
 ) -> DemoResult:
-    cfg = BaseExperimentConfig(experiment_name=experiment, trial_name=trial or time.strftime("run-%Y%m%d-%H%M%S"))
+    cfg = BaseExperimentConfig(
+        experiment_name=experiment, trial_name=trial or time.strftime("run-%Y%m%d-%H%M%S")
+    )
     cfg.scheduler.type = scheduler_type
     cfg.cluster.fileroot = fileroot
     cfg.cluster.n_gpus_per_node = 0
@@ -81,16 +98,26 @@ def run_demo(
             obj = getattr(obj, part)
         setattr(obj, last, value)
     t0 = time.monotonic()
-    say(f"corral demo on {scheduler_type}: {rollout_replicas} rollout + {rollout_replicas} forked reward "
-        f"helpers + {trainer_replicas} trainers, {steps} steps")
+    say(
+        f"corral demo on {scheduler_type}: {rollout_replicas} rollout + {rollout_replicas} forked reward "
+        f"helpers + {trainer_replicas} trainers, {steps} steps"
+    )
     sched = make_scheduler(cfg, progress=lambda text: say(f"  .. {text}"))
     try:
-        rollout = sched.create_workers(Job("rollout", rollout_replicas, [SchedulingSpec(cpu=1, mem=1)]))
-        helpers = sched.create_workers(
-            Job("reward", rollout_replicas, [SchedulingSpec(cpu=0, mem=1)],
-                SchedulingStrategy("colocation", target="rollout", fork=True))
+        rollout = sched.create_workers(
+            Job("rollout", rollout_replicas, [SchedulingSpec(cpu=1, mem=1)])
         )
-        trainers = sched.create_workers(Job("trainer", trainer_replicas, [SchedulingSpec(cpu=1, mem=1)]))
+        helpers = sched.create_workers(
+            Job(
+                "reward",
+                rollout_replicas,
+                [SchedulingSpec(cpu=0, mem=1)],
+                SchedulingStrategy("colocation", target="rollout", fork=True),
+            )
+        )
+        trainers = sched.create_workers(
+            Job("trainer", trainer_replicas, [SchedulingSpec(cpu=1, mem=1)])
+        )
 
         async def main() -> DemoResult:
             await _create(sched, rollout, f"{E}.Policy", "policy")
@@ -98,8 +125,10 @@ def run_demo(
             await _create(sched, trainers, f"{E}.Learner", "learner", use_torch=use_torch)
             backend = sched.call_engine(trainers[0], "backend", "learner")
             startup = time.monotonic() - t0
-            say(f"  .. all {len(rollout) * 2 + len(trainers)} workers and engines ready in {startup:.1f}s; "
-                f"learners use {backend}")
+            say(
+                f"  .. all {len(rollout) * 2 + len(trainers)} workers and engines ready in {startup:.1f}s; "
+                f"learners use {backend}"
+            )
             numpy_mode = backend == "numpy"
             rewards = []
             for step in range(1, steps + 1):
@@ -107,7 +136,9 @@ def run_demo(
                 reward, _ = await _step(sched, rollout, helpers, trainers, batch, step, numpy_mode)
                 rewards.append(reward)
                 bar = "#" * max(0, int((reward + 1) * 10))
-                say(f"  step {step:3d}/{steps}  reward {reward:+.3f}  {bar:<20}  {1000 * (time.monotonic() - t):6.1f} ms")
+                say(
+                    f"  step {step:3d}/{steps}  reward {reward:+.3f}  {bar:<20}  {1000 * (time.monotonic() - t):6.1f} ms"
+                )
             return DemoResult(
                 steps=steps,
                 first_reward=float(np.mean(rewards[:3])),

@@ -19,6 +19,7 @@ from corral.errors import AuthenticationError, ProtocolError
 from corral.rpc import wire
 from corral.rpc.http import (
     FRAME_TYPE,
+    IDENTITY_HEADER,
     REQUEST_ID_HEADER,
     SECRET_HEADER,
     Message,
@@ -73,6 +74,9 @@ def raise_remote(error: dict) -> None:
 
 
 def interpret_reply(address: str, msg: Message) -> Any:
+    if msg.status == 409:
+        text = bytes(msg.body[:300]).decode("utf-8", "replace")
+        raise WorkerUnreachableError(address, ConnectionRefusedError(text))
     if msg.status == 401:
         raise AuthenticationError(
             f"worker at {address} refused the request (401): the trial secret is missing or "
@@ -91,13 +95,16 @@ def interpret_reply(address: str, msg: Message) -> Any:
     return envelope.get("result")
 
 
-def _request_headers(secret: str, request_id: str) -> dict[str, str]:
-    return {
+def _request_headers(secret: str, request_id: str, identity: str | None = None) -> dict[str, str]:
+    headers = {
         "Host": "corral",
         SECRET_HEADER: secret,
         REQUEST_ID_HEADER: request_id,
         "Content-Type": FRAME_TYPE,
     }
+    if identity:
+        headers[IDENTITY_HEADER] = identity
+    return headers
 
 
 class _Conn:
@@ -155,15 +162,19 @@ class RPCClient:
         method: str = "POST",
         timeout: float | None = None,
         request_id: str | None = None,
+        identity: str | None = None,
     ) -> Any:
         """Send one request; return the decoded result or raise the remote error.
+
+        ``identity`` (``worker_id#generation``) makes a worker refuse a request meant for
+        an earlier or other worker at the same address.
 
         Raises TimeoutError at ``timeout`` and WorkerUnreachableError if the connection
         cannot be made or breaks (a reused connection is retried once on a fresh one).
         """
         request_id = request_id or new_request_id()
         parts = wire.encode(payload) if method == "POST" else []
-        headers = _request_headers(self.secret, request_id)
+        headers = _request_headers(self.secret, request_id, identity)
         for attempt in range(2):
             try:
                 conn, reused = self._take(address)
@@ -221,12 +232,13 @@ class AsyncRPCClient:
         *,
         timeout: float | None = None,
         request_id: str | None = None,
+        identity: str | None = None,
     ) -> Any:
         request_id = request_id or new_request_id()
         parts = wire.encode(payload)
         length = wire.frame_size(parts)
         head = render_head(
-            f"POST {path} HTTP/1.1", _request_headers(self.secret, request_id), length
+            f"POST {path} HTTP/1.1", _request_headers(self.secret, request_id, identity), length
         )
         key = (id(asyncio.get_running_loop()), address)
         for attempt in range(2):

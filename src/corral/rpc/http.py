@@ -14,6 +14,7 @@ from corral.errors import ProtocolError
 MAX_HEAD_BYTES = 64 * 1024
 SECRET_HEADER = "x-corral-secret"
 REQUEST_ID_HEADER = "x-corral-request-id"
+IDENTITY_HEADER = "x-corral-worker"
 FRAME_TYPE = "application/x-corral-frame"
 _SMALL = 64 * 1024
 REASONS = {

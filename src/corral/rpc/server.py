@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from corral.errors import ProtocolError
 from corral.rpc.http import (
+    IDENTITY_HEADER,
     REASONS,
     SECRET_HEADER,
     Message,
@@ -44,8 +45,10 @@ class RPCServer:
         host: str = "0.0.0.0",
         port: int = 0,
         max_body: int = DEFAULT_MAX_BODY,
+        identity: str = "",
     ):
         self._secret = secret.encode()
+        self.identity = identity
         self._handler = handler
         self._max_body = max_body
         self._sock = socket.create_server((host, port), backlog=512, reuse_port=False)
@@ -99,6 +102,11 @@ class RPCServer:
                     self._reply(
                         conn, Reply(401, [b"missing or wrong trial secret"], "text/plain"), False
                     )
+                    return
+                wanted = msg.headers.get(IDENTITY_HEADER)
+                if wanted and self.identity and wanted != self.identity:
+                    text = f"this is {self.identity}, not {wanted}: the address is stale"
+                    self._reply(conn, Reply(409, [text.encode()], "text/plain"), False)
                     return
                 length = msg.content_length
                 if length > self._max_body:

@@ -94,7 +94,13 @@ class WorkerRuntime:
         self.stopped = threading.Event()
         self.config: dict = {}
         self.worker_ports: list[int] = []
-        self.server = RPCServer(secret, self.handle, host=settings.bind_host)
+        self.generation = f"{time.time():.6f}-{os.getpid()}"
+        self.server = RPCServer(
+            secret,
+            self.handle,
+            host=settings.bind_host,
+            identity=f"{settings.worker_id}#{self.generation}",
+        )
         self.address = f"{advertise_host()}:{self.server.port}"
         self._routes = {
             ("GET", "/health"): self._health,
@@ -119,7 +125,7 @@ class WorkerRuntime:
             "pid": os.getpid(),
             "host": socket.gethostname(),
             "worker_ports": self.worker_ports,
-            "generation": f"{time.time():.6f}-{os.getpid()}",
+            "generation": self.generation,
             "backend_id": s.backend_id,
             "forked": s.forked,
         }
@@ -188,6 +194,7 @@ class WorkerRuntime:
         body = {
             "status": "ok",
             "worker_id": s.worker_id,
+            "generation": self.generation,
             "pid": os.getpid(),
             "engines": sorted(self.engines.engines),
             "forked_children": sorted(self.forks.children),

@@ -1,0 +1,914 @@
+"""RayScheduler: workers as Ray actors, placed with placement groups.
+
+Each worker is a Ray actor that hosts the ordinary corral worker runtime in its own
+process: it binds a port, registers in name-resolve and serves the same RPC as a local
+worker. Ray only places the actor, keeps its resources reserved and tells us when it died.
+
+Placement (``SchedulingSpec.ray_placement_strategy``, one value per role):
+
+``"separate"`` (default)
+    One placement group per worker, each with a single bundle that matches the worker's
+    spec. Ray places single-bundle groups on the least loaded node that fits, so the
+    workers of a role spread over the nodes when they can. Every group is created and
+    waited for (up to ``startup_timeout``) before any actor starts.
+``"shared"``
+    One placement group for the whole role, one bundle per worker, strategy ``PACK``: the
+    workers sit on as few nodes as possible. Created and waited for like ``separate``.
+``"deferred"``
+    Like ``separate``, but the actors are created at once without waiting for their
+    groups; each actor starts when its group is placed. A group that never fits ends in
+    the scheduler's ``WorkerTimeoutError`` (with the pending request in its message)
+    instead of ``WorkerCreationError``. Use it on autoscaling clusters.
+
+A bundle holds ``CPU=cpu`` and ``gpu`` units of the cluster's accelerator resource:
+``GPU`` if the cluster has GPUs, else ``NPU`` if it has NPUs (read from
+``ray.cluster_resources()``, never from the driver's own hardware). ``mem`` is not
+reserved unless ``reserve_memory=True``: Ray's ``memory`` resource is a logical estimate
+that small machines often cannot meet. A worker with a single GPU holds 0.9 of it so
+that forked helpers (0.01 each, up to ten) fit on the same bundle.
+
+Forked workers (``fork_workers`` / colocation with ``fork=True``) are new actors on the
+target's placement group and bundle, with ``num_cpus=0`` and ``num_gpus=0.01`` (or
+``NPU=0.01``). They see exactly the target's devices (``CUDA_VISIBLE_DEVICES`` /
+``ASCEND_RT_VISIBLE_DEVICES``), also when the target has several GPUs: Ray cannot grant
+a fraction of a multi-GPU bundle its owner holds whole, so such forks take no GPU share
+from Ray's ledger and rely on the target's devices instead.
+
+``MASTER_ADDR``/``MASTER_PORT`` come from the actor on bundle 0 of the role's first
+placement group: it binds port 0 on its node's IP, closes it and reports both.
+
+Workers receive the trial secret in their environment (``CORRAL_SECRET``), because Ray
+nodes need not share a filesystem; their output goes to Ray's worker log and to corral's
+per-replica, per-role and merged logs (when the log directory is writable on the node).
+``SchedulingSpec.cmd`` and containers are not supported on Ray; ``max_restarts`` is
+ignored (a restarted actor would come back at a new address).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from corral.config import scheduler_field
+from corral.errors import ConfigError, WorkerCreationError
+from corral.launcher import Launcher, LaunchRequest, WorkerExit
+from corral.logs import replica_log_path
+from corral.scheduler import Scheduler
+from corral.spec import NormalizedJob, Worker
+from corral.worker import env as E
+
+log = logging.getLogger("corral.ray")
+
+#: Environment that keeps Ray quiet and light; applied (without overriding) before import.
+QUIET_ENV = {
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "RAY_DEDUP_LOGS": "0",
+    "RAY_DISABLE_IMPORT_WARNING": "1",
+    "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0",
+    "RAY_enable_metrics_collection": "0",
+}
+DEFAULT_OBJECT_STORE_MEMORY = 512 * 1024**2
+MAIN_SINGLE_GPU_SHARE = 0.9
+FORK_ACCELERATOR_SHARE = 0.01
+ACTOR_MAX_CONCURRENCY = 8
+STOP_GRACE_SECONDS = 3.0
+GONE_TIMEOUT_SECONDS = 10.0
+VISIBLE_DEVICE_VARS = ("CUDA_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES")
+STRATEGIES = {"separate": "SPREAD", "shared": "PACK", "deferred": "SPREAD"}
+_GROUP_RE = re.compile(r"_group_(\d+)_([0-9a-f]+)$")
+
+
+def apply_quiet_env() -> None:
+    for key, value in QUIET_ENV.items():
+        os.environ.setdefault(key, value)
+
+
+def _ray():
+    """Import Ray on first use only (``import corral`` must stay light)."""
+    apply_quiet_env()
+    try:
+        import ray
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ImportError(
+            "RayScheduler needs Ray: pip install 'corral[ray]' (ray==2.60.0)"
+        ) from exc
+    return ray
+
+
+def name_prefix(experiment: str, trial: str) -> str:
+    """Every placement group and actor of a trial is named ``<prefix>:<role>[:<index>]``."""
+    return f"corral:{experiment}:{trial}"
+
+
+def format_resources(resources: dict[str, float]) -> str:
+    """Readable summary of a Ray resource dict (internal and per-node entries left out)."""
+    parts = []
+    for key in sorted(resources):
+        if key.startswith("node:") or "_group_" in key or key == "object_store_memory":
+            continue
+        value = resources[key]
+        if key == "memory":
+            parts.append(f"memory {value / 1024**3:.1f} GiB")
+        else:
+            parts.append(f"{key} {int(value) if float(value).is_integer() else round(value, 3)}")
+    return "{" + ", ".join(parts) + "}"
+
+
+# --------------------------------------------------------------------------- actor side
+class RayWorkerActor:
+    """The Ray actor that hosts one corral worker runtime in its own process.
+
+    ``__init__`` starts the runtime (bind, register in name-resolve, serve) and the
+    controller watch; ``wait_forever`` returns only when the runtime stopped, so a pending
+    call of it tells the launcher, without polling the actor, when the actor died.
+    """
+
+    def __init__(
+        self,
+        env_keys: list[str],
+        advertise_host: str | None = None,
+        visible_devices: dict[str, str] | None = None,
+    ):
+        import ray
+
+        from corral.worker.env import WorkerSettings, read_secret
+        from corral.worker.runtime import ControllerWatch, WorkerRuntime
+
+        self._done = threading.Event()
+        self._reason = "stopped"
+        for key in [k for k in os.environ if k.startswith("CORRAL_") and k not in env_keys]:
+            del os.environ[key]  # inherited from the raylet's environment, not ours
+        ctx = ray.get_runtime_context()
+        node_ip = ray.util.get_node_ip_address()
+        os.environ[E.BACKEND_ID] = ctx.get_actor_id()
+        os.environ[E.ADVERTISE_HOST] = advertise_host or node_ip
+        for key, value in (visible_devices or {}).items():
+            os.environ[key] = value
+        settings = WorkerSettings.from_env(os.environ)
+        secret = read_secret(os.environ)
+        os.environ.pop(E.SECRET, None)
+        self._tee = _start_tee(settings.log_dir, settings.role, settings.index)
+        self.runtime = WorkerRuntime(settings, secret)
+        self.runtime.start()
+        threading.Thread(
+            target=ControllerWatch(self.runtime, self._controller_lost).run,
+            name="corral-watch",
+            daemon=True,
+        ).start()
+        group = {}
+        for key in ctx.get_assigned_resources():
+            match = _GROUP_RE.search(key)
+            if match:
+                group = {"bundle_index": int(match.group(1)), "pg_id": match.group(2)}
+        self._info = {
+            "address": self.runtime.address,
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "node_ip": node_ip,
+            "node_id": ctx.get_node_id(),
+            "actor_id": ctx.get_actor_id(),
+            "worker_ports": list(self.runtime.worker_ports),
+            "visible_devices": {k: os.environ[k] for k in VISIBLE_DEVICE_VARS if k in os.environ},
+            "pg_id": group.get("pg_id") or ctx.get_placement_group_id(),
+            "bundle_index": group.get("bundle_index"),
+        }
+
+    def info(self) -> dict:
+        return self._info
+
+    def ping(self) -> int:
+        return os.getpid()
+
+    def wait_forever(self) -> str:
+        self._done.wait()
+        return self._reason
+
+    def free_port(self) -> tuple[str, int]:
+        """A port the kernel found free on this node's IP (bound, then released)."""
+        ip = self._info["node_ip"]
+        with socket.socket() as sock:
+            sock.bind((ip, 0))
+            return ip, sock.getsockname()[1]
+
+    def stop(self) -> bool:
+        self._reason = "stopped by the scheduler"
+        try:
+            self.runtime.stop()
+        finally:
+            self._done.set()
+        return True
+
+    def _controller_lost(self, why: str) -> None:
+        print(f"corral worker {self.runtime.settings.worker_id} stopping: {why}", flush=True)
+        self._reason = f"exited: {why}"
+        try:
+            self.runtime.stop()
+        finally:
+            self._done.set()
+            threading.Timer(0.5, os._exit, (0,)).start()
+
+
+def _start_tee(log_dir: str | None, role: str, index: int) -> subprocess.Popen | None:
+    """Send this process's stdout/stderr through a small tee process into corral's logs.
+
+    The tee is a separate process so that the last lines before a crash still reach the
+    log files: it drains the pipe until every writer is gone. Ray's own worker log keeps
+    receiving everything too.
+    """
+    if not log_dir:
+        return None
+    try:
+        os.makedirs(os.path.join(log_dir, role), exist_ok=True)
+    except OSError:
+        return None  # no shared filesystem on this node: Ray's worker log only
+    sys.stdout.flush()
+    sys.stderr.flush()
+    read_end, write_end = os.pipe()
+    original = os.dup(1)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _TEE_CODE, log_dir, role, str(index)],
+            stdin=read_end,
+            stdout=original,
+            stderr=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )
+    except OSError:
+        os.close(write_end)
+        return None
+    finally:
+        os.close(read_end)
+        os.close(original)
+    os.dup2(write_end, 1)
+    os.dup2(write_end, 2)
+    os.close(write_end)
+    return proc
+
+
+# Runs in the tee process: imports only corral.logs, so it starts in about 0.1 s.
+_TEE_CODE = """
+import os, sys
+from corral.logs import _Stream
+stream = _Stream(open(os.devnull, "rb"), sys.argv[1], sys.argv[2], int(sys.argv[3]))
+while True:
+    try:
+        data = os.read(0, 65536)
+    except InterruptedError:
+        continue
+    if not data:
+        break
+    try:
+        os.write(1, data)
+    except OSError:
+        pass
+    stream.feed(data)
+stream.close()
+"""
+
+
+# --------------------------------------------------------------------------- driver side
+@dataclass
+class _Replica:
+    role: str
+    index: int
+    name: str
+    actor: Any
+    done_ref: Any
+    info_ref: Any
+    env: dict[str, str]
+    pg: Any
+    bundle_index: int
+    gpu: int
+    log_dir: str
+    parent: tuple[str, int] | None = None
+    info: dict | None = None
+    exit: WorkerExit | None = None
+
+
+@dataclass
+class _Role:
+    replicas: list[_Replica] = field(default_factory=list)
+    pgs: list[Any] = field(default_factory=list)
+    bundles: list[list[dict]] = field(default_factory=list)
+    strategy: str = "separate"
+
+
+class RayLauncher(Launcher):
+    """Places workers with placement groups and runs each in a ``RayWorkerActor``."""
+
+    name = "ray"
+
+    def __init__(
+        self,
+        address: str | None = None,
+        *,
+        init_kwargs: dict | None = None,
+        reserve_memory: bool = False,
+        startup_timeout: float = 120.0,
+    ):
+        self.ray = ray = _ray()
+        self.startup_timeout = float(startup_timeout)
+        self.reserve_memory = reserve_memory
+        self.started_runtime = False
+        self._roles: dict[str, _Role] = {}
+        self._forks: dict[str, _Role] = {}
+        self._lock = threading.RLock()
+        if ray.is_initialized():
+            return  # the caller's runtime: used as it is, never shut down by us
+        address = address or os.environ.get("RAY_ADDRESS") or _running_local_cluster()
+        kwargs = {"log_to_driver": False}
+        if address:
+            kwargs.update(init_kwargs or {})
+            ray.init(address=address, **kwargs)
+        else:
+            kwargs.update(include_dashboard=False, object_store_memory=DEFAULT_OBJECT_STORE_MEMORY)
+            kwargs.update(init_kwargs or {})
+            ray.init(**kwargs)
+        self.started_runtime = True
+
+    # ------------------------------------------------------------- resources
+    def accelerator_kind(self) -> str | None:
+        """``GPU`` if the cluster has GPUs, else ``NPU`` if it has NPUs, else None."""
+        resources = self.ray.cluster_resources()
+        for kind in ("GPU", "NPU"):
+            if resources.get(kind, 0) > 0:
+                return kind
+        return None
+
+    def _bundle(self, spec, kind: str | None) -> dict[str, float]:
+        bundle: dict[str, float] = {}
+        if spec.cpu:
+            bundle["CPU"] = float(spec.cpu)
+        if spec.gpu and kind:
+            bundle[kind] = float(spec.gpu)
+        if self.reserve_memory and spec.mem:
+            bundle["memory"] = float(spec.mem * 1024**3)
+        return bundle or {"CPU": 0.001}
+
+    def check(self, job: NormalizedJob) -> None:
+        strategies = {t.ray_placement_strategy for t in job.tasks}
+        if len(strategies) > 1:
+            raise ConfigError(
+                "job.tasks[*].ray_placement_strategy",
+                sorted(strategies),
+                "use one placement strategy for every replica of a role",
+            )
+        kind = self.accelerator_kind()
+        for i, spec in enumerate(job.tasks):
+            if spec.cmd:
+                raise ConfigError(
+                    f"job.tasks[{i}].cmd",
+                    spec.cmd,
+                    "RayScheduler runs the corral worker inside a Ray actor and cannot run "
+                    "another command; remove cmd or use LocalScheduler/SlurmScheduler",
+                )
+            if spec.container_type != "none":
+                raise ConfigError(
+                    f"job.tasks[{i}].container_type",
+                    spec.container_type,
+                    "containers are a Slurm feature; on Ray use the cluster's image "
+                    "(container_type='none')",
+                )
+            if spec.gpu > 0 and kind is None:
+                raise ConfigError(
+                    f"job.tasks[{i}].gpu",
+                    spec.gpu,
+                    "the Ray cluster has no GPU or NPU resource (it has "
+                    f"{format_resources(self.ray.cluster_resources())}); use gpu=0, join a "
+                    "cluster with GPUs, or declare them with ray.init(num_gpus=N)",
+                )
+            if spec.max_restarts:
+                log.warning("%s: max_restarts=%d is ignored on Ray", job.role, spec.max_restarts)
+
+    # ----------------------------------------------------------------- launch
+    def launch(self, request: LaunchRequest) -> None:
+        from ray.util.placement_group import placement_group
+
+        job = request.job
+        kind = self.accelerator_kind()
+        prefix = name_prefix(request.envs[0][E.EXPERIMENT], request.envs[0][E.TRIAL])
+        strategy = job.tasks[0].ray_placement_strategy
+        bundles = [self._bundle(spec, kind) for spec in job.tasks]
+        record = _Role(strategy=strategy)
+        with self._lock:
+            self._roles[job.role] = record
+        if strategy == "shared":
+            record.pgs = [placement_group(bundles, strategy="PACK", name=f"{prefix}:{job.role}")]
+            record.bundles = [bundles]
+            places = [(record.pgs[0], i) for i in range(job.replicas)]
+        else:
+            record.pgs = [
+                placement_group([b], strategy=STRATEGIES[strategy], name=f"{prefix}:{job.role}:{i}")
+                for i, b in enumerate(bundles)
+            ]
+            record.bundles = [[b] for b in bundles]
+            places = [(pg, 0) for pg in record.pgs]
+        if strategy != "deferred":
+            self._wait_groups(job, record, bundles)
+        for index, (spec, env) in enumerate(zip(job.tasks, request.envs, strict=True)):
+            env = dict(env)
+            if spec.gpu == 0:
+                env.setdefault("CUDA_VISIBLE_DEVICES", "")
+            pg, bundle_index = places[index]
+            options = self._accelerator_options(kind, spec.gpu)
+            try:
+                replica = self._start_actor(
+                    role=job.role,
+                    index=index,
+                    name=f"{prefix}:{job.role}:{index}",
+                    env=env,
+                    pg=pg,
+                    bundle_index=bundle_index,
+                    num_cpus=float(spec.cpu),
+                    options=options,
+                    gpu=spec.gpu if kind else 0,
+                    log_dir=request.log_dir,
+                )
+            except Exception as exc:
+                raise WorkerCreationError(
+                    f"could not create the Ray actor for {job.role}/{index}: {exc}"
+                ) from exc
+            with self._lock:
+                record.replicas.append(replica)
+
+    @staticmethod
+    def _accelerator_options(kind: str | None, gpu: int) -> dict:
+        if not kind or not gpu:
+            return {}
+        share = MAIN_SINGLE_GPU_SHARE if gpu == 1 else float(gpu)
+        return {"num_gpus": share} if kind == "GPU" else {"resources": {kind: share}}
+
+    def _start_actor(
+        self,
+        *,
+        role: str,
+        index: int,
+        name: str,
+        env: dict[str, str],
+        pg: Any,
+        bundle_index: int,
+        num_cpus: float,
+        options: dict,
+        gpu: int,
+        log_dir: str,
+        visible_devices: dict[str, str] | None = None,
+        parent: tuple[str, int] | None = None,
+    ) -> _Replica:
+        ray = self.ray
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        actor = (
+            _actor_class(ray)
+            .options(
+                name=name,
+                num_cpus=num_cpus,
+                max_concurrency=ACTOR_MAX_CONCURRENCY,
+                max_restarts=0,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(
+                    placement_group=pg, placement_group_bundle_index=bundle_index
+                ),
+                runtime_env={"env_vars": env},
+                **options,
+            )
+            .remote(sorted(env), env.get(E.ADVERTISE_HOST), visible_devices)
+        )
+        return _Replica(
+            role=role,
+            index=index,
+            name=name,
+            actor=actor,
+            done_ref=actor.wait_forever.remote(),
+            info_ref=actor.info.remote(),
+            env=env,
+            pg=pg,
+            bundle_index=bundle_index,
+            gpu=gpu,
+            log_dir=log_dir,
+            parent=parent,
+        )
+
+    def _wait_groups(self, job: NormalizedJob, record: _Role, bundles: list[dict]) -> None:
+        ray = self.ray
+        from ray.util.placement_group import remove_placement_group
+
+        refs = {pg.ready(): pg for pg in record.pgs}
+        ready, pending = ray.wait(list(refs), num_returns=len(refs), timeout=self.startup_timeout)
+        if not pending:
+            return
+        waiting = [refs[r] for r in pending]
+        names = ", ".join(_pg_name(pg) for pg in waiting[:6])
+        if len(waiting) > 6:
+            names += f" and {len(waiting) - 6} more"
+        total: dict[str, float] = {}
+        for b in bundles:
+            for key, value in b.items():
+                total[key] = total.get(key, 0.0) + value
+        asked = format_resources(bundles[0]) if len({str(b) for b in bundles}) == 1 else bundles
+        message = (
+            f"could not place {len(waiting)} of {len(record.pgs)} placement group(s) of role "
+            f"{job.role!r} within {self.startup_timeout:.0f}s ({names}): each worker asks "
+            f"{asked} (ray_placement_strategy={record.strategy!r}), the role "
+            f"{format_resources(total)} in total; the Ray cluster has "
+            f"{format_resources(ray.cluster_resources())}, of which "
+            f"{format_resources(ray.available_resources())} available. Lower cpu/gpu or "
+            "replicas, add nodes, or raise startup_timeout."
+        )
+        for pg in record.pgs:
+            try:
+                remove_placement_group(pg)
+            except Exception:
+                pass
+        self._wait_groups_gone(record.pgs)
+        with self._lock:
+            self._roles.pop(job.role, None)
+        raise WorkerCreationError(message)
+
+    # ------------------------------------------------------------------- poll
+    def _records(self, role: str) -> list[_Replica]:
+        with self._lock:
+            record = self._roles.get(role) or self._forks.get(role)
+            return list(record.replicas) if record else []
+
+    def poll(self, role: str) -> dict[int, WorkerExit]:
+        ray = self.ray
+        replicas = self._records(role)
+        live = [r for r in replicas if r.exit is None]
+        if live and ray.is_initialized():
+            ready, _ = ray.wait([r.done_ref for r in live], num_returns=len(live), timeout=0)
+            ready_ids = {ref.hex() for ref in ready}
+            for r in live:
+                if r.done_ref.hex() in ready_ids:
+                    r.exit = self._exit_of(r)
+        return {r.index: r.exit for r in replicas if r.exit is not None}
+
+    def _exit_of(self, replica: _Replica) -> WorkerExit:
+        ray = self.ray
+        log_path = replica_log_path(replica.log_dir, replica.role, replica.index)
+        try:
+            reason = ray.get(replica.done_ref, timeout=5)
+            return WorkerExit(f"Ray actor {replica.name} {reason}", None, log_path)
+        except ray.exceptions.RayActorError as exc:
+            return WorkerExit(_death_reason(exc), None, log_path)
+        except Exception as exc:
+            return WorkerExit(f"Ray actor {replica.name} is gone: {exc}", None, log_path)
+
+    def pending_reason(self, role: str) -> str | None:
+        from ray.util.placement_group import placement_group_table
+
+        with self._lock:
+            record = self._roles.get(role)
+        if record is None or not self.ray.is_initialized():
+            return None
+        waiting = []
+        for pg, bundles in zip(record.pgs, record.bundles, strict=True):
+            state = placement_group_table(pg).get("state", "?")
+            if state != "CREATED":
+                waiting.append(f"{_pg_name(pg)} is {state} asking {bundles}")
+        if waiting:
+            return (
+                "placement group(s) not placed: "
+                + "; ".join(waiting[:4])
+                + f"; the cluster has {format_resources(self.ray.available_resources())} "
+                f"available of {format_resources(self.ray.cluster_resources())}"
+            )
+        starting = [r.name for r in record.replicas if r.exit is None]
+        if starting:
+            return f"placement groups placed; Ray actors still starting: {', '.join(starting[:4])}"
+        return None
+
+    def backend_id(self, role: str, index: int) -> str | None:
+        for r in self._records(role):
+            if r.index == index:
+                return r.actor._actor_id.hex()
+        return None
+
+    def share_secret_by_env(self) -> bool:
+        return True
+
+    def placement(self, role: str, index: int, timeout: float = 30.0) -> dict:
+        """Where a worker (launched or forked) runs: node id and ip, placement group id,
+        bundle index, pid, visible devices."""
+        for r in self._records(role):
+            if r.index == index:
+                return dict(self._info(r, timeout))
+        raise KeyError(f"{role}/{index}")
+
+    def _info(self, replica: _Replica, timeout: float) -> dict:
+        if replica.info is None:
+            replica.info = self.ray.get(replica.info_ref, timeout=timeout)
+        return replica.info
+
+    # ------------------------------------------------------------- rendezvous
+    def rendezvous_master(self, role: str, workers: list[Worker]) -> tuple[str, int] | None:
+        replicas = self._records(role)
+        if not replicas:
+            return super().rendezvous_master(role, workers)
+        first = min(replicas, key=lambda r: r.index)
+        ip, port = self.ray.get(first.actor.free_port.remote(), timeout=60)
+        return ip, int(port)
+
+    # ------------------------------------------------------------------- fork
+    def fork(self, role: str, target: Worker, index: int, env: dict[str, str]) -> Worker | None:
+        parent = next((r for r in self._records(target.role) if r.index == target.index), None)
+        if parent is None:
+            return None
+        ray = self.ray
+        info = self._info(parent, self.startup_timeout)
+        child_env = dict(parent.env)
+        child_env.update({str(k): str(v) for k, v in env.items()})
+        child_env.update({E.ROLE: role, E.INDEX: str(index), E.FORKED: "1"})
+        for key in (E.INDEX_OFFSET, E.BACKEND_ID):
+            child_env.pop(key, None)
+        options = {}
+        kind = self._parent_kind(parent)
+        if kind and parent.gpu == 1:
+            share = FORK_ACCELERATOR_SHARE
+            options = {"num_gpus": share} if kind == "GPU" else {"resources": {kind: share}}
+        prefix = name_prefix(child_env[E.EXPERIMENT], child_env[E.TRIAL])
+        try:
+            child = self._start_actor(
+                role=role,
+                index=index,
+                name=f"{prefix}:{role}:{index}",
+                env=child_env,
+                pg=parent.pg,
+                bundle_index=parent.bundle_index,
+                num_cpus=0,
+                options=options,
+                gpu=parent.gpu,
+                log_dir=parent.log_dir,
+                visible_devices=info.get("visible_devices") if parent.gpu else None,
+                parent=(parent.role, parent.index),
+            )
+        except Exception as exc:
+            raise WorkerCreationError(
+                f"could not fork {role}/{index} next to {target.id}: {exc}"
+            ) from exc
+        with self._lock:
+            self._forks.setdefault(role, _Role(strategy="fork")).replicas.append(child)
+        try:
+            child_info = self._info(child, self.startup_timeout)
+        except Exception as exc:
+            reason = (
+                _death_reason(exc)
+                if isinstance(exc, ray.exceptions.RayActorError)
+                else f"not ready within {self.startup_timeout:.0f}s ({type(exc).__name__})"
+            )
+            self._teardown([child], [])
+            self._drop_fork(child)
+            raise WorkerCreationError(
+                f"forked worker {role}/{index} next to {target.id} failed to start: {reason}"
+            ) from None
+        ip, _, port = child_info["address"].rpartition(":")
+        return Worker(
+            id=f"{role}/{index}",
+            role=role,
+            index=index,
+            ip=ip,
+            port=int(port),
+            worker_ports=list(child_info["worker_ports"]),
+            host=child_info["host"],
+            pid=child_info["pid"],
+            backend_id=child_info["actor_id"],
+            forked=True,
+        )
+
+    def _parent_kind(self, parent: _Replica) -> str | None:
+        if not parent.gpu:
+            return None
+        for bundles in (self._roles.get(parent.role) or _Role()).bundles:
+            for bundle in bundles:
+                for kind in ("GPU", "NPU"):
+                    if kind in bundle:
+                        return kind
+        if parent.parent is not None:
+            grand = next(
+                (r for r in self._records(parent.parent[0]) if r.index == parent.parent[1]), None
+            )
+            if grand is not None:
+                return self._parent_kind(grand)
+        return self.accelerator_kind()
+
+    def _drop_fork(self, child: _Replica) -> None:
+        with self._lock:
+            record = self._forks.get(child.role)
+            if record is not None:
+                record.replicas = [r for r in record.replicas if r is not child]
+                if not record.replicas:
+                    self._forks.pop(child.role, None)
+
+    def kill_fork(self, worker: Worker) -> bool:
+        child = next((r for r in self._records(worker.role) if r.index == worker.index), None)
+        if child is None or child.parent is None:
+            return False
+        self._teardown([child], [])
+        self._drop_fork(child)
+        return True
+
+    # --------------------------------------------------------------- teardown
+    def stop(self, role: str) -> None:
+        with self._lock:
+            record = self._roles.pop(role, None)
+            doomed = []
+            for fork_role, forks in list(self._forks.items()):
+                mine = [r for r in forks.replicas if r.parent and r.parent[0] == role]
+                if mine:
+                    doomed.extend(mine)
+                    forks.replicas = [r for r in forks.replicas if r not in mine]
+                    if not forks.replicas:
+                        self._forks.pop(fork_role, None)
+        if record is None and not doomed:
+            return
+        replicas = doomed + (record.replicas if record else [])
+        self._teardown(replicas, record.pgs if record else [])
+
+    def _teardown(self, replicas: list[_Replica], pgs: list[Any]) -> None:
+        ray = self.ray
+        if not ray.is_initialized():
+            return  # the runtime is gone, and its actors and groups with it
+        from ray.util.placement_group import remove_placement_group
+
+        live = [r for r in replicas if r.exit is None]
+        stops = []
+        for r in live:
+            try:
+                stops.append(r.actor.stop.remote())
+            except Exception:
+                pass
+        if stops:
+            ray.wait(stops, num_returns=len(stops), timeout=STOP_GRACE_SECONDS)
+        pids = []
+        for r in replicas:
+            ready, _ = ray.wait([r.info_ref], timeout=0)
+            if ready:
+                try:
+                    info = ray.get(r.info_ref, timeout=1)
+                    if info.get("host") == socket.gethostname():
+                        pids.append(info["pid"])
+                except Exception:
+                    pass
+            try:
+                ray.kill(r.actor, no_restart=True)
+            except Exception:
+                pass
+        for pg in pgs:
+            try:
+                remove_placement_group(pg)
+            except Exception:
+                pass
+        deadline = time.monotonic() + GONE_TIMEOUT_SECONDS
+        refs = [r.done_ref for r in replicas]
+        if refs:
+            ray.wait(refs, num_returns=len(refs), timeout=GONE_TIMEOUT_SECONDS)
+        for r in replicas:
+            if r.exit is None:
+                r.exit = WorkerExit(f"Ray actor {r.name} stopped by the scheduler")
+        self._wait_groups_gone(pgs, deadline)
+        while pids and time.monotonic() < deadline:
+            pids = [p for p in pids if _pid_alive(p)]
+            if pids:
+                time.sleep(0.02)
+
+    def _wait_groups_gone(self, pgs: list[Any], deadline: float | None = None) -> None:
+        """Until the groups are REMOVED and their reserved resources are back."""
+        if not pgs:
+            return
+        from ray.util.placement_group import placement_group_table
+
+        deadline = deadline or time.monotonic() + GONE_TIMEOUT_SECONDS
+        ids = {pg.id.hex() for pg in pgs}
+        while time.monotonic() < deadline:
+            states = {placement_group_table(pg).get("state") for pg in pgs}
+            held = any(
+                _GROUP_RE.search(k) and _GROUP_RE.search(k).group(2) in ids
+                for k in self.ray.available_resources()
+            )
+            if states <= {"REMOVED"} and not held:
+                return
+            time.sleep(0.02)
+        log.warning("placement groups %s still present after removal", sorted(ids))
+
+    def close(self) -> None:
+        for role in list(self._forks):
+            with self._lock:
+                record = self._forks.pop(role, None)
+            if record:
+                self._teardown(record.replicas, [])
+        for role in list(self._roles):
+            self.stop(role)
+        if self.started_runtime and self.ray.is_initialized():
+            self.ray.shutdown()
+        self.started_runtime = False
+
+
+_ACTOR_CLASS: list[Any] = []
+
+
+def _actor_class(ray: Any) -> Any:
+    if not _ACTOR_CLASS:
+        _ACTOR_CLASS.append(ray.remote(RayWorkerActor))
+    return _ACTOR_CLASS[0]
+
+
+def _pg_name(pg: Any) -> str:
+    from ray.util.placement_group import placement_group_table
+
+    try:
+        return placement_group_table(pg).get("name") or pg.id.hex()
+    except Exception:
+        return pg.id.hex()
+
+
+def _death_reason(exc: BaseException) -> str:
+    """Ray's death cause, without its generic troubleshooting paragraph."""
+    lines = [line.strip() for line in str(exc).splitlines()]
+    detail = {}
+    kept = []
+    for line in lines:
+        key, sep, value = line.partition(": ")
+        if sep and key in ("class_name", "actor_id", "pid", "name", "namespace", "ip"):
+            detail[key] = value
+        elif line:
+            kept.append(line)
+    text = " ".join(kept)
+    cut = text.find(" Some common causes include")
+    if cut > 0:
+        text = text[:cut]
+    where = ", ".join(f"{k} {detail[k]}" for k in ("name", "pid", "ip") if k in detail)
+    return f"Ray actor died ({where}): {text}" if where else f"Ray actor died: {text}"
+
+
+def _running_local_cluster() -> str | None:
+    """The address of a Ray runtime already running on this machine, as ``ray.init()``
+    itself would find it (``/tmp/ray/ray_current_cluster``), or None."""
+    try:
+        from ray._private import services
+
+        return services.canonicalize_bootstrap_address(None)
+    except Exception:
+        return None
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(") ", 1)[1][0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+class RayScheduler(Scheduler):
+    """Workers are Ray actors on a Ray cluster, one placement group bundle per worker.
+
+    Joins the runtime this process already has (``ray.init()`` called before), else the
+    cluster at ``address`` / ``cfg.scheduler.ray_address`` / ``RAY_ADDRESS`` / the one
+    running on this machine, else starts a local runtime (no dashboard, object store
+    capped at 512 MiB; ``init_kwargs`` go to ``ray.init``) that ``close()`` shuts down.
+    A runtime it did not start is never shut down. See the module docstring for the
+    placement strategies and forking.
+    """
+
+    backend = "ray"
+
+    def __init__(
+        self,
+        exp_config: Any = None,
+        *,
+        startup_timeout: float | None = None,
+        n_gpus_per_node: int | None = None,
+        address: str | None = None,
+        init_kwargs: dict | None = None,
+        reserve_memory: bool = False,
+        **kwargs: Any,
+    ):
+        if address is None:
+            address = scheduler_field(exp_config, "ray_address")
+        launcher = RayLauncher(address, init_kwargs=init_kwargs, reserve_memory=reserve_memory)
+        try:
+            super().__init__(
+                exp_config,
+                launcher=launcher,
+                startup_timeout=startup_timeout,
+                n_gpus_per_node=n_gpus_per_node,
+                **kwargs,
+            )
+        except BaseException:
+            launcher.close()
+            raise
+        launcher.startup_timeout = self.startup_timeout

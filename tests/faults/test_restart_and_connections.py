@@ -1,0 +1,181 @@
+"""Connections cut mid-transfer, stale addresses, and the opt-in restart policy (local)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import threading
+
+import numpy as np
+import pytest
+
+from corral import (
+    BaseExperimentConfig,
+    ConfigError,
+    Job,
+    LocalScheduler,
+    SchedulingSpec,
+    WorkerFailedError,
+)
+from corral.errors import WorkerConnectionError
+from corral.rpc.client import WorkerUnreachableError
+
+ECHO = "corral.testing.engines.EchoEngine"
+
+
+@pytest.fixture
+def sched(tmp_path):
+    cfg = BaseExperimentConfig(experiment_name="faults", trial_name=tmp_path.name[:40])
+    s = LocalScheduler(cfg, fileroot=str(tmp_path), gpu_devices=[])
+    yield s
+    s.close()
+
+
+class CuttingProxy:
+    """Forwards loopback TCP to a worker; the first ``cuts`` connections are closed after
+    ``cut_after`` bytes from the client, every later one passes through untouched."""
+
+    def __init__(self, target: tuple[str, int], cut_after: int, cuts: int = 1):
+        self.target = target
+        self.cut_after = cut_after
+        self.cuts = cuts
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.connections = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.sock.accept()
+            except OSError:
+                return
+            self.connections += 1
+            limit = self.cut_after if self.connections <= self.cuts else None
+            upstream = socket.create_connection(self.target)
+            threading.Thread(target=self._pipe, args=(client, upstream, limit), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(upstream, client, None), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src: socket.socket, dst: socket.socket, limit: int | None) -> None:
+        moved = 0
+        try:
+            while True:
+                data = src.recv(1 << 16)
+                if not data:
+                    break
+                if limit is not None and moved + len(data) > limit:
+                    dst.sendall(data[: limit - moved])
+                    break
+                dst.sendall(data)
+                moved += len(data)
+        except OSError:
+            pass
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _through_proxy(sched, wid: str, proxy: CuttingProxy) -> None:
+    worker = sched.get_workers(wid.split("/")[0])[int(wid.split("/")[1])]
+    worker.ip, worker.port = "127.0.0.1", proxy.port
+
+
+def test_cut_mid_transfer_gives_a_clear_error_and_the_next_call_works(sched):
+    (wid,) = sched.create_workers(Job(role="net", replicas=1))
+    asyncio.run(sched.create_engine(wid, ECHO, "e"))
+    w = sched.get_workers("net")[0]
+    proxy = CuttingProxy((w.ip, w.port), cut_after=8 << 20)
+    try:
+        _through_proxy(sched, wid, proxy)
+        payload = np.ones(16 << 20, dtype=np.float32)
+        with pytest.raises(WorkerConnectionError, match="net/0"):
+            sched.call_engine(wid, "echo", "e", payload, rpc_meta={"max_retries": 0})
+        out = sched.call_engine(wid, "echo", "e", payload)
+        assert np.array_equal(out, payload)
+        assert proxy.connections >= 2
+    finally:
+        proxy.close()
+
+
+def test_retry_after_a_cut_runs_the_method_once(sched):
+    (wid,) = sched.create_workers(Job(role="once", replicas=1))
+    asyncio.run(sched.create_engine(wid, ECHO, "e"))
+    w = sched.get_workers("once")[0]
+    big = np.ones(4 << 20, dtype=np.float32)
+    # Cut the reply direction is not possible with this proxy; cut the request twice instead
+    # and check that the retried call still ran exactly once.
+    proxy = CuttingProxy((w.ip, w.port), cut_after=1 << 20, cuts=2)
+    try:
+        _through_proxy(sched, wid, proxy)
+        sched.call_engine(wid, "echo", "e", big, rpc_meta={"max_retries": 3})
+        assert sched.call_engine(wid, "count", "e") == 1
+    finally:
+        proxy.close()
+
+
+def test_a_stale_address_is_refused_by_the_worker_now_there(sched):
+    a, b = sched.create_workers(Job(role="pair", replicas=2))
+    wa, wb = sched.get_workers("pair")
+    from corral.rpc.client import RPCClient
+
+    client = RPCClient(sched.secret)
+    with pytest.raises(WorkerUnreachableError, match="stale"):
+        client.request(wb.address, "/health", method="GET", timeout=5, identity=wa.identity)
+    assert (
+        client.request(wa.address, "/health", method="GET", timeout=5, identity=wa.identity)[
+            "worker_id"
+        ]
+        == a
+    )
+
+
+def test_restart_policy_starts_a_failed_worker_again_and_runs_the_hook(sched):
+    made = []
+
+    def hook(s, worker_id):
+        asyncio.run(s.create_engine(worker_id, ECHO, "e", tag="again"))
+        made.append(worker_id)
+
+    sched.set_restart_hook("phoenix", hook)
+    (wid,) = sched.create_workers(
+        Job(role="phoenix", replicas=1, tasks=[SchedulingSpec(max_restarts=1)])
+    )
+    asyncio.run(sched.create_engine(wid, ECHO, "e"))
+    first = sched.get_workers("phoenix")[0]
+    os.kill(first.pid, signal.SIGKILL)
+    with pytest.raises(WorkerFailedError) as info:
+        sched.call_engine(wid, "noop", "e")
+    assert info.value.restarted and "restarted it (1 of 1)" in str(info.value)
+    assert made == [wid]
+    second = sched.get_workers("phoenix")[0]
+    assert second.pid != first.pid and second.generation != first.generation
+    assert sched.call_engine(wid, "echo", "e", 5) == 5
+    os.kill(second.pid, signal.SIGKILL)
+    with pytest.raises(WorkerFailedError) as info:
+        sched.call_engine(wid, "noop", "e")
+    assert not info.value.restarted
+
+
+def test_default_is_fail_fast(sched):
+    (wid,) = sched.create_workers(Job(role="mortal", replicas=1))
+    asyncio.run(sched.create_engine(wid, ECHO, "e"))
+    os.kill(sched.get_workers("mortal")[0].pid, signal.SIGKILL)
+    with pytest.raises(WorkerFailedError) as info:
+        sched.call_engine(wid, "noop", "e")
+    assert not info.value.restarted
+    with pytest.raises(WorkerFailedError):
+        sched.get_workers("mortal")
+
+
+def test_negative_restarts_are_refused():
+    with pytest.raises(ConfigError, match="max_restarts"):
+        SchedulingSpec(max_restarts=-1)
