@@ -38,6 +38,12 @@ class EchoEngine:
     def getenv(self, name: str) -> str | None:
         return os.environ.get(name)
 
+    def loaded(self, names: list[str]) -> list[str]:
+        """Which of ``names`` are imported in this worker process."""
+        import sys
+
+        return [n for n in names if n in sys.modules]
+
     def pid(self) -> int:
         return os.getpid()
 
