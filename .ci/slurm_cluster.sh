@@ -28,8 +28,8 @@
 #
 # Environment (all optional):
 #   CORRAL_SLURM_DIR=/tmp/corral-slurm   lab directory
-#   CORRAL_SLURM_NODES=4  CORRAL_SLURM_CPUS=4  CORRAL_SLURM_GPUS=4
-#   CORRAL_SLURM_MEM_MB=16384            RealMemory advertised per node
+#   CORRAL_SLURM_NODES=4  CORRAL_SLURM_CPUS=16  CORRAL_SLURM_GPUS=4
+#   CORRAL_SLURM_MEM_MB=131072           RealMemory advertised per node
 #   CORRAL_SLURM_CTLD_PORT=16917  CORRAL_SLURM_NODE_PORT_BASE=17100 (node N: base+N)
 #   CORRAL_SLURM_PROCTRACK=auto|cgroup|linuxproc|pgid   (auto: cgroup if the
 #                                        v1 freezer hierarchy works, else linuxproc)
@@ -42,9 +42,9 @@ set -euo pipefail
 
 LAB=${CORRAL_SLURM_DIR:-/tmp/corral-slurm}
 NODES=${CORRAL_SLURM_NODES:-4}
-CPUS=${CORRAL_SLURM_CPUS:-4}
+CPUS=${CORRAL_SLURM_CPUS:-16}
 GPUS=${CORRAL_SLURM_GPUS:-4}
-MEM_MB=${CORRAL_SLURM_MEM_MB:-16384}
+MEM_MB=${CORRAL_SLURM_MEM_MB:-131072}
 CTLD_PORT=${CORRAL_SLURM_CTLD_PORT:-16917}
 NODE_PORT_BASE=${CORRAL_SLURM_NODE_PORT_BASE:-17100}
 PROCTRACK_WANTED=${CORRAL_SLURM_PROCTRACK:-auto}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import time
 
@@ -133,6 +134,11 @@ def cmd_stop(args: argparse.Namespace) -> int:
             except Exception as exc:
                 print(f"{wid} at {address}: {type(exc).__name__}: {exc}")
     nr.delete(keys.controller_key(args.experiment, args.trial))
+    if shutil.which("squeue"):
+        from corral.backends.slurm import cancel_trial_jobs
+
+        for job_id in cancel_trial_jobs(args.experiment, args.trial):
+            print(f"cancelled Slurm job {job_id}")
     print(
         f"removed the controller lease of {args.experiment}/{args.trial}; {stopped} worker(s) told to stop, "
         "the rest exit within the lease timeout"

@@ -54,7 +54,7 @@ class SchedulerConfig:
 class BaseExperimentConfig:
     experiment_name: str = "corral"
     trial_name: str = "trial0"
-    cluster: Any = field(default_factory=ClusterSpecConfig)
+    cluster: ClusterSpecConfig = field(default_factory=ClusterSpecConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
 
 
@@ -62,15 +62,23 @@ def cluster_field(cfg: Any, name: str) -> Any:
     """A cluster setting from a possibly partial cluster object, with the default filled in."""
     cluster = getattr(cfg, "cluster", None)
     default = getattr(ClusterSpecConfig(), name)
-    value = getattr(cluster, name, None) if cluster is not None else None
+    value = _field_of(cluster, name)
     return default if value is None else value
 
 
 def scheduler_field(cfg: Any, name: str) -> Any:
     sched = getattr(cfg, "scheduler", None)
     default = getattr(SchedulerConfig(), name)
-    value = getattr(sched, name, None) if sched is not None else None
+    value = _field_of(sched, name)
     return default if value is None else value
+
+
+def _field_of(section: Any, name: str) -> Any:
+    if section is None:
+        return None
+    if isinstance(section, dict):
+        return section.get(name)
+    return getattr(section, name, None)
 
 
 C = TypeVar("C")
@@ -162,8 +170,12 @@ def _coerce(hint: Any, value: Any, path: str) -> Any:
             except (ConfigError, TypeError, ValueError):
                 continue
         return value
-    if dataclasses.is_dataclass(hint) and isinstance(value, dict):
-        return build_dataclass(hint, value, path)
+    if dataclasses.is_dataclass(hint):
+        if isinstance(value, dict):
+            return build_dataclass(hint, value, path)
+        if not isinstance(value, hint):
+            raise ConfigError(path, value, f"expected a mapping for {hint.__name__}")
+        return value
     if origin is list and isinstance(value, list):
         (inner,) = typing.get_args(hint) or (Any,)
         return [_coerce(inner, v, f"{path}[{i}]") for i, v in enumerate(value)]

@@ -723,7 +723,11 @@ class Scheduler:
     def _fan_out(self, fn: Callable[[Any], Any], items: list) -> list:
         if len(items) <= 1:
             return [fn(x) for x in items]
-        return list(self._pool.map(fn, items))
+        try:
+            futures = [self._pool.submit(fn, x) for x in items]
+        except RuntimeError:  # at interpreter exit the pool takes no work: go one by one
+            return [fn(x) for x in items]
+        return [f.result() for f in futures]
 
     # -------------------------------------------------------------- teardown
     def delete_workers(self, role: str | None = None, reverse_order: bool = False) -> None:
@@ -758,6 +762,7 @@ class Scheduler:
             self._fan_out(lambda w: self._kill_forked(w, state.target), state.workers)
         else:
             self._fan_out(self._destroy_engines_quietly, state.workers)
+            self._fan_out(self._ask_to_exit, state.workers)
             self._stop_launched(role)
         try:
             self.name_resolve.clear_subtree(self._key(keys.role_prefix, role))
@@ -772,6 +777,17 @@ class Scheduler:
             self._client.request(worker.address, "/destroy_engines", {}, timeout=5.0)
         except Exception as exc:
             log.debug("destroying engines of %s: %s", worker.id, exc)
+        self._client.forget(worker.address)
+
+    def _ask_to_exit(self, worker: Worker) -> None:
+        """Let the worker end on its own before the backend stops it (Slurm jobs then
+        complete without scancel's SIGTERM/SIGKILL sequence)."""
+        try:
+            self._client.request(
+                worker.address, "/shutdown", {}, timeout=2.0, identity=worker.identity
+            )
+        except Exception as exc:
+            log.debug("asking %s to exit: %s", worker.id, exc)
         self._client.forget(worker.address)
 
     def _kill_forked(self, worker: Worker, target_role: str | None) -> None:

@@ -118,7 +118,7 @@ class Worker:
 
 
 def validate_role_name(role: object, field_name: str = "job.role") -> str:
-    if not isinstance(role, str) or not _ROLE_RE.match(role) or ".." in role:
+    if not isinstance(role, str) or not _ROLE_RE.fullmatch(role) or ".." in role:
         raise ConfigError(
             field_name,
             role,

@@ -1,10 +1,133 @@
+"""The Ray backend under test: ONE real Ray runtime for the whole session.
+
+Two Ray nodes on this machine (``ray.cluster_utils.Cluster``), each with 8 CPUs and 4
+declared GPUs (no physical GPU is needed: Ray only counts them). Conformance tests and
+``tests/ray`` share it through ``ray_cluster``; it is shut down when the last user is done.
+"""
+
 from __future__ import annotations
+
+import threading
 
 import pytest
 
-from tests.conformance.harness import require_service
+from tests.conformance.harness import BackendUnderTest, require_service
+
+NODES = 2
+CPUS_PER_NODE = 8
+GPUS_PER_NODE = 4
+OBJECT_STORE = 128 * 1024**2
+
+_lock = threading.Lock()
+_state: dict = {"users": 0, "cluster": None}
+
+
+class RayTestCluster:
+    def __init__(self, cluster, ray):
+        self.cluster = cluster
+        self.ray = ray
+        self.address = cluster.address
+
+    def leftovers(self, experiment: str, trial: str) -> list[str]:
+        """Live actors and placement groups named for this trial."""
+        from ray.util.placement_group import placement_group_table
+
+        from corral.backends.ray import name_prefix
+
+        prefix = name_prefix(experiment, trial) + ":"
+        left = [
+            f"placement group {v['name']} ({v['state']})"
+            for v in placement_group_table().values()
+            if (v.get("name") or "").startswith(prefix) and v.get("state") != "REMOVED"
+        ]
+        left += [
+            f"actor {a['name']}"
+            for a in self.ray.util.list_named_actors(all_namespaces=True)
+            if a["name"].startswith(prefix)
+        ]
+        return left
+
+    def nodes(self) -> list[str]:
+        return [n["NodeID"] for n in self.ray.nodes() if n["Alive"]]
+
+    def wait_idle(self, timeout: float = 10.0) -> None:
+        """Until every CPU and GPU is free again (removed groups return resources lazily)."""
+        import time
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            total, free = self.ray.cluster_resources(), self.ray.available_resources()
+            if all(free.get(k, 0) >= total.get(k, 0) for k in ("CPU", "GPU")):
+                return
+            time.sleep(0.05)
+
+
+def acquire_cluster() -> RayTestCluster:
+    with _lock:
+        if _state["cluster"] is None:
+            try:
+                from corral.backends.ray import apply_quiet_env
+
+                apply_quiet_env()
+                import ray
+                from ray.cluster_utils import Cluster
+            except ImportError as exc:
+                require_service("ray", f"cannot import ray: {exc}")
+            if ray.is_initialized():
+                ray.shutdown()
+            try:
+                cluster = Cluster(
+                    initialize_head=True,
+                    head_node_args={
+                        "num_cpus": CPUS_PER_NODE,
+                        "num_gpus": GPUS_PER_NODE,
+                        "include_dashboard": False,
+                        "object_store_memory": OBJECT_STORE,
+                    },
+                )
+                for _ in range(NODES - 1):
+                    cluster.add_node(
+                        num_cpus=CPUS_PER_NODE,
+                        num_gpus=GPUS_PER_NODE,
+                        object_store_memory=OBJECT_STORE,
+                    )
+                cluster.wait_for_nodes()
+                ray.init(address=cluster.address, log_to_driver=False)
+            except Exception as exc:
+                require_service("ray", f"cannot start a Ray cluster: {exc}")
+            _state["cluster"] = RayTestCluster(cluster, ray)
+        _state["users"] += 1
+        return _state["cluster"]
+
+
+def release_cluster() -> None:
+    with _lock:
+        _state["users"] -= 1
+        if _state["users"] > 0 or _state["cluster"] is None:
+            return
+        test_cluster = _state["cluster"]
+        _state["cluster"] = None
+    test_cluster.ray.shutdown()
+    test_cluster.cluster.shutdown()
 
 
 @pytest.fixture(scope="session")
-def ray_backend():
-    require_service("ray backend", "not implemented yet")
+def ray_cluster():
+    cluster = acquire_cluster()
+    yield cluster
+    release_cluster()
+
+
+@pytest.fixture(scope="session")
+def ray_backend(ray_cluster, tmp_path_factory) -> BackendUnderTest:
+    from corral.backends.ray import RayScheduler
+
+    root = str(tmp_path_factory.mktemp("corral-ray"))
+
+    def make(cfg, **kwargs):
+        kwargs.setdefault("startup_timeout", 60)
+        return RayScheduler(cfg, fileroot=root, **kwargs)
+
+    return BackendUnderTest(
+        name="ray", make=make, gpus_per_node=GPUS_PER_NODE, leftovers=ray_cluster.leftovers
+    )

@@ -1,10 +1,90 @@
+"""The Slurm backend under test: the single-machine lab cluster of .ci/slurm_cluster.sh."""
+
 from __future__ import annotations
+
+import os
+import shutil
+import subprocess
 
 import pytest
 
-from tests.conformance.harness import require_service
+from tests.conformance.harness import BackendUnderTest, require_service
+
+LAB = os.environ.get("CORRAL_SLURM_DIR", "/tmp/corral-slurm")
+
+
+def slurm_conf() -> str | None:
+    """SLURM_CONF of the lab, if the caller did not set one and the lab wrote one."""
+    conf = os.environ.get("SLURM_CONF") or os.path.join(LAB, "etc", "slurm.conf")
+    return conf if os.path.exists(conf) else None
+
+
+def slurm_reachable() -> str | None:
+    """None if ``scontrol ping`` answers UP, else why not."""
+    if not shutil.which("scontrol"):
+        return "scontrol not found (bash .ci/slurm_cluster.sh up)"
+    env = dict(os.environ)
+    if slurm_conf():
+        env.setdefault("SLURM_CONF", slurm_conf())
+    try:
+        r = subprocess.run(
+            ["scontrol", "ping"], capture_output=True, text=True, timeout=10, env=env
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"scontrol ping failed: {exc}"
+    if "is UP" not in r.stdout:
+        return (
+            f"slurmctld is not up ({(r.stdout + r.stderr).strip()}); bash .ci/slurm_cluster.sh up"
+        )
+    return None
+
+
+def lab_gpus_per_node() -> int:
+    """GPUs of one lab node (gres/gpu), from the lab's env file or sinfo."""
+    value = os.environ.get("CORRAL_SLURM_GPUS_PER_NODE")
+    if value:
+        return int(value)
+    out = subprocess.run(
+        ["sinfo", "-h", "-N", "-o", "%G"], capture_output=True, text=True
+    ).stdout.split()
+    counts = [int(g.split(":")[-1].split("(")[0]) for g in out if g.startswith("gpu:")]
+    return min(counts) if counts else 0
+
+
+def trial_jobs(experiment: str, trial: str) -> list[str]:
+    """Jobs of the trial still in squeue (pending, running or completing)."""
+    out = subprocess.run(["squeue", "-h", "-o", "%i %j %T"], capture_output=True, text=True).stdout
+    prefix = f"{experiment}:{trial}:"
+    return [
+        line
+        for line in out.splitlines()
+        if line.split()[1:2] and line.split()[1].startswith(prefix)
+    ]
 
 
 @pytest.fixture(scope="session")
-def slurm_backend():
-    require_service("slurm backend", "not implemented yet")
+def slurm_backend(tmp_path_factory) -> BackendUnderTest:
+    why = slurm_reachable()
+    if why:
+        require_service("slurm", why)
+    if slurm_conf():
+        os.environ.setdefault("SLURM_CONF", slurm_conf())
+    from corral.backends.slurm import SlurmScheduler
+
+    # one machine: every "node" sees /tmp
+    root = str(tmp_path_factory.mktemp("corral-slurm"))
+    os.chmod(root, 0o755)
+
+    def make(cfg, **kwargs):
+        kwargs.setdefault("startup_timeout", 60)
+        return SlurmScheduler(cfg, fileroot=root, **kwargs)
+
+    env = {"SLURM_CONF": slurm_conf()} if slurm_conf() else {}
+    return BackendUnderTest(
+        name="slurm",
+        make=make,
+        gpus_per_node=lab_gpus_per_node(),
+        fileroot=root,
+        controller_env=env,
+        leftovers=trial_jobs,
+    )

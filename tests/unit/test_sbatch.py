@@ -35,6 +35,7 @@ from corral.backends.sbatch import (
 )
 from corral.errors import ConfigError
 from corral.spec import SchedulingSpec
+from tests.conformance.harness import require_service
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
 UPDATE_GOLDEN = os.environ.get("CORRAL_UPDATE_GOLDEN") == "1"
@@ -694,7 +695,7 @@ def _job_field(job_id: str, name: str) -> str:
 def test_rendered_script_on_slurm(tmp_path):
     """4 replicas x 1 GPU on 2-GPU nodes: 2 nodes, distinct hostnames, GPUs by LOCALID."""
     if not _slurm_up():
-        pytest.skip("no Slurm test cluster (bash .ci/slurm_cluster.sh up)")
+        require_service("slurm", "no Slurm test cluster (bash .ci/slurm_cluster.sh up)")
     log_dir = tmp_path / "logs"
     log_dir.mkdir()
     cmd = (
@@ -746,7 +747,7 @@ def test_rendered_script_on_slurm(tmp_path):
 @pytest.mark.timeout(180)
 def test_failing_worker_fails_the_job(tmp_path):
     if not _slurm_up():
-        pytest.skip("no Slurm test cluster (bash .ci/slurm_cluster.sh up)")
+        require_service("slurm", "no Slurm test cluster (bash .ci/slurm_cluster.sh up)")
     log_dir = tmp_path / "logs"
     log_dir.mkdir()
     cmd = (

@@ -164,7 +164,11 @@ class RayWorkerActor:
             daemon=True,
         ).start()
         group = {}
-        for key in ctx.get_assigned_resources():
+        try:  # per-bundle keys such as GPU_group_1_<pg id>; private API, so best effort
+            held = ray._private.worker.global_worker.core_worker.resource_ids()
+        except Exception:
+            held = {}
+        for key in held:
             match = _GROUP_RE.search(key)
             if match:
                 group = {"bundle_index": int(match.group(1)), "pg_id": match.group(2)}
@@ -202,7 +206,10 @@ class RayWorkerActor:
         self._reason = "stopped by the scheduler"
         try:
             self.runtime.stop()
+            print(f"corral worker {self.runtime.settings.worker_id} stopped", flush=True)
         finally:
+            _finish_tee(self._tee)
+            self._tee = None
             self._done.set()
         return True
 
@@ -212,11 +219,13 @@ class RayWorkerActor:
         try:
             self.runtime.stop()
         finally:
+            _finish_tee(self._tee)
+            self._tee = None
             self._done.set()
             threading.Timer(0.5, os._exit, (0,)).start()
 
 
-def _start_tee(log_dir: str | None, role: str, index: int) -> subprocess.Popen | None:
+def _start_tee(log_dir: str | None, role: str, index: int) -> tuple[subprocess.Popen, int] | None:
     """Send this process's stdout/stderr through a small tee process into corral's logs.
 
     The tee is a separate process so that the last lines before a crash still reach the
@@ -245,14 +254,35 @@ def _start_tee(log_dir: str | None, role: str, index: int) -> subprocess.Popen |
         )
     except OSError:
         os.close(write_end)
+        os.close(original)
         return None
     finally:
         os.close(read_end)
-        os.close(original)
     os.dup2(write_end, 1)
     os.dup2(write_end, 2)
     os.close(write_end)
-    return proc
+    return proc, original
+
+
+def _finish_tee(tee: tuple[subprocess.Popen, int] | None, timeout: float = 2.0) -> None:
+    """Point stdout/stderr back at Ray's log and let the tee drain the pipe and exit.
+
+    Ray kills a worker's children when the worker exits gracefully, so the tee must be
+    done before the actor is killed."""
+    if tee is None:
+        return
+    proc, original = tee
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except Exception:
+        pass
+    os.dup2(original, 1)
+    os.dup2(original, 2)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        pass
 
 
 # Runs in the tee process: imports only corral.logs, so it starts in about 0.1 s.
@@ -326,14 +356,14 @@ class RayLauncher(Launcher):
         if ray.is_initialized():
             return  # the caller's runtime: used as it is, never shut down by us
         address = address or os.environ.get("RAY_ADDRESS") or _running_local_cluster()
-        kwargs = {"log_to_driver": False}
-        if address:
+        kwargs: dict[str, Any] = {"log_to_driver": False}
+        if address and address != "local":
             kwargs.update(init_kwargs or {})
             ray.init(address=address, **kwargs)
-        else:
+        else:  # "local" or nothing running: start a runtime of our own
             kwargs.update(include_dashboard=False, object_store_memory=DEFAULT_OBJECT_STORE_MEMORY)
             kwargs.update(init_kwargs or {})
-            ray.init(**kwargs)
+            ray.init(address="local", **kwargs)
         self.started_runtime = True
 
     # ------------------------------------------------------------- resources

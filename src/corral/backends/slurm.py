@@ -49,6 +49,7 @@ log = logging.getLogger("corral")
 SQUEUE_CACHE_SECONDS = 0.5
 STOP_TIMEOUT_SECONDS = 60.0
 COMMAND_TIMEOUT_SECONDS = 60.0
+GRACEFUL_STOP_SECONDS = 5.0
 
 # ------------------------------------------------------------------ job states --
 PENDING = "pending"  # queued: workers not started (yet)
@@ -148,6 +149,8 @@ class JobState:
     reason: str = ""
     exit_code: int | None = None
     nodes: str = ""
+    completing: bool = False
+    """Still COMPLETING (processes being killed); ``state`` is then the base state."""
 
 
 @dataclass
@@ -187,9 +190,13 @@ class SlurmQueue:
                 state = self._states.get(job_id)
                 if state is None or classify_state(state.state) == ENDED:
                     # gone from squeue, or ended: scontrol knows the exit code
-                    state = self._scontrol(job_id) or state or JobState("UNKNOWN")
+                    found = self._scontrol(job_id)
+                    if found is not None and normalize_state(found.state) == "COMPLETING":
+                        # Slurm says COMPLETING (not why) until every process is gone
+                        found = JobState("COMPLETING", found.reason, None, found.nodes, True)
+                    state = found or state or JobState("UNKNOWN")
                     self._states[job_id] = state
-                    if state_is_final(state.state):
+                    if state_is_final(state.state) and not state.completing:
                         self._final[job_id] = state
                 out[job_id] = state
             return out
@@ -227,6 +234,24 @@ class SlurmQueue:
             parse_exit_code(fields.get("ExitCode")),
             fields.get("NodeList", ""),
         )
+
+
+_STEPD_END_RE = re.compile(r"\*\*\* JOB (\d+) ON \S+ (CANCELLED|DUE TO [A-Z ]+?) AT ")
+_STEPD_REASONS = {
+    "CANCELLED": "CANCELLED",
+    "DUE TO TIME LIMIT": "TIMEOUT",
+    "DUE TO NODE FAILURE": "NODE_FAIL",
+    "DUE TO PREEMPTION": "PREEMPTED",
+}
+
+
+def ending_state_from_log(text: str, job_id: str) -> str | None:
+    """Why a job that is still COMPLETING ends, from slurmstepd's ``*** JOB <id> ON <node>
+    CANCELLED AT ...`` line in the batch log (Slurm itself says only COMPLETING)."""
+    for m in _STEPD_END_RE.finditer(text):
+        if m.group(1) == job_id:
+            return _STEPD_REASONS.get(m.group(2), m.group(2))
+    return None
 
 
 def _read_exit_file(path: str) -> int | None:
@@ -395,7 +420,15 @@ class SlurmLauncher(Launcher):
             job.seen_active = True
         ended = kind == ENDED or (kind == PENDING and job.seen_active)
         if ended:
-            reason = describe_state(job.job_id, state.state)
+            name = state.state
+            if state.completing:
+                from corral.logs import tail
+
+                name = (
+                    ending_state_from_log(tail(sbatch_log_path(job.log_dir, role), 50), job.job_id)
+                    or "COMPLETING"
+                )
+            reason = describe_state(job.job_id, name)
             if kind == PENDING:
                 reason += " after its workers had started"
             for index in range(job.replicas):
@@ -427,13 +460,21 @@ class SlurmLauncher(Launcher):
             job = self._jobs.pop(role, None)
         if job is None:
             return
+        # The core has asked the workers to exit: a job whose tasks all ended completes by
+        # itself, faster than scancel's SIGTERM -> KillWait -> SIGKILL; scancel follows.
+        self.wait_gone(job.job_id, GRACEFUL_STOP_SECONDS, warn=False)
         r = _run(["scancel", job.job_id])
         if r.returncode != 0 and "Invalid job id" not in r.stderr:
             log.warning("scancel %s: %s", job.job_id, r.stderr.strip())
         self.wait_gone(job.job_id, STOP_TIMEOUT_SECONDS)
 
+    def wait_finished(self, role: str, timeout: float) -> bool:
+        """Wait (quietly) until the role's job ends by itself; True if it did."""
+        job = self._jobs.get(role)
+        return job is None or self.wait_gone(job.job_id, timeout, warn=False)
+
     @staticmethod
-    def wait_gone(job_id: str, timeout: float) -> bool:
+    def wait_gone(job_id: str, timeout: float, warn: bool = True) -> bool:
         """Wait until the job has left squeue or reached a final state."""
         deadline = time.monotonic() + timeout
         interval = 0.05
@@ -443,6 +484,8 @@ class SlurmLauncher(Launcher):
             if r.returncode != 0 or not state or state_is_final(state):
                 return True
             if time.monotonic() >= deadline:
+                if not warn:
+                    return False
                 log.warning(
                     "Slurm job %s still %s %.0fs after scancel; check it with "
                     "`scontrol show job %s`",
@@ -461,6 +504,20 @@ class SlurmLauncher(Launcher):
                 self.stop(role)
             except Exception as exc:
                 log.warning("stopping Slurm job of %s: %s", role, exc)
+
+
+def cancel_trial_jobs(experiment: str, trial: str) -> list[str]:
+    """scancel every queued or running job of a trial (jobs are named exp:trial:role)."""
+    r = _run(["squeue", "-h", "-o", "%i|%j"])
+    prefix = f"{experiment}:{trial}:"
+    ids = [
+        line.split("|", 1)[0]
+        for line in r.stdout.splitlines()
+        if "|" in line and line.split("|", 1)[1].startswith(prefix)
+    ]
+    if ids:
+        _run(["scancel", *ids])
+    return ids
 
 
 # ---------------------------------------------------------------- scheduler --
@@ -591,6 +648,7 @@ __all__ = [
     "SlurmLauncher",
     "SlurmScheduler",
     "classify_state",
+    "ending_state_from_log",
     "describe_state",
     "normalize_state",
     "parse_exit_code",

@@ -93,7 +93,8 @@ class _Encoder:
     def _ndarray(self, arr: np.ndarray) -> dict:
         if arr.dtype.kind not in _NUMPY_KINDS:
             raise TypeError(f"cannot send a numpy array of dtype {arr.dtype} (object/struct)")
-        arr = np.ascontiguousarray(arr)
+        if not arr.flags.c_contiguous:
+            arr = arr.copy(order="C")
         view = memoryview(arr.reshape(-1).view(np.uint8)) if arr.size else memoryview(b"")
         return {TAG: "nd", "d": arr.dtype.str, "s": list(arr.shape), "b": self._buffer(view)}
 
@@ -120,6 +121,8 @@ def encode(obj: Any) -> list[memoryview | bytes]:
     header = json.dumps(enc.encode(obj), separators=(",", ":"), allow_nan=False).encode()
     if len(header) > MAX_HEADER_BYTES:
         raise ProtocolError(f"frame header of {len(header)} bytes exceeds {MAX_HEADER_BYTES}")
+    if len(enc.buffers) > MAX_BUFFERS:
+        raise ProtocolError(f"a frame holds at most {MAX_BUFFERS} arrays/buffers, not {len(enc.buffers)}")
     lengths = [v.nbytes for v in enc.buffers]
     prefix = _PREFIX.pack(MAGIC, len(header), len(lengths)) + struct.pack(
         f"<{len(lengths)}Q", *lengths

@@ -29,7 +29,7 @@ _IMPORT_PATH = re.compile(
 
 def resolve_import_path(path: str) -> Any:
     """``pkg.mod.Class`` or ``pkg.mod:Class.Inner`` -> the object. Raises EngineImportError."""
-    if not isinstance(path, str) or not _IMPORT_PATH.match(path):
+    if not isinstance(path, str) or not _IMPORT_PATH.fullmatch(path):
         raise EngineImportError(
             f"engine import path {path!r} is not of the form 'pkg.module.Class'"
         )

@@ -46,7 +46,7 @@ class ForkManager:
     def fork(self, role: str, index: int, module: str | None, env: dict, timeout: float) -> dict:
         validate_role_name(role, "fork.role")
         module = module or "corral.worker"
-        if not _MODULE.match(module):
+        if not _MODULE.fullmatch(module):
             raise ConfigError(
                 "fork.command", module, "name a Python module such as 'corral.worker'"
             )
@@ -82,6 +82,8 @@ class ForkManager:
                 meta = json.loads(info) if info else {}
                 return {"address": value, "pid": proc.pid, **meta}
             if proc.poll() is not None:
+                with self._lock:
+                    self.children.pop(child_id, None)
                 log = replica_log_path(s.log_dir, role, index) if s.log_dir else None
                 self._pump.flush_closed()
                 raise WorkerCreationError(

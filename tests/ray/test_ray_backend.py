@@ -1,0 +1,224 @@
+"""RayScheduler on a real two-node Ray cluster (2 x 4 declared GPUs, see backend_ray.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+
+import pytest
+
+from corral import (
+    BaseExperimentConfig,
+    ConfigError,
+    Job,
+    SchedulingSpec,
+    WorkerCreationError,
+    WorkerFailedError,
+    WorkerTimeoutError,
+)
+from tests.conformance.backend_ray import GPUS_PER_NODE, ray_cluster  # noqa: F401
+from tests.conformance.harness import pid_alive
+
+pytestmark = pytest.mark.ray
+
+ECHO = "corral.testing.engines.EchoEngine"
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.fixture
+def make(ray_cluster, tmp_path):  # noqa: F811
+    """A RayScheduler factory for a fresh trial; checks nothing of it is left afterwards."""
+    from corral.backends.ray import RayScheduler
+
+    made = []
+
+    def factory(**kwargs):
+        cfg = BaseExperimentConfig(experiment_name="ray-test", trial_name=uuid.uuid4().hex[:8])
+        cfg.cluster.n_gpus_per_node = GPUS_PER_NODE
+        kwargs.setdefault("startup_timeout", 60)
+        sched = RayScheduler(cfg, fileroot=str(tmp_path), **kwargs)
+        made.append(sched)
+        return sched
+
+    ray_cluster.wait_idle()
+    yield factory
+    for sched in made:
+        sched.close()
+        assert ray_cluster.leftovers(sched.experiment_name, sched.trial_name) == []
+    import ray
+
+    assert ray.is_initialized(), "a scheduler shut down a runtime it did not start"
+
+
+def gpu_job(role, replicas, gpu=1, strategy="separate", **kw):
+    spec = SchedulingSpec(cpu=1, gpu=gpu, ray_placement_strategy=strategy, **kw)
+    return Job(role=role, replicas=replicas, tasks=[spec])
+
+
+def test_separate_spreads_over_nodes_and_shared_packs_on_one(make, ray_cluster):  # noqa: F811
+    sched = make()
+    assert len(ray_cluster.nodes()) == 2
+    sched.create_workers(gpu_job("spread", 2))
+    nodes = {sched.launcher.placement("spread", i)["node_id"] for i in range(2)}
+    groups = {sched.launcher.placement("spread", i)["pg_id"] for i in range(2)}
+    assert len(nodes) == 2, "separate: one worker per node when both have room"
+    assert len(groups) == 2, "separate: one placement group per worker"
+    sched.delete_workers("spread")
+    ray_cluster.wait_idle()
+
+    sched.create_workers(gpu_job("packed", 2, strategy="shared"))
+    where = [sched.launcher.placement("packed", i) for i in range(2)]
+    assert len({w["node_id"] for w in where}) == 1, "shared: PACK puts both on one node"
+    assert len({w["pg_id"] for w in where}) == 1, "shared: one group for the role"
+    assert [w["bundle_index"] for w in where] == [0, 1]
+
+
+def test_sigkill_of_an_actor_gives_worker_failed_within_a_second(make):
+    sched = make()
+    (wid,) = sched.create_workers(Job(role="victim", replicas=1))
+    asyncio.run(sched.create_engine(wid, ECHO, "e"))
+    worker = sched.get_workers("victim")[0]
+    killed_at = []
+
+    def kill():
+        killed_at.append(time.monotonic())
+        os.kill(worker.pid, signal.SIGKILL)
+
+    timer = threading.Timer(0.5, kill)
+    timer.start()
+    with pytest.raises(WorkerFailedError) as info:
+        sched.call_engine(wid, "sleep", "e", 60, rpc_meta={"timeout": 50})
+    elapsed = time.monotonic() - killed_at[0]
+    timer.join()
+    assert elapsed < 1.5, f"death noticed after {elapsed:.2f}s"
+    assert "victim/0" in str(info.value) and "Ray actor" in info.value.reason
+    with pytest.raises(WorkerFailedError):
+        sched.get_workers("victim")
+
+
+def test_unsatisfiable_request_names_what_was_asked_and_leaves_no_group(make, ray_cluster):  # noqa: F811
+    sched = make(startup_timeout=3)
+    started = time.monotonic()
+    with pytest.raises(WorkerCreationError) as info:
+        sched.create_workers(gpu_job("huge", 4, gpu=3))
+    elapsed = time.monotonic() - started
+    text = str(info.value)
+    assert elapsed < 3 + 10, f"took {elapsed:.1f}s"
+    assert "GPU 3" in text and "GPU 12" in text, text  # per worker, and the role in total
+    assert "GPU 8" in text and "available" in text, text  # what the cluster has
+    assert sched.roles == []
+    assert ray_cluster.leftovers(sched.experiment_name, sched.trial_name) == []
+
+
+def test_deferred_groups_time_out_with_the_pending_request(make, ray_cluster):  # noqa: F811
+    sched = make(startup_timeout=3)
+    with pytest.raises(WorkerTimeoutError, match="placement group") as info:
+        sched.create_workers(gpu_job("later", 3, gpu=4, strategy="deferred"))
+    assert "GPU" in str(info.value)
+    assert ray_cluster.leftovers(sched.experiment_name, sched.trial_name) == []
+
+
+def test_gpu_request_on_a_cluster_without_accelerators_is_refused_early(make):
+    sched = make()
+    sched.launcher.accelerator_kind = lambda: None
+    with pytest.raises(ConfigError, match=r"job.tasks\[0\].gpu=1.*no GPU or NPU"):
+        sched.create_workers(gpu_job("nogpu", 1))
+    with pytest.raises(ConfigError, match="cmd"):
+        sched.create_workers(Job(role="cmd", replicas=1, tasks=[SchedulingSpec(cmd="true")]))
+    assert sched.roles == []
+
+
+@pytest.mark.parametrize("strategy", ["separate", "shared"])
+def test_fork_lands_on_the_same_node_group_and_bundle(make, strategy):
+    sched = make()
+    sched.create_workers(gpu_job("rollout", 2, strategy=strategy))
+    sched.fork_workers("proxy", "rollout")
+    for i in range(2):
+        parent = sched.launcher.placement("rollout", i)
+        child = sched.launcher.placement("proxy", i)
+        assert child["node_id"] == parent["node_id"]
+        assert child["pg_id"] == parent["pg_id"]
+        assert child["bundle_index"] == parent["bundle_index"]
+        assert child["visible_devices"] == parent["visible_devices"]
+        assert child["pid"] != parent["pid"]
+    assert [w.forked for w in sched.get_workers("proxy")] == [True, True]
+
+
+def test_fork_of_a_multi_gpu_worker_sees_all_its_gpus(make):
+    sched = make()
+    (wid,) = sched.create_workers(gpu_job("big", 1, gpu=2))
+    (child,) = sched.fork_workers("helper", "big")
+    for w in (wid, child):
+        asyncio.run(sched.create_engine(w, ECHO, "e"))
+    parent_devices = sched.call_engine(wid, "getenv", "e", "CUDA_VISIBLE_DEVICES")
+    assert len(parent_devices.split(",")) == 2
+    assert sched.call_engine(child, "getenv", "e", "CUDA_VISIBLE_DEVICES") == parent_devices
+
+
+def test_master_address_is_on_rank_zeros_node(make):
+    sched = make()
+    ids = sched.create_workers(Job(role="trainer", replicas=2))
+    asyncio.run(sched.create_engine(ids[0], ECHO, "e"))
+    addr = sched.call_engine(ids[0], "getenv", "e", "MASTER_ADDR")
+    port = int(sched.call_engine(ids[0], "getenv", "e", "MASTER_PORT"))
+    assert addr == sched.launcher.placement("trainer", 0)["node_ip"] and port > 0
+
+
+def test_nothing_is_left_after_teardown(make, ray_cluster):  # noqa: F811
+    import ray
+
+    sched = make()
+    sched.create_workers(gpu_job("a", 3))
+    sched.create_workers(gpu_job("b", 2, strategy="shared"))
+    sched.fork_workers("a-helper", "a")
+    pids = [w.pid for r in sched.roles for w in sched.get_workers(r)]
+    assert ray_cluster.leftovers(sched.experiment_name, sched.trial_name)
+    started = time.monotonic()
+    sched.delete_workers()
+    took = time.monotonic() - started
+    assert ray_cluster.leftovers(sched.experiment_name, sched.trial_name) == []
+    assert [p for p in pids if pid_alive(p)] == []
+    assert ray.available_resources().get("GPU") == ray.cluster_resources().get("GPU")
+    assert took < 15
+
+
+def _run(code_or_file, env_extra, timeout=240):
+    env = dict(os.environ, RAY_ADDRESS="local", PYTHONPATH=ROOT, **env_extra)
+    argv = [sys.executable, *(["-c", code_or_file] if "\n" in code_or_file else [code_or_file])]
+    return subprocess.run(
+        argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def test_spec_example_runs(tmp_path):
+    proc = _run(os.path.join(ROOT, "examples", "ray_minimal.py"), {})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "Ray workers: ['rollout/0', 'rollout/1']" in proc.stdout
+
+
+def test_scheduler_starts_its_own_runtime_and_shuts_it_down(tmp_path):
+    code = f"""
+import sys
+from corral import BaseExperimentConfig, Job
+assert "ray" not in sys.modules, "import corral imported ray"
+from corral.backends.ray import RayScheduler
+assert "ray" not in sys.modules, "importing the backend imported ray"
+import ray
+sched = RayScheduler(BaseExperimentConfig(trial_name="own"), fileroot={str(tmp_path)!r},
+                     init_kwargs={{"num_cpus": 2}})
+assert sched.launcher.started_runtime and ray.is_initialized()
+assert sched.create_workers(Job(role="w", replicas=1)) == ["w/0"]
+assert sched.health("w/0")["status"] == "ok"
+sched.close()
+assert not ray.is_initialized(), "close() kept the runtime it started"
+print("OWN-RUNTIME-OK")
+"""
+    proc = _run(code, {})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "OWN-RUNTIME-OK" in proc.stdout

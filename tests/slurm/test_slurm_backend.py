@@ -1,0 +1,316 @@
+"""SlurmScheduler on the real lab cluster (.ci/slurm_cluster.sh), plus its pure parts."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from corral import (
+    BaseExperimentConfig,
+    ConfigError,
+    Job,
+    SchedulingSpec,
+    WorkerCreationError,
+    WorkerFailedError,
+    WorkerTimeoutError,
+)
+from corral.backends.slurm import (
+    ACTIVE,
+    ENDED,
+    PENDING,
+    UNKNOWN,
+    SlurmScheduler,
+    classify_state,
+    describe_state,
+    ending_state_from_log,
+    normalize_state,
+    parse_exit_code,
+    render_dry_run,
+    state_is_final,
+)
+from tests.conformance.backend_slurm import (
+    lab_gpus_per_node,
+    slurm_conf,
+    slurm_reachable,
+    trial_jobs,
+)
+from tests.conformance.harness import pid_alive, require_service
+
+ROOT = Path(__file__).resolve().parents[2]
+ECHO = "corral.testing.engines.EchoEngine"
+
+
+# ------------------------------------------------------------- pure parts --
+@pytest.mark.parametrize(
+    "state, kind, final",
+    [
+        ("PENDING", PENDING, False),
+        ("CONFIGURING", PENDING, False),
+        ("REQUEUED", PENDING, False),
+        ("RUNNING", ACTIVE, False),
+        ("SUSPENDED", ACTIVE, False),
+        ("COMPLETING", ENDED, False),
+        ("COMPLETED", ENDED, True),
+        ("FAILED", ENDED, True),
+        ("CANCELLED", ENDED, True),
+        ("CANCELLED by 0", ENDED, True),
+        ("cancelled+", ENDED, True),
+        ("TIMEOUT", ENDED, True),
+        ("NODE_FAIL", ENDED, True),
+        ("PREEMPTED", ENDED, True),
+        ("OUT_OF_MEMORY", ENDED, True),
+        ("BOOT_FAIL", ENDED, True),
+        ("DEADLINE", ENDED, True),
+        ("SOMETHING_NEW", UNKNOWN, False),
+        ("", UNKNOWN, False),
+        (None, UNKNOWN, False),
+    ],
+)
+def test_state_mapping(state, kind, final):
+    assert classify_state(state) == kind
+    assert state_is_final(state) == final
+
+
+def test_state_descriptions_and_exit_codes():
+    assert normalize_state("CANCELLED by 0") == "CANCELLED"
+    assert describe_state("12", "PENDING", "Resources") == "Slurm job 12 PENDING (Resources)"
+    assert describe_state("12", "CANCELLED", "None") == "Slurm job 12 CANCELLED"
+    assert describe_state("12", "TIMEOUT", "TimeLimit") == "Slurm job 12 TIMEOUT"
+    assert parse_exit_code("3:0") == 3
+    assert parse_exit_code("0:9") == -9
+    assert parse_exit_code("") is None and parse_exit_code("junk") is None
+    log = (
+        "srun: Job step aborted: Waiting up to 5 seconds for job step to finish.\n"
+        "slurmstepd-node1: error: *** STEP 3.0 ON node1 CANCELLED AT 2026-12-02T14:16:46 ***\n"
+        "slurmstepd-node1: error: *** JOB 3 ON node1 CANCELLED AT 2026-12-02T14:16:46 ***\n"
+        "slurmstepd: error: *** JOB 4 ON n2 DUE TO TIME LIMIT AT 2026-12-02T14:16:46 ***\n"
+    )
+    assert ending_state_from_log(log, "3") == "CANCELLED"
+    assert ending_state_from_log(log, "4") == "TIMEOUT"
+    assert ending_state_from_log(log, "5") is None
+
+
+def _cfg(root: str, trial: str | None = None) -> BaseExperimentConfig:
+    cfg = BaseExperimentConfig(experiment_name="slurmtest", trial_name=trial or _trial())
+    cfg.cluster.fileroot = root
+    return cfg
+
+
+def _trial() -> str:
+    return f"t{uuid.uuid4().hex[:8]}"
+
+
+def test_dry_run_submits_nothing_and_prints_the_script(tmp_path, capsys):
+    sched = SlurmScheduler(_cfg(str(tmp_path)), n_gpus_per_node=4, dry_run=True)
+    job = Job(role="rollout", replicas=4, tasks=[SchedulingSpec(cpu=2, gpu=2, mem=4)])
+    script = sched.render_script(job)
+    assert sched.create_workers(job) == []
+    assert capsys.readouterr().out.strip() == script.strip()
+    assert "#SBATCH --nodes=2" in script and "#SBATCH --gres=gpu:4" in script
+    assert "#SBATCH --job-name=slurmtest:" in script
+    assert sched.roles == []
+    sched.close()
+    text = render_dry_run(_cfg(str(tmp_path)), "gen", 2)
+    assert "#SBATCH --ntasks=2" in text
+
+
+def test_log_dir_that_cannot_be_created_is_a_config_error(tmp_path):
+    (tmp_path / "logs").write_text("a file where the log directory should go")
+    with pytest.raises(ConfigError, match="log directory"):
+        SlurmScheduler(_cfg(str(tmp_path)), n_gpus_per_node=4, dry_run=True)
+
+
+# ------------------------------------------------------- on the cluster --
+@pytest.fixture(scope="module")
+def lab():
+    why = slurm_reachable()
+    if why:
+        require_service("slurm", why)
+    if slurm_conf():
+        os.environ.setdefault("SLURM_CONF", slurm_conf())
+    return lab_gpus_per_node()
+
+
+@pytest.fixture
+def make(lab, tmp_path):
+    made = []
+    root = str(tmp_path / "root")
+
+    def factory(**kwargs):
+        kwargs.setdefault("n_gpus_per_node", lab)
+        kwargs.setdefault("startup_timeout", 60)
+        sched = SlurmScheduler(_cfg(root), **kwargs)
+        made.append(sched)
+        return sched
+
+    yield factory
+    for sched in made:
+        pids = [w.pid for state in sched._roles.values() for w in state.workers]
+        sched.close()
+        assert trial_jobs(sched.experiment_name, sched.trial_name) == []
+        assert [p for p in pids if pid_alive(p)] == []
+
+
+def _squeue_state(job_id: str) -> str:
+    return subprocess.run(
+        ["squeue", "-h", "-t", "all", "-j", job_id, "-o", "%T"], capture_output=True, text=True
+    ).stdout.strip()
+
+
+@pytest.mark.slurm
+def test_role_over_two_nodes_gets_distinct_hosts_and_gpus_by_local_id(make, lab):
+    if lab < 2:
+        pytest.skip("needs lab nodes with >= 2 GPUs")
+    per_task = lab // 2
+    sched = make()
+    ids = sched.create_workers(
+        Job(role="wide", replicas=4, tasks=[SchedulingSpec(cpu=1, gpu=per_task)])
+    )
+    workers = sched.get_workers("wide")
+    assert len({w.host for w in workers}) == 2
+    job_id = sched.launcher_jobs["wide"]
+    assert {w.slurm_job_id for w in workers} == {int(job_id)}
+    by_host: dict[str, list[str]] = {}
+    for wid, worker in zip(ids, workers, strict=True):
+        asyncio.run(sched.create_engine(wid, ECHO, "e"))
+        cvd = sched.call_engine(wid, "getenv", "e", "CUDA_VISIBLE_DEVICES")
+        by_host.setdefault(worker.host, []).append(cvd)
+    first = ",".join(str(i) for i in range(per_task))
+    second = ",".join(str(i) for i in range(per_task, 2 * per_task))
+    for host, values in by_host.items():
+        assert sorted(values) == sorted([first, second]), (host, values)
+    pids = [w.pid for w in workers]
+    started = time.monotonic()
+    sched.delete_workers()
+    print(f"delete of 4 workers on 2 nodes: {time.monotonic() - started:.2f}s")
+    assert _squeue_state(job_id) in ("", "COMPLETED", "CANCELLED")
+    deadline = time.monotonic() + 10
+    while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert [p for p in pids if pid_alive(p)] == []
+
+
+@pytest.mark.slurm
+def test_scancel_from_outside_gives_worker_failed_naming_cancelled(make):
+    sched = make()
+    (wid,) = sched.create_workers(Job(role="victim", replicas=1))
+    job_id = sched.launcher_jobs["victim"]
+    subprocess.run(["scancel", job_id], check=True)
+    deadline = time.monotonic() + 20
+    error = None
+    while time.monotonic() < deadline:
+        try:
+            sched.get_workers("victim")
+        except WorkerFailedError as exc:
+            error = exc
+            break
+        time.sleep(0.2)
+    assert error is not None, "scancel from outside went unnoticed"
+    assert error.worker_id == wid
+    assert f"Slurm job {job_id} CANCELLED" in str(error) or "killed by SIGTERM" in str(error)
+    # once Slurm has taken the job away, the reason is Slurm's state
+    deadline = time.monotonic() + 20
+    while not _squeue_state(job_id).startswith("CANCELLED") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for exit_ in sched.launcher.poll("victim").values():
+        assert exit_.log_path
+    assert error.log_path
+
+
+@pytest.mark.slurm
+def test_request_beyond_free_gpus_pends_and_times_out_with_slurm_reason(make, lab, tmp_path):
+    if lab < 1:
+        pytest.skip("needs lab nodes with GPUs")
+    nodes = subprocess.run(["sinfo", "-h", "-N", "-o", "%N"], capture_output=True, text=True)
+    n_nodes = len(set(nodes.stdout.split()))
+    hog = subprocess.run(
+        ["sbatch", "--parsable", f"-N{n_nodes}", f"--gres=gpu:{lab}", "-J", "corral-test-hog",
+         "-o", str(tmp_path / "hog.out"), "--wrap", "sleep 300"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip().split(";")[0]  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while _squeue_state(hog) != "RUNNING" and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _squeue_state(hog) == "RUNNING"
+        sched = make(startup_timeout=4)
+        with pytest.raises(WorkerTimeoutError, match=r"PENDING \(Resources\)"):
+            sched.create_workers(Job(role="starved", replicas=1, tasks=[SchedulingSpec(gpu=1)]))
+        assert sched.roles == []
+        assert trial_jobs(sched.experiment_name, sched.trial_name) == []
+    finally:
+        subprocess.run(["scancel", hog])
+
+
+@pytest.mark.slurm
+def test_request_slurm_refuses_gives_worker_creation_error(make, lab):
+    too_many = lab + 4
+    sched = make(n_gpus_per_node=too_many)
+    with pytest.raises(WorkerCreationError) as info:
+        sched.create_workers(Job(role="huge", replicas=1, tasks=[SchedulingSpec(gpu=too_many)]))
+    text = str(info.value)
+    assert "Requested node configuration is not available" in text
+    assert f"gpu={too_many}" in text
+    assert sched.roles == []
+
+
+def _cancel_trial_jobs(experiment: str, trial: str) -> list[str]:
+    left = trial_jobs(experiment, trial)
+    for line in left:
+        subprocess.run(["scancel", line.split()[0]])
+    deadline = time.monotonic() + 30
+    while trial_jobs(experiment, trial) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return left
+
+
+def _lab_node_size() -> tuple[int, int]:
+    out = subprocess.run(["sinfo", "-h", "-N", "-o", "%c %m"], capture_output=True, text=True)
+    cpus, mem = out.stdout.split("\n")[0].split()
+    return int(cpus), int(mem)
+
+
+@pytest.mark.slurm
+@pytest.mark.timeout(240)
+def test_spec_colocation_example_runs(lab):
+    cpus, mem_mb = _lab_node_size()
+    assert cpus >= 16 and mem_mb >= 64 * 1024, (
+        f"the spec's example asks 2 x (cpu=8, mem=32G) on one node but lab nodes have "
+        f"{cpus} CPUs and {mem_mb} MB: start the lab with CORRAL_SLURM_CPUS=16 "
+        "CORRAL_SLURM_MEM_MB=131072"
+    )
+    _cancel_trial_jobs("demo", "run1")
+    try:
+        r = subprocess.run(
+            [sys.executable, str(ROOT / "examples" / "slurm_colocation.py")],
+            capture_output=True, text=True, timeout=180, cwd=str(ROOT),
+        )  # fmt: skip
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "Rollout IDs: ['rollout/0', 'rollout/1']" in r.stdout
+        assert "Proxy IDs: ['proxy/0', 'proxy/1']" in r.stdout
+        assert "failed" not in r.stderr, r.stderr
+    finally:
+        # the example never deletes its workers: its exit does (atexit), or we do
+        left = _cancel_trial_jobs("demo", "run1")
+    assert left == [], f"the example left jobs behind: {left}"
+
+
+@pytest.mark.slurm
+@pytest.mark.timeout(240)
+def test_corral_demo_on_slurm(lab, tmp_path):
+    r = subprocess.run(
+        [sys.executable, "-m", "corral.cli", "--fileroot", str(tmp_path), "demo",
+         "--scheduler", "slurm", "--steps", "5", "--no-torch"],
+        capture_output=True, text=True, timeout=200,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "backend                 slurm" in r.stdout
+    out = subprocess.run(["squeue", "-h", "-o", "%j"], capture_output=True, text=True).stdout
+    assert not [j for j in out.split() if j.startswith("demo:")], out
