@@ -1,0 +1,145 @@
+"""Time to detect faults, per backend: a worker SIGKILLed mid-call, a SIGSTOPped worker
+against the caller's deadline, and a controller SIGKILLed (time until every worker and
+forked child is gone). Baseline for the first: the same call on a worker that exits by
+itself (``os._exit``), i.e. the fastest a broken connection can be noticed.
+
+    python benchmarks/faults.py [--backends local,ray,slurm] [--out benchmarks/results/faults.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+from corral import BaseExperimentConfig, Job, SchedulingSpec, make_scheduler
+from corral.errors import WorkerFailedError, WorkerTimeoutError
+
+ECHO = "corral.testing.engines.EchoEngine"
+HERE = os.path.dirname(os.path.abspath(__file__))
+CONTROLLER = os.path.join(os.path.dirname(HERE), "tests", "conformance", "controller_script.py")
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(") ", 1)[1][0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def scheduler(backend: str, root: str, trial: str):
+    cfg = BaseExperimentConfig(experiment_name=f"faults-{backend}", trial_name=trial)
+    cfg.scheduler.type = backend
+    cfg.cluster.fileroot = root
+    cfg.cluster.n_gpus_per_node = 4
+    kwargs = {"gpu_devices": []} if backend == "local" else {}
+    return make_scheduler(cfg, progress=lambda _t: None, **kwargs)
+
+
+def detect_kill(sched, role: str, self_exit: bool) -> float:
+    (wid,) = sched.create_workers(Job(role=role, replicas=1, tasks=[SchedulingSpec(cpu=1)]))
+    asyncio.run(sched.create_engine(wid, ECHO, "e"))
+    worker = sched.get_workers(role)[0]
+    killed_at: list[float] = []
+    if self_exit:
+        killed_at.append(time.monotonic())
+        call = ("exit_now", (9,))
+    else:
+
+        def kill() -> None:
+            killed_at.append(time.monotonic())
+            os.kill(worker.pid, signal.SIGKILL)
+
+        threading.Timer(0.3, kill).start()
+        call = ("sleep", (60,))
+    try:
+        sched.call_engine(wid, call[0], "e", *call[1], rpc_meta={"timeout": 60})
+    except WorkerFailedError:
+        return time.monotonic() - killed_at[0]
+    finally:
+        sched.delete_workers(role)
+    raise AssertionError("the call did not fail")
+
+
+def stop_deadline(sched, role: str, deadline: float) -> float:
+    (wid,) = sched.create_workers(Job(role=role, replicas=1, tasks=[SchedulingSpec(cpu=1)]))
+    asyncio.run(sched.create_engine(wid, ECHO, "e"))
+    worker = sched.get_workers(role)[0]
+    os.kill(worker.pid, signal.SIGSTOP)
+    t = time.monotonic()
+    try:
+        sched.call_engine(wid, "noop", "e", rpc_meta={"timeout": deadline})
+    except WorkerTimeoutError:
+        return time.monotonic() - t
+    finally:
+        os.kill(worker.pid, signal.SIGCONT)
+        sched.delete_workers(role)
+    raise AssertionError("no timeout")
+
+
+def controller_death(backend: str, root: str, trial: str) -> float:
+    proc = subprocess.Popen(
+        [sys.executable, CONTROLLER, backend, root, f"faults-{backend}", trial, "4"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    pids = json.loads(proc.stdout.readline())["pids"]
+    proc.kill()
+    proc.wait()
+    t = time.monotonic()
+    while any(alive(p) for p in pids):
+        if time.monotonic() - t > 30:
+            return float("inf")
+        time.sleep(0.02)
+    return time.monotonic() - t
+
+
+def run(backend: str, root: str, repeats: int) -> dict:
+    sched = scheduler(backend, root, f"t{os.getpid()}")
+    try:
+        kills = [detect_kill(sched, f"k{i}", False) for i in range(repeats)]
+        exits = [detect_kill(sched, f"x{i}", True) for i in range(repeats)]
+        stops = [stop_deadline(sched, f"s{i}", 1.0) for i in range(repeats)]
+    finally:
+        sched.close()
+    death = controller_death(backend, root, f"c{os.getpid()}")
+    med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
+    return {
+        "sigkill_mid_call_detect_s": round(med(kills), 3),
+        "self_exit_detect_s (baseline)": round(med(exits), 3),
+        "ratio": round(med(kills) / max(med(exits), 1e-3), 2),
+        "sigstop_timeout_at_1s_deadline_s": round(med(stops), 3),
+        "controller_sigkill_all_gone_s": round(death, 2),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--backends", default="local")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out", default=os.path.join(HERE, "results", "faults.json"))
+    args = parser.parse_args()
+    root = tempfile.mkdtemp(prefix="corral-faults-")
+    results = {b: run(b, root, args.repeats) for b in args.backends.split(",") if b}
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out, "w") as fh:
+        json.dump(results, fh, indent=2)
+    keys = list(next(iter(results.values())))
+    print("| backend | " + " | ".join(keys) + " |")
+    print("|---" * (len(keys) + 1) + "|")
+    for b, r in results.items():
+        print(f"| {b} | " + " | ".join(str(r[k]) for k in keys) + " |")
+
+
+if __name__ == "__main__":
+    main()
