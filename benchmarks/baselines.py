@@ -7,8 +7,8 @@ Each corral figure is divided by one of these, measured in the same run:
 * ``EchoServer`` + ``pingpong``: a small request/reply over one loopback TCP connection
   (TCP_NODELAY) to a tiny echo server in another Python process.
 * ``parallel_rate``: an asyncio client driving one connection to each of N echo servers.
-* ``roundtrip``: N bytes sent to the echo server and received back into a preallocated
-  buffer (the server, like a worker, reads the whole message before answering).
+* ``RawClient.roundtrip``: N bytes sent to the echo server and received back into a
+  preallocated buffer (the server, like a worker, reads the whole message before answering).
 * ``memcpy``: one in-process numpy copy of N bytes into a preallocated array.
 * ``bare_stop``: SIGTERM to N idle Python processes, then reaping them.
 """
@@ -19,94 +19,63 @@ import asyncio
 import os
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import time
 
 import numpy as np
+from echo_server import HEADER  # (bytes the client sends after the header, bytes to answer)
 
-HEADER = struct.Struct("<QQ")  # bytes the client sends after the header, bytes to answer
-
-# The echo server runs as ``python -c ECHO_SERVER``. It answers each message of
-# ``HEADER + n_in bytes`` with ``n_out`` bytes taken from what it received, one thread per
-# connection, and exits when its parent (the benchmark) is gone.
-ECHO_SERVER = r"""
-import os, socket, struct, sys, threading, time
-HEADER = struct.Struct("<QQ")
-
-def serve(conn):
-    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    buf = bytearray(1 << 16)
-    view = memoryview(buf)
-    try:
-        while True:
-            got = conn.recv_into(view)
-            if not got:
-                return
-            while got < HEADER.size:
-                n = conn.recv_into(view[got:])
-                if not n:
-                    return
-                got += n
-            n_in, n_out = HEADER.unpack_from(buf)
-            total = HEADER.size + n_in
-            need = max(total, HEADER.size + n_out)
-            if len(buf) < need:
-                bigger = bytearray(need)
-                bigger[:got] = view[:got]
-                view.release()
-                buf, view = bigger, memoryview(bigger)
-            while got < total:
-                n = conn.recv_into(view[got:total], min(total - got, 1 << 24))
-                if not n:
-                    return
-                got += n
-            conn.sendall(view[HEADER.size : HEADER.size + n_out])
-    except OSError:
-        pass
-    finally:
-        conn.close()
-
-def watch_parent(parent):
-    while os.getppid() == parent:
-        time.sleep(0.5)
-    os._exit(0)
-
-server = socket.create_server(("127.0.0.1", 0), backlog=128)
-threading.Thread(target=watch_parent, args=(os.getppid(),), daemon=True).start()
-print(server.getsockname()[1], flush=True)
-while True:
-    conn, _ = server.accept()
-    threading.Thread(target=serve, args=(conn,), daemon=True).start()
-"""
+ECHO_SERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "echo_server.py")
 
 IDLE_CHILD = "import sys, time; print('up', flush=True); time.sleep(600)"
 
 
 # ------------------------------------------------------------------ process starts
-def bare_start(n: int, code: str = "pass") -> float:
+def bare_start(n: int, code: str = "pass", env: dict[str, str] | None = None) -> float:
     """Seconds to start ``n`` ``python -c code`` processes in parallel and wait for all."""
-    started = time.perf_counter()
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", code],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        for _ in range(n)
-    ]
-    codes = [p.wait() for p in procs]
-    elapsed = time.perf_counter() - started
+    full_env = {**os.environ, **(env or {})}
+    procs: list[subprocess.Popen] = []
+    try:
+        started = time.perf_counter()
+        for _ in range(n):
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-c", code],
+                    env=full_env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
+        codes = [p.wait() for p in procs]
+        elapsed = time.perf_counter() - started
+    finally:  # interrupted: leave no child (and no zombie) behind
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
     if any(codes):
         raise RuntimeError(f"baseline 'python -c {code!r}' failed with exit codes {codes}")
     return elapsed
 
 
+# What a worker with cpu=1 gets (corral.scheduler.thread_env): numpy's BLAS starts one thread.
+WORKER_THREAD_ENV = {
+    name: "1"
+    for name in (
+        "OMP_NUM_THREADS",
+        "MKL_NUM_THREADS",
+        "OPENBLAS_NUM_THREADS",
+        "NUMEXPR_NUM_THREADS",
+    )
+}
+
+
 def import_floor(n: int) -> float:
-    """Like ``bare_start``, but each process imports the worker runtime (diagnostic only)."""
-    return bare_start(n, "import corral.worker.runtime")
+    """Like ``bare_start``, but each process imports the worker runtime with a worker's
+    thread variables, then leaves without interpreter shutdown (diagnostic only)."""
+    return bare_start(n, "import corral.worker.runtime, os; os._exit(0)", WORKER_THREAD_ENV)
 
 
 def bare_stop(n: int) -> tuple[float, int]:
@@ -149,7 +118,7 @@ class EchoServer:
 
     def __init__(self) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", ECHO_SERVER],
+            [sys.executable, ECHO_SERVER],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,

@@ -119,12 +119,14 @@ def log(text: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
 
 
-def _version(module: str) -> str | None:
+def _version(dist: str) -> str | None:
+    """An installed distribution's version, without importing it (torch is slow to import)."""
+    from importlib import metadata
+
     try:
-        mod = __import__(module)
-    except Exception:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
         return None
-    return getattr(mod, "__version__", "unknown")
 
 
 def _git_commit(repo: str) -> str | None:
@@ -154,12 +156,6 @@ def machine_info(repo: str) -> dict[str, Any]:
                 if line.startswith("MemTotal:"):
                     mem_total = int(line.split()[1]) * 1024
                     break
-    try:
-        import corral
-
-        corral_version = corral.__version__
-    except Exception:
-        corral_version = None
     return {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "hostname": socket.gethostname(),
@@ -172,7 +168,7 @@ def machine_info(repo: str) -> dict[str, Any]:
         "python_executable": sys.executable,
         "numpy": _version("numpy"),
         "torch": _version("torch"),
-        "corral": corral_version,
+        "corral": _version("corral"),
         "git_commit": _git_commit(repo),
     }
 
@@ -224,10 +220,13 @@ def processes_left(pids: Iterable[int]) -> dict[str, Any]:
     """Which of ``pids`` (worker processes) or anything in their sessions still exists.
 
     Workers are started in their own session, so a forked child or a stray helper shows up
-    under the worker's session id even after the worker itself is gone.
+    under the worker's session id even after the worker itself is gone. A zombie counts as
+    left when this process is its parent (it should have reaped it); a zombie of another
+    parent (Ray's raylet) holds nothing and is its parent's to reap, so it is only listed.
     """
     pids = [int(p) for p in pids if p]
-    alive, zombies = [], []
+    me = os.getpid()
+    alive, zombies, foreign_zombies = [], [], []
     for pid in pids:
         try:
             os.kill(pid, 0)
@@ -238,7 +237,12 @@ def processes_left(pids: Iterable[int]) -> dict[str, Any]:
         stat = _proc_stat(pid)
         if stat is None:
             continue
-        (zombies if stat[0] == "Z" else alive).append(pid)
+        if stat[0] != "Z":
+            alive.append(pid)
+        elif stat[1] == me:
+            zombies.append(pid)
+        else:
+            foreign_zombies.append({"pid": pid, "parent": stat[1]})
     sessions = set(pids)
     in_sessions = []
     if sessions and os.path.isdir("/proc"):
@@ -252,6 +256,7 @@ def processes_left(pids: Iterable[int]) -> dict[str, Any]:
         "checked": len(pids),
         "alive": alive,
         "zombies": zombies,
+        "zombies_of_other_parents": foreign_zombies,
         "in_worker_sessions": in_sessions,
         "left": len(alive) + len(zombies) + len(in_sessions),
     }

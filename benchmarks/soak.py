@@ -71,7 +71,9 @@ def main() -> None:
     parser.add_argument("--big-every", type=int, default=20, help="one 16 MiB call in N")
     parser.add_argument("--out", default="benchmarks/results/soak.json")
     args = parser.parse_args()
-    resource.setrlimit(resource.RLIMIT_NOFILE, (4096, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+    resource.setrlimit(
+        resource.RLIMIT_NOFILE, (4096, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
+    )
     root = tempfile.mkdtemp(prefix="corral-soak-")
     cfg = BaseExperimentConfig(experiment_name="soak", trial_name=f"t{os.getpid()}")
     sched = LocalScheduler(cfg, fileroot=root, gpu_devices=[], progress=lambda _t: None)

@@ -129,5 +129,11 @@ def ray_backend(ray_cluster, tmp_path_factory) -> BackendUnderTest:
         return RayScheduler(cfg, fileroot=root, **kwargs)
 
     return BackendUnderTest(
-        name="ray", make=make, gpus_per_node=GPUS_PER_NODE, leftovers=ray_cluster.leftovers
+        name="ray",
+        make=make,
+        gpus_per_node=GPUS_PER_NODE,
+        fileroot=root,
+        # a controller in another process (the controller-death test) joins this cluster
+        controller_env={"RAY_ADDRESS": ray_cluster.address},
+        leftovers=ray_cluster.leftovers,
     )

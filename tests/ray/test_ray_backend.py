@@ -222,3 +222,25 @@ print("OWN-RUNTIME-OK")
     proc = _run(code, {})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "OWN-RUNTIME-OK" in proc.stdout
+
+
+def test_max_restarts_brings_a_killed_worker_back_on_its_bundle(make):
+    sched = make()
+    job = Job(role="phoenix", replicas=1, tasks=[SchedulingSpec(gpu=1, max_restarts=1)])
+    (wid,) = sched.create_workers(job)
+    before = sched.launcher.placement("phoenix", 0)
+    os.kill(before["pid"], signal.SIGKILL)
+    with pytest.raises(WorkerFailedError) as info:
+        sched.call_engine(wid, "noop", "missing")
+    assert getattr(info.value, "restarted", False), str(info.value)
+    after = sched.launcher.placement("phoenix", 0)
+    assert after["pid"] != before["pid"]
+    assert (after["pg_id"], after["node_id"]) == (before["pg_id"], before["node_id"])
+    assert sched.health(wid)["status"] == "ok"
+
+
+def test_a_worker_that_asks_for_nothing_still_gets_a_bundle(make):
+    sched = make()
+    (wid,) = sched.create_workers(Job(role="tiny", replicas=1, tasks=[SchedulingSpec(cpu=0)]))
+    assert sched.health(wid)["status"] == "ok"
+    assert sched.launcher.placement("tiny", 0)["bundle_index"] == 0

@@ -40,8 +40,8 @@ placement group: it binds port 0 on its node's IP, closes it and reports both.
 Workers receive the trial secret in their environment (``CORRAL_SECRET``), because Ray
 nodes need not share a filesystem; their output goes to Ray's worker log and to corral's
 per-replica, per-role and merged logs (when the log directory is writable on the node).
-``SchedulingSpec.cmd`` and containers are not supported on Ray; ``max_restarts`` is
-ignored (a restarted actor would come back at a new address).
+``SchedulingSpec.cmd`` and containers are not supported on Ray. ``max_restarts``: the
+core restarts a dead worker through ``restart``, as a new actor on the old one's bundle.
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -143,6 +144,7 @@ class RayWorkerActor:
         from corral.worker.runtime import ControllerWatch, WorkerRuntime
 
         self._done = threading.Event()
+        self._stop_lock = threading.Lock()
         self._reason = "stopped"
         for key in [k for k in os.environ if k.startswith("CORRAL_") and k not in env_keys]:
             del os.environ[key]  # inherited from the raylet's environment, not ours
@@ -158,6 +160,8 @@ class RayWorkerActor:
         self._tee = _start_tee(settings.log_dir, settings.role, settings.index)
         self.runtime = WorkerRuntime(settings, secret)
         self.runtime.start()
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._on_sigterm)
         threading.Thread(
             target=ControllerWatch(self.runtime, self._controller_lost).run,
             name="corral-watch",
@@ -180,6 +184,7 @@ class RayWorkerActor:
             "node_id": ctx.get_node_id(),
             "actor_id": ctx.get_actor_id(),
             "worker_ports": list(self.runtime.worker_ports),
+            "generation": getattr(self.runtime, "generation", ""),
             "visible_devices": {k: os.environ[k] for k in VISIBLE_DEVICE_VARS if k in os.environ},
             "pg_id": group.get("pg_id") or ctx.get_placement_group_id(),
             "bundle_index": group.get("bundle_index"),
@@ -203,26 +208,33 @@ class RayWorkerActor:
             return ip, sock.getsockname()[1]
 
     def stop(self) -> bool:
-        self._reason = "stopped by the scheduler"
-        try:
-            self.runtime.stop()
-            print(f"corral worker {self.runtime.settings.worker_id} stopped", flush=True)
-        finally:
-            _finish_tee(self._tee)
-            self._tee = None
-            self._done.set()
+        self._stop_now("stopped by the scheduler")
         return True
 
+    def _stop_now(self, reason: str) -> None:
+        """Stop the runtime once: engines, children and server; then drain the tee."""
+        with self._stop_lock:
+            if self._done.is_set():
+                return
+            self._reason = reason
+            try:
+                self.runtime.stop()
+                print(f"corral worker {self.runtime.settings.worker_id} {reason}", flush=True)
+            finally:
+                _finish_tee(self._tee)
+                self._tee = None
+                self._done.set()
+
+    def _on_sigterm(self, *_: Any) -> None:
+        # The runtime's /shutdown (and anyone else) SIGTERMs this process. Ray's default
+        # handler would end the whole actor process as a failure; instead the runtime
+        # stops and the actor stays until the launcher removes it (its group holds the
+        # resources either way).
+        threading.Thread(target=self._stop_now, args=("exited on SIGTERM",), daemon=True).start()
+
     def _controller_lost(self, why: str) -> None:
-        print(f"corral worker {self.runtime.settings.worker_id} stopping: {why}", flush=True)
-        self._reason = f"exited: {why}"
-        try:
-            self.runtime.stop()
-        finally:
-            _finish_tee(self._tee)
-            self._tee = None
-            self._done.set()
-            threading.Timer(0.5, os._exit, (0,)).start()
+        self._stop_now(f"exited: {why}")
+        threading.Timer(0.5, os._exit, (0,)).start()
 
 
 def _start_tee(log_dir: str | None, role: str, index: int) -> tuple[subprocess.Popen, int] | None:
@@ -318,7 +330,8 @@ class _Replica:
     env: dict[str, str]
     pg: Any
     bundle_index: int
-    gpu: int
+    spec: Any
+    kind: str | None  # the accelerator resource of its bundle (GPU, NPU) if it uses one
     log_dir: str
     parent: tuple[str, int] | None = None
     info: dict | None = None
@@ -417,8 +430,6 @@ class RayLauncher(Launcher):
                     f"{format_resources(self.ray.cluster_resources())}); use gpu=0, join a "
                     "cluster with GPUs, or declare them with ray.init(num_gpus=N)",
                 )
-            if spec.max_restarts:
-                log.warning("%s: max_restarts=%d is ignored on Ray", job.role, spec.max_restarts)
 
     # ----------------------------------------------------------------- launch
     def launch(self, request: LaunchRequest) -> None:
@@ -446,30 +457,62 @@ class RayLauncher(Launcher):
         if strategy != "deferred":
             self._wait_groups(job, record, bundles)
         for index, (spec, env) in enumerate(zip(job.tasks, request.envs, strict=True)):
-            env = dict(env)
-            if spec.gpu == 0:
-                env.setdefault("CUDA_VISIBLE_DEVICES", "")
             pg, bundle_index = places[index]
-            options = self._accelerator_options(kind, spec.gpu)
-            try:
-                replica = self._start_actor(
-                    role=job.role,
-                    index=index,
-                    name=f"{prefix}:{job.role}:{index}",
-                    env=env,
-                    pg=pg,
-                    bundle_index=bundle_index,
-                    num_cpus=float(spec.cpu),
-                    options=options,
-                    gpu=spec.gpu if kind else 0,
-                    log_dir=request.log_dir,
-                )
-            except Exception as exc:
-                raise WorkerCreationError(
-                    f"could not create the Ray actor for {job.role}/{index}: {exc}"
-                ) from exc
+            replica = self._start_main(
+                job.role, index, spec, env, pg, bundle_index, kind, request.log_dir
+            )
             with self._lock:
                 record.replicas.append(replica)
+
+    def _start_main(
+        self,
+        role: str,
+        index: int,
+        spec: Any,
+        env: dict[str, str],
+        pg: Any,
+        bundle_index: int,
+        kind: str | None,
+        log_dir: str,
+    ) -> _Replica:
+        env = dict(env)
+        if spec.gpu == 0:
+            env.setdefault("CUDA_VISIBLE_DEVICES", "")
+        prefix = name_prefix(env[E.EXPERIMENT], env[E.TRIAL])
+        try:
+            return self._start_actor(
+                role=role,
+                index=index,
+                name=f"{prefix}:{role}:{index}",
+                env=env,
+                pg=pg,
+                bundle_index=bundle_index,
+                num_cpus=float(spec.cpu),
+                options=self._accelerator_options(kind, spec.gpu),
+                spec=spec,
+                kind=kind if spec.gpu else None,
+                log_dir=log_dir,
+            )
+        except Exception as exc:
+            raise WorkerCreationError(
+                f"could not create the Ray actor for {role}/{index}: {exc}"
+            ) from exc
+
+    def restart(self, role: str, index: int, env: dict[str, str]) -> None:
+        """A new actor for replica ``index`` in the old one's placement group bundle."""
+        with self._lock:
+            record = self._roles.get(role)
+        old = next((r for r in record.replicas if r.index == index), None) if record else None
+        if record is None or old is None:
+            raise WorkerCreationError(
+                f"cannot restart {role}/{index}: the Ray backend has no such worker"
+            )
+        self._teardown([old], [])
+        new = self._start_main(
+            role, index, old.spec, env, old.pg, old.bundle_index, old.kind, old.log_dir
+        )
+        with self._lock:
+            record.replicas = [new if r is old else r for r in record.replicas]
 
     @staticmethod
     def _accelerator_options(kind: str | None, gpu: int) -> dict:
@@ -489,7 +532,8 @@ class RayLauncher(Launcher):
         bundle_index: int,
         num_cpus: float,
         options: dict,
-        gpu: int,
+        spec: Any,
+        kind: str | None,
         log_dir: str,
         visible_devices: dict[str, str] | None = None,
         parent: tuple[str, int] | None = None,
@@ -522,7 +566,8 @@ class RayLauncher(Launcher):
             env=env,
             pg=pg,
             bundle_index=bundle_index,
-            gpu=gpu,
+            spec=spec,
+            kind=kind,
             log_dir=log_dir,
             parent=parent,
         )
@@ -543,7 +588,10 @@ class RayLauncher(Launcher):
         for b in bundles:
             for key, value in b.items():
                 total[key] = total.get(key, 0.0) + value
-        asked = format_resources(bundles[0]) if len({str(b) for b in bundles}) == 1 else bundles
+        uniform = len({str(b) for b in bundles}) == 1
+        asked = (
+            format_resources(bundles[0]) if uniform else ", ".join(map(format_resources, bundles))
+        )
         message = (
             f"could not place {len(waiting)} of {len(record.pgs)} placement group(s) of role "
             f"{job.role!r} within {self.startup_timeout:.0f}s ({names}): each worker asks "
@@ -573,7 +621,12 @@ class RayLauncher(Launcher):
         ray = self.ray
         replicas = self._records(role)
         live = [r for r in replicas if r.exit is None]
-        if live and ray.is_initialized():
+        if live and not ray.is_initialized():
+            for r in live:  # the driver's actors went with its runtime
+                r.exit = WorkerExit(
+                    f"Ray actor {r.name} is gone: ray.shutdown() was called in this process"
+                )
+        elif live:
             ready, _ = ray.wait([r.done_ref for r in live], num_returns=len(live), timeout=0)
             ready_ids = {ref.hex() for ref in ready}
             for r in live:
@@ -603,7 +656,8 @@ class RayLauncher(Launcher):
         for pg, bundles in zip(record.pgs, record.bundles, strict=True):
             state = placement_group_table(pg).get("state", "?")
             if state != "CREATED":
-                waiting.append(f"{_pg_name(pg)} is {state} asking {bundles}")
+                asked = ", ".join(format_resources(b) for b in bundles)
+                waiting.append(f"{_pg_name(pg)} is {state}, asking {asked}")
         if waiting:
             return (
                 "placement group(s) not placed: "
@@ -619,7 +673,8 @@ class RayLauncher(Launcher):
     def backend_id(self, role: str, index: int) -> str | None:
         for r in self._records(role):
             if r.index == index:
-                return r.actor._actor_id.hex()
+                actor_id = getattr(r.actor, "_actor_id", None)
+                return actor_id.hex() if actor_id is not None else None
         return None
 
     def share_secret_by_env(self) -> bool:
@@ -660,8 +715,8 @@ class RayLauncher(Launcher):
         for key in (E.INDEX_OFFSET, E.BACKEND_ID):
             child_env.pop(key, None)
         options = {}
-        kind = self._parent_kind(parent)
-        if kind and parent.gpu == 1:
+        kind = parent.kind
+        if kind and parent.spec.gpu == 1:
             share = FORK_ACCELERATOR_SHARE
             options = {"num_gpus": share} if kind == "GPU" else {"resources": {kind: share}}
         prefix = name_prefix(child_env[E.EXPERIMENT], child_env[E.TRIAL])
@@ -675,9 +730,10 @@ class RayLauncher(Launcher):
                 bundle_index=parent.bundle_index,
                 num_cpus=0,
                 options=options,
-                gpu=parent.gpu,
+                spec=parent.spec,
+                kind=kind,
                 log_dir=parent.log_dir,
-                visible_devices=info.get("visible_devices") if parent.gpu else None,
+                visible_devices=info.get("visible_devices") if kind else None,
                 parent=(parent.role, parent.index),
             )
         except Exception as exc:
@@ -711,23 +767,8 @@ class RayLauncher(Launcher):
             pid=child_info["pid"],
             backend_id=child_info["actor_id"],
             forked=True,
+            generation=child_info.get("generation", ""),
         )
-
-    def _parent_kind(self, parent: _Replica) -> str | None:
-        if not parent.gpu:
-            return None
-        for bundles in (self._roles.get(parent.role) or _Role()).bundles:
-            for bundle in bundles:
-                for kind in ("GPU", "NPU"):
-                    if kind in bundle:
-                        return kind
-        if parent.parent is not None:
-            grand = next(
-                (r for r in self._records(parent.parent[0]) if r.index == parent.parent[1]), None
-            )
-            if grand is not None:
-                return self._parent_kind(grand)
-        return self.accelerator_kind()
 
     def _drop_fork(self, child: _Replica) -> None:
         with self._lock:
@@ -797,9 +838,7 @@ class RayLauncher(Launcher):
             except Exception:
                 pass
         deadline = time.monotonic() + GONE_TIMEOUT_SECONDS
-        refs = [r.done_ref for r in replicas]
-        if refs:
-            ray.wait(refs, num_returns=len(refs), timeout=GONE_TIMEOUT_SECONDS)
+        self._wait_actors_dead(replicas, deadline)
         for r in replicas:
             if r.exit is None:
                 r.exit = WorkerExit(f"Ray actor {r.name} stopped by the scheduler")
@@ -807,6 +846,28 @@ class RayLauncher(Launcher):
         while pids and time.monotonic() < deadline:
             pids = [p for p in pids if _pid_alive(p)]
             if pids:
+                time.sleep(0.02)
+
+    def _wait_actors_dead(self, replicas: list[_Replica], deadline: float) -> None:
+        """Until Ray reports each killed actor dead (then its name is free again): a call
+        made after ``ray.kill`` fails with RayActorError once the kill has landed."""
+        ray = self.ray
+        pending = list(replicas)
+        while pending and time.monotonic() < deadline:
+            probes = {r.actor.ping.remote(): r for r in pending}
+            ready, not_ready = ray.wait(
+                list(probes), num_returns=len(probes), timeout=max(0.0, deadline - time.monotonic())
+            )
+            pending = [probes[ref] for ref in not_ready]
+            for ref in ready:
+                try:
+                    ray.get(ref, timeout=0)
+                    pending.append(probes[ref])  # it still answered: the kill is on its way
+                except ray.exceptions.RayActorError:
+                    pass
+                except Exception:
+                    pass
+            if pending:
                 time.sleep(0.02)
 
     def _wait_groups_gone(self, pgs: list[Any], deadline: float | None = None) -> None:

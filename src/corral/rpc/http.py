@@ -7,11 +7,13 @@ preallocated buffer and sent from the caller's buffers without joining them.
 from __future__ import annotations
 
 import socket
+import sys
 from dataclasses import dataclass, field
 
 from corral.errors import ProtocolError
 
 MAX_HEAD_BYTES = 64 * 1024
+LARGE_BODY = 1 << 20
 SECRET_HEADER = "x-corral-secret"
 REQUEST_ID_HEADER = "x-corral-request-id"
 IDENTITY_HEADER = "x-corral-worker"
@@ -79,6 +81,7 @@ class SocketReader:
     def __init__(self, sock: socket.socket):
         self.sock = sock
         self.pending = bytearray()
+        self._spare = None
 
     def read_head(self) -> Message | None:
         """The next message head, or None if the peer closed cleanly between messages."""
@@ -98,16 +101,18 @@ class SocketReader:
         del self.pending[: end + 4]
         return parse_head(head)
 
-    def read_body(self, length: int) -> bytearray:
+    def read_body(self, length: int) -> bytearray | memoryview:
+        """The next ``length`` bytes. Large bodies land in an uninitialised buffer that is
+        reused for the next large body once nothing (no decoded array) refers to it."""
         if length <= len(self.pending):
             body = self.pending[:length]
             del self.pending[:length]
             return body
-        body = bytearray(length)
+        body = self._large_buffer(length) if length >= LARGE_BODY else memoryview(bytearray(length))
         have = len(self.pending)
         body[:have] = self.pending
         self.pending = bytearray()
-        view = memoryview(body)
+        view = body
         while have < length:
             n = self.sock.recv_into(view[have:], min(length - have, 1 << 24))
             if n == 0:
@@ -116,6 +121,19 @@ class SocketReader:
                 )
             have += n
         return body
+
+    def _large_buffer(self, length: int) -> memoryview:
+        import numpy as np
+
+        spare = self._spare
+        if (
+            spare is not None
+            and length <= spare.nbytes <= 2 * length
+            and sys.getrefcount(spare) <= 3
+        ):
+            return memoryview(spare)[:length]
+        self._spare = np.empty(length, dtype=np.uint8)
+        return memoryview(self._spare)
 
 
 def send_message(

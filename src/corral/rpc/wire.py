@@ -16,11 +16,12 @@ import json
 import math
 import struct
 import sys
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from corral.errors import ProtocolError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 MAGIC = b"CRL1"
 _PREFIX = struct.Struct("<4sII")
@@ -71,9 +72,10 @@ class _Encoder:
                 "k": [self.encode(k) for k in obj],
                 "v": [self.encode(v) for v in obj.values()],
             }
-        if isinstance(obj, np.ndarray):
+        np = sys.modules.get("numpy")
+        if np is not None and isinstance(obj, np.ndarray):
             return self._ndarray(obj)
-        if isinstance(obj, np.generic):
+        if np is not None and isinstance(obj, np.generic):
             return self.encode(obj.item())
         if isinstance(obj, bytes | bytearray | memoryview):
             return {TAG: "bytes", "b": self._buffer(memoryview(obj).cast("B"))}
@@ -91,6 +93,8 @@ class _Encoder:
         )
 
     def _ndarray(self, arr: np.ndarray) -> dict:
+        import numpy as np
+
         if arr.dtype.kind not in _NUMPY_KINDS:
             raise TypeError(f"cannot send a numpy array of dtype {arr.dtype} (object/struct)")
         if not arr.flags.c_contiguous:
@@ -122,7 +126,9 @@ def encode(obj: Any) -> list[memoryview | bytes]:
     if len(header) > MAX_HEADER_BYTES:
         raise ProtocolError(f"frame header of {len(header)} bytes exceeds {MAX_HEADER_BYTES}")
     if len(enc.buffers) > MAX_BUFFERS:
-        raise ProtocolError(f"a frame holds at most {MAX_BUFFERS} arrays/buffers, not {len(enc.buffers)}")
+        raise ProtocolError(
+            f"a frame holds at most {MAX_BUFFERS} arrays/buffers, not {len(enc.buffers)}"
+        )
     lengths = [v.nbytes for v in enc.buffers]
     prefix = _PREFIX.pack(MAGIC, len(header), len(lengths)) + struct.pack(
         f"<{len(lengths)}Q", *lengths
@@ -209,6 +215,8 @@ class _Decoder:
         return tuple(shape)
 
     def ndarray(self, node: dict) -> np.ndarray:
+        import numpy as np
+
         dtype = np.dtype(node["d"])
         if dtype.kind not in _NUMPY_KINDS:
             raise ProtocolError(f"refusing numpy dtype {node['d']!r}")

@@ -6,7 +6,6 @@ single engine thread. Coroutine methods run on the worker's event loop thread.
 
 from __future__ import annotations
 
-import asyncio
 import importlib
 import inspect
 import re
@@ -58,16 +57,22 @@ class EngineHost:
     def __init__(self) -> None:
         self.engines: dict[str, Any] = {}
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="corral-engine")
-        self._loop = asyncio.new_event_loop()
-        self._loop_thread = threading.Thread(
-            target=self._loop.run_forever, name="corral-async", daemon=True
-        )
-        self._loop_thread.start()
+        self._loop = None
+        self._loop_lock = threading.Lock()
 
     def _on_engine_thread(self, fn, *args, **kwargs) -> Any:
         return self._thread.submit(fn, *args, **kwargs).result()
 
     def _await(self, awaitable) -> Any:
+        """Run a coroutine on the worker's event loop thread, started on first use."""
+        import asyncio
+
+        with self._loop_lock:
+            if self._loop is None:
+                self._loop = asyncio.new_event_loop()
+                threading.Thread(
+                    target=self._loop.run_forever, name="corral-async", daemon=True
+                ).start()
         return asyncio.run_coroutine_threadsafe(_as_coroutine(awaitable), self._loop).result()
 
     def create(self, name: str, import_path: str, args: list, kwargs: dict) -> None:
@@ -135,7 +140,8 @@ class EngineHost:
 
     def close(self) -> None:
         self._thread.shutdown(wait=False, cancel_futures=True)
-        self._loop.call_soon_threadsafe(self._loop.stop)
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
 
 
 async def _as_coroutine(awaitable) -> Any:
