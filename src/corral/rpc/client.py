@@ -20,6 +20,7 @@ from corral.rpc import wire
 from corral.rpc.http import (
     FRAME_TYPE,
     IDENTITY_HEADER,
+    LARGE_BODY,
     REQUEST_ID_HEADER,
     SECRET_HEADER,
     Message,
@@ -210,9 +211,18 @@ class AsyncRPCClient:
 
     def __init__(self, secret: str):
         self.secret = secret
-        self._idle: dict[
-            tuple[int, str], list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]
+        self._pools: dict[
+            asyncio.AbstractEventLoop,
+            dict[str, list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]],
         ] = {}
+
+    def _pool(self, address: str) -> list:
+        """Idle connections of the running loop. Connections of loops that were closed
+        (each ``asyncio.run`` makes a new loop) are dropped so their sockets are freed."""
+        loop = asyncio.get_running_loop()
+        for old in [lp for lp in self._pools if lp.is_closed()]:
+            del self._pools[old]  # their transports close their sockets when collected
+        return self._pools.setdefault(loop, {}).setdefault(address, [])
 
     async def _open(self, address: str):
         host, port = split_address(address)
@@ -240,9 +250,8 @@ class AsyncRPCClient:
         head = render_head(
             f"POST {path} HTTP/1.1", _request_headers(self.secret, request_id, identity), length
         )
-        key = (id(asyncio.get_running_loop()), address)
         for attempt in range(2):
-            pool = self._idle.setdefault(key, [])
+            pool = self._pool(address)
             reused = bool(pool)
             try:
                 reader, writer = pool.pop() if pool else await self._open(address)
@@ -276,11 +285,29 @@ class AsyncRPCClient:
         await writer.drain()
         raw = await reader.readuntil(b"\r\n\r\n")
         msg = parse_head(raw[:-4])
-        msg.body = bytearray(await reader.readexactly(msg.content_length))
+        msg.body = await _read_exactly_into(reader, msg.content_length)
         return msg
 
     async def aclose(self) -> None:
-        pools, self._idle = self._idle, {}
-        for pool in pools.values():
-            for _reader, writer in pool:
+        pools, self._pools = self._pools, {}
+        for by_address in pools.values():
+            for _reader, writer in (c for conns in by_address.values() for c in conns):
                 writer.close()
+
+
+async def _read_exactly_into(reader: asyncio.StreamReader, length: int) -> memoryview:
+    """Read a body chunk by chunk into one buffer, so the stream's own buffer stays small."""
+    if length >= LARGE_BODY:
+        import numpy as np
+
+        view = memoryview(np.empty(length, dtype=np.uint8))
+    else:
+        view = memoryview(bytearray(length))
+    have = 0
+    while have < length:
+        chunk = await reader.read(min(length - have, 1 << 20))
+        if not chunk:
+            raise asyncio.IncompleteReadError(bytes(view[:have]), length)
+        view[have : have + len(chunk)] = chunk
+        have += len(chunk)
+    return view
