@@ -61,8 +61,11 @@ class Launcher(abc.ABC):
     def backend_id(self, role: str, index: int) -> str | None:
         return None
 
-    def fork(self, role: str, target: Worker, index: int, env: dict[str, str]) -> Worker | None:
-        """Start a worker next to ``target``. None: use the shared ``POST /fork`` path."""
+    def fork(
+        self, role: str, target: Worker, index: int, env: dict[str, str], command: str | None = None
+    ) -> Worker | None:
+        """Start a worker next to ``target`` (running module ``command`` if given).
+        None: use the shared ``POST /fork`` path."""
         return None
 
     def kill_fork(self, worker: Worker) -> bool:

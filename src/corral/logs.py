@@ -43,7 +43,9 @@ def tail(path: str | None, lines: int = 20, max_bytes: int = 16384) -> str:
     return "\n".join(data.splitlines()[-lines:])
 
 
-class _Stream:
+class LogSink:
+    """Writes one worker's output to its replica, role and merged log files."""
+
     def __init__(self, pipe: IO[bytes], log_dir: str, role: str, index: int):
         self.pipe = pipe
         self.prefix = f"[{role}/{index}] ".encode()
@@ -81,7 +83,7 @@ class LogPump:
         self._closed = False
 
     def add(self, pipe: IO[bytes], log_dir: str, role: str, index: int) -> None:
-        stream = _Stream(pipe, log_dir, role, index)
+        stream = LogSink(pipe, log_dir, role, index)
         with self._lock:
             self._sel.register(pipe, selectors.EVENT_READ, stream)
             if self._thread is None:

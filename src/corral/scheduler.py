@@ -406,7 +406,7 @@ class Scheduler:
         def fork_one(index: int) -> Worker:
             target = targets[index]
             env = {k: v for k, v in job.tasks[index].env_vars.items()}
-            made = self.launcher.fork(job.role, target, index, env)
+            made = self.launcher.fork(job.role, target, index, env, command)
             if made is not None:
                 return made
             reply = self._request(
@@ -484,6 +484,10 @@ class Scheduler:
         deadline = time.monotonic() + DEAD_CHECK_SECONDS
         while True:
             dead = self.launcher.poll(owner_role) if owner_role in self._roles else {}
+            if index not in dead and owner_role != worker.role:
+                own = self.launcher.poll(worker.role)
+                if index in own:
+                    return self._failure(worker.id, own[index], worker.role, index, "during a call")
             if index in dead:
                 kind = (
                     ""

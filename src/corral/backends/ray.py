@@ -49,6 +49,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import select
 import signal
 import socket
 import subprocess
@@ -81,6 +82,7 @@ MAIN_SINGLE_GPU_SHARE = 0.9
 FORK_ACCELERATOR_SHARE = 0.01
 ACTOR_MAX_CONCURRENCY = 8
 STOP_GRACE_SECONDS = 3.0
+TEE_READY_TIMEOUT_SECONDS = 10.0
 GONE_TIMEOUT_SECONDS = 10.0
 VISIBLE_DEVICE_VARS = ("CUDA_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES")
 STRATEGIES = {"separate": "SPREAD", "shared": "PACK", "deferred": "SPREAD"}
@@ -158,7 +160,9 @@ class RayWorkerActor:
         secret = read_secret(os.environ)
         os.environ.pop(E.SECRET, None)
         self._tee = _start_tee(settings.log_dir, settings.role, settings.index)
-        self.runtime = WorkerRuntime(settings, secret)
+        self.runtime = WorkerRuntime(
+            settings, secret, on_shutdown=lambda: self._stop_now("exited on request")
+        )
         self.runtime.start()
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, self._on_sigterm)
@@ -253,15 +257,17 @@ def _start_tee(log_dir: str | None, role: str, index: int) -> tuple[subprocess.P
     sys.stdout.flush()
     sys.stderr.flush()
     read_end, write_end = os.pipe()
+    ready_r, ready_w = os.pipe()
     original = os.dup(1)
     env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-c", _TEE_CODE, log_dir, role, str(index)],
+            [sys.executable, "-c", _TEE_CODE, log_dir, role, str(index), str(ready_w)],
             stdin=read_end,
             stdout=original,
             stderr=subprocess.DEVNULL,
             env=env,
+            pass_fds=(ready_w,),
             start_new_session=True,
         )
     except OSError:
@@ -270,6 +276,13 @@ def _start_tee(log_dir: str | None, role: str, index: int) -> tuple[subprocess.P
         return None
     finally:
         os.close(read_end)
+        os.close(ready_w)
+    # Until the tee has its files open: a worker that dies right after it registered
+    # must still find its first lines in the log.
+    try:
+        select.select([ready_r], [], [], TEE_READY_TIMEOUT_SECONDS)
+    finally:
+        os.close(ready_r)
     os.dup2(write_end, 1)
     os.dup2(write_end, 2)
     os.close(write_end)
@@ -300,8 +313,10 @@ def _finish_tee(tee: tuple[subprocess.Popen, int] | None, timeout: float = 2.0) 
 # Runs in the tee process: imports only corral.logs, so it starts in about 0.1 s.
 _TEE_CODE = """
 import os, sys
-from corral.logs import _Stream
-stream = _Stream(open(os.devnull, "rb"), sys.argv[1], sys.argv[2], int(sys.argv[3]))
+from corral.logs import LogSink
+stream = LogSink(open(os.devnull, "rb"), sys.argv[1], sys.argv[2], int(sys.argv[3]))
+os.write(int(sys.argv[4]), b"1")
+os.close(int(sys.argv[4]))
 while True:
     try:
         data = os.read(0, 65536)
@@ -703,7 +718,11 @@ class RayLauncher(Launcher):
         return ip, int(port)
 
     # ------------------------------------------------------------------- fork
-    def fork(self, role: str, target: Worker, index: int, env: dict[str, str]) -> Worker | None:
+    def fork(
+        self, role: str, target: Worker, index: int, env: dict[str, str], command: str | None = None
+    ) -> Worker | None:
+        if command is not None:
+            return None  # the target worker starts that module itself (POST /fork)
         parent = next((r for r in self._records(target.role) if r.index == target.index), None)
         if parent is None:
             return None

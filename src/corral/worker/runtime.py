@@ -85,8 +85,11 @@ class ResultCache:
 class WorkerRuntime:
     """Everything a worker does once started; usable in-process (the Ray actor hosts one)."""
 
-    def __init__(self, settings: WorkerSettings, secret: str):
+    def __init__(self, settings: WorkerSettings, secret: str, on_shutdown=None):
+        """``on_shutdown``: what ``POST /shutdown`` does (default: SIGTERM this process;
+        an in-process host such as a Ray actor passes its own stop)."""
         self.settings = settings
+        self._on_shutdown = on_shutdown or (lambda: os.kill(os.getpid(), signal.SIGTERM))
         self.name_resolve = make_name_resolve(settings.name_resolve)
         self.engines = EngineHost()
         self.forks = ForkManager(settings, self.name_resolve)
@@ -242,7 +245,7 @@ class WorkerRuntime:
 
     def _shutdown_soon(self) -> None:
         time.sleep(0.05)
-        os.kill(os.getpid(), signal.SIGTERM)
+        self._on_shutdown()
 
 
 def _reserve_ports(count: int) -> list[int]:
