@@ -36,11 +36,14 @@ class BackendUnderTest:
     controller_env: dict = field(default_factory=dict)
     leftovers: Callable[[str, str], list[str]] = field(default=lambda exp, trial: [])
 
-    def scheduler(self, **kwargs) -> Scheduler:
+    def scheduler(self, name_resolve: dict | None = None, **kwargs) -> Scheduler:
+        """A scheduler for a fresh trial; ``name_resolve`` overrides cluster.name_resolve."""
         experiment = f"conf-{self.name}"
         trial = f"t{uuid.uuid4().hex[:8]}"
         cfg = BaseExperimentConfig(experiment_name=experiment, trial_name=trial)
         cfg.cluster.n_gpus_per_node = self.gpus_per_node
+        for key, value in (name_resolve or {}).items():
+            setattr(cfg.cluster.name_resolve, key, value)
         return self.make(cfg, **kwargs)
 
     def kill_worker(self, worker: Worker, sig: int = signal.SIGKILL) -> None:

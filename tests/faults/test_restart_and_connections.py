@@ -5,8 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
-import threading
 
 import numpy as np
 import pytest
@@ -19,8 +17,8 @@ from corral import (
     SchedulingSpec,
     WorkerFailedError,
 )
-from corral.errors import WorkerConnectionError
 from corral.rpc.client import WorkerUnreachableError
+from tests.support.proxy import CuttingProxy
 
 ECHO = "corral.testing.engines.EchoEngine"
 
@@ -33,77 +31,9 @@ def sched(tmp_path):
     s.close()
 
 
-class CuttingProxy:
-    """Forwards loopback TCP to a worker; the first ``cuts`` connections are closed after
-    ``cut_after`` bytes from the client, every later one passes through untouched."""
-
-    def __init__(self, target: tuple[str, int], cut_after: int, cuts: int = 1):
-        self.target = target
-        self.cut_after = cut_after
-        self.cuts = cuts
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        self.connections = 0
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.sock.accept()
-            except OSError:
-                return
-            self.connections += 1
-            limit = self.cut_after if self.connections <= self.cuts else None
-            upstream = socket.create_connection(self.target)
-            threading.Thread(target=self._pipe, args=(client, upstream, limit), daemon=True).start()
-            threading.Thread(target=self._pipe, args=(upstream, client, None), daemon=True).start()
-
-    @staticmethod
-    def _pipe(src: socket.socket, dst: socket.socket, limit: int | None) -> None:
-        moved = 0
-        try:
-            while True:
-                data = src.recv(1 << 16)
-                if not data:
-                    break
-                if limit is not None and moved + len(data) > limit:
-                    dst.sendall(data[: limit - moved])
-                    break
-                dst.sendall(data)
-                moved += len(data)
-        except OSError:
-            pass
-        for s in (src, dst):
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            s.close()
-
-    def close(self) -> None:
-        self.sock.close()
-
-
 def _through_proxy(sched, wid: str, proxy: CuttingProxy) -> None:
     worker = sched.get_workers(wid.split("/")[0])[int(wid.split("/")[1])]
     worker.ip, worker.port = "127.0.0.1", proxy.port
-
-
-def test_cut_mid_transfer_gives_a_clear_error_and_the_next_call_works(sched):
-    (wid,) = sched.create_workers(Job(role="net", replicas=1))
-    asyncio.run(sched.create_engine(wid, ECHO, "e"))
-    w = sched.get_workers("net")[0]
-    proxy = CuttingProxy((w.ip, w.port), cut_after=8 << 20)
-    try:
-        _through_proxy(sched, wid, proxy)
-        payload = np.ones(16 << 20, dtype=np.float32)
-        with pytest.raises(WorkerConnectionError, match="net/0"):
-            sched.call_engine(wid, "echo", "e", payload, rpc_meta={"max_retries": 0})
-        out = sched.call_engine(wid, "echo", "e", payload)
-        assert np.array_equal(out, payload)
-        assert proxy.connections >= 2
-    finally:
-        proxy.close()
 
 
 def test_retry_after_a_cut_runs_the_method_once(sched):

@@ -1,0 +1,57 @@
+"""A loopback TCP proxy that cuts connections mid-transfer, for fault tests."""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+
+class CuttingProxy:
+    """Forwards loopback TCP to a worker; the first ``cuts`` connections are closed after
+    ``cut_after`` bytes from the client, every later one passes through untouched."""
+
+    def __init__(self, target: tuple[str, int], cut_after: int, cuts: int = 1):
+        self.target = target
+        self.cut_after = cut_after
+        self.cuts = cuts
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.connections = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.sock.accept()
+            except OSError:
+                return
+            self.connections += 1
+            limit = self.cut_after if self.connections <= self.cuts else None
+            upstream = socket.create_connection(self.target)
+            threading.Thread(target=self._pipe, args=(client, upstream, limit), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(upstream, client, None), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src: socket.socket, dst: socket.socket, limit: int | None) -> None:
+        moved = 0
+        try:
+            while True:
+                data = src.recv(1 << 16)
+                if not data:
+                    break
+                if limit is not None and moved + len(data) > limit:
+                    dst.sendall(data[: limit - moved])
+                    break
+                dst.sendall(data)
+                moved += len(data)
+        except OSError:
+            pass
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+
+    def close(self) -> None:
+        self.sock.close()
