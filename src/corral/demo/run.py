@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -102,7 +103,12 @@ def run_demo(
         f"corral demo on {scheduler_type}: {rollout_replicas} rollout + {rollout_replicas} forked reward "
         f"helpers + {trainer_replicas} trainers, {steps} steps"
     )
-    sched = make_scheduler(cfg, progress=lambda text: say(f"  .. {text}"))
+    extra = {}
+    if scheduler_type == "ray":
+        # A runtime the demo starts itself declares logical CPUs, so the 6 small workers
+        # fit on a laptop; a cluster it joins is used as it is.
+        extra["init_kwargs"] = {"num_cpus": max(8, os.cpu_count() or 1)}
+    sched = make_scheduler(cfg, progress=lambda text: say(f"  .. {text}"), **extra)
     try:
         rollout = sched.create_workers(
             Job("rollout", rollout_replicas, [SchedulingSpec(cpu=1, mem=1)])
