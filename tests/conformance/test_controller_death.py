@@ -22,9 +22,19 @@ def test_stopped_controller_leaves_no_worker_within_ten_seconds(backend, sig):
     trial = f"orphans{uuid.uuid4().hex[:6]}"
     env = {**os.environ, **backend.controller_env}
     proc = subprocess.Popen(
-        [sys.executable, SCRIPT, backend.name, backend.fileroot, f"death-{backend.name}", trial,
-         str(backend.gpus_per_node)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        [
+            sys.executable,
+            SCRIPT,
+            backend.name,
+            backend.fileroot,
+            f"death-{backend.name}",
+            trial,
+            str(backend.gpus_per_node),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
     )
     try:
         line = proc.stdout.readline()

@@ -13,7 +13,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def test_spec_training_script_example_runs_on_local(tmp_path):
     out = subprocess.run(
         [sys.executable, "examples/training_script.py", f"cluster.fileroot={tmp_path}"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert out.returncode == 0, out.stderr
     assert "'completion': 'computing quantum Explain'" in out.stdout
@@ -22,7 +25,10 @@ def test_spec_training_script_example_runs_on_local(tmp_path):
 def test_demo_runs_learns_and_cleans_up(tmp_path):
     out = subprocess.run(
         [sys.executable, "-m", "corral.cli", "--fileroot", str(tmp_path), "demo", "--steps", "25"],
-        cwd=ROOT, capture_output=True, text=True, timeout=180,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
     )
     assert out.returncode == 0, out.stderr
     text = out.stdout
@@ -32,5 +38,9 @@ def test_demo_runs_learns_and_cleans_up(tmp_path):
     assert last > first, text
     logs = re.search(r"^\s+logs\s+(\S+)$", text, re.M).group(1)
     assert logs.startswith(str(tmp_path)) and os.path.exists(os.path.join(logs, "merged.log"))
-    left = [os.path.join(d, f) for d, _, files in os.walk(os.path.join(tmp_path, "name_resolve")) for f in files]
+    left = [
+        os.path.join(d, f)
+        for d, _, files in os.walk(os.path.join(tmp_path, "name_resolve"))
+        for f in files
+    ]
     assert left == []
