@@ -1,16 +1,55 @@
-"""corral on Slurm: a placeholder until ``corral.backends.slurm`` exists.
+"""corral on Slurm, next to a bare sbatch job and the same figures on the local backend.
 
-When the Slurm backend lands, this module adds ``slurm.*`` rows (cold start through
-sbatch/srun, noop latency, payload round trip, delete) measured on the test cluster of
-``/work/shared/recipes``, with the local figures (``ctx.row("local....")``) and the bare
-``srun`` of ``python -c pass`` as baselines.
+Rows (keys ``slurm.*``): cold start of 8 workers spread over 4 nodes (gpu=2 each with
+``n_gpus_per_node=4``: 2 workers per node), noop call_engine p50/p99, delete_workers of
+those 8 and what is left after it (processes, and jobs of the trial in squeue).
+
+Baselines, measured in the same run: for the cold start, a bare ``sbatch`` of a 4-node
+job running ``srun hostname``, timed until the first line appears in its output file
+(the queue, allocation and step launch that every corral role pays too); for noop and
+delete, the local backend's figures (``NEEDS`` makes run.py measure local first).
+
+It runs against the Slurm cluster the Slurm client commands reach (``SLURM_CONF``; the
+lab of ``.ci/slurm_cluster.sh`` by default when its config exists). Every job it submits
+is named ``<experiment>:<trial>:...`` or ``corral-bench-baseline`` and is cancelled on
+exit, error or Ctrl-C.
 """
 
 from __future__ import annotations
 
-from common import BackendUnavailable, Context, Row
+import asyncio
+import os
+import shutil
+import subprocess
+import time
+
+from common import (
+    BackendUnavailable,
+    Context,
+    Row,
+    Target,
+    log,
+    median,
+    percentile,
+    processes_left,
+    rounded,
+)
 
 NAME = "slurm"
+NEEDS = ["local"]  # the local rows are this backend's baselines
+ENGINE = "corral.testing.engines.EchoEngine"
+LAB_CONF = os.path.join(
+    os.environ.get("CORRAL_SLURM_DIR", "/tmp/corral-slurm"), "etc", "slurm.conf"
+)
+NODES = 4
+GPUS_PER_NODE = 4
+GPUS_PER_WORKER = 2
+BASELINE_JOB_NAME = "corral-bench-baseline"
+
+
+def _use_lab_conf() -> None:
+    if not os.environ.get("SLURM_CONF") and os.path.exists(LAB_CONF):
+        os.environ["SLURM_CONF"] = LAB_CONF
 
 
 def check() -> str | None:
@@ -18,18 +57,264 @@ def check() -> str | None:
     try:
         import corral.backends.slurm  # noqa: F401
     except Exception as exc:
+        return f"corral.backends.slurm cannot be imported ({type(exc).__name__}: {exc})"
+    missing = [
+        c
+        for c in ("sbatch", "srun", "squeue", "scontrol", "scancel", "sinfo")
+        if not shutil.which(c)
+    ]
+    if missing:
+        return f"Slurm client commands not found: {', '.join(missing)} (not a Slurm login node)"
+    _use_lab_conf()
+    try:
+        r = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"scontrol ping failed: {exc}"
+    if "is UP" not in r.stdout:
+        text = (r.stdout + r.stderr).strip() or f"exit code {r.returncode}"
+        return f"slurmctld does not answer `scontrol ping` ({text}); bash .ci/slurm_cluster.sh up"
+    nodes = _idle_gpu_nodes()
+    if nodes < NODES:
         return (
-            "corral.backends.slurm cannot be imported "
-            f"({type(exc).__name__}: {exc}); the Slurm backend is not available yet"
+            f"needs {NODES} nodes with >= {GPUS_PER_NODE} GPUs (gres gpu) each; sinfo shows {nodes}"
         )
     return None
+
+
+def _idle_gpu_nodes() -> int:
+    r = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %G"], capture_output=True, text=True)
+    found = set()
+    for line in r.stdout.splitlines():
+        parts = line.split()
+        if len(parts) < 2:
+            continue
+        for gres in parts[1].split(","):
+            if gres.startswith("gpu:"):
+                try:
+                    if int(gres.split(":")[-1].split("(")[0]) >= GPUS_PER_NODE:
+                        found.add(parts[0])
+                except ValueError:
+                    pass
+    return len(found)
+
+
+class Plan:
+    def __init__(self, quick: bool):
+        self.workers = 8
+        self.cold_reps = 1 if quick else 3
+        self.bare_reps = 1 if quick else 3
+        self.noop_warmup = 50 if quick else 200
+        self.noop_calls = 300 if quick else 2000
+
+
+# ------------------------------------------------------------------ baseline --
+def _scancel(job_id: str) -> None:
+    subprocess.run(["scancel", job_id], capture_output=True)
+
+
+def _wait_gone(job_id: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        r = subprocess.run(
+            ["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True
+        )
+        if r.returncode != 0 or not r.stdout.strip():
+            return
+        time.sleep(0.1)
+
+
+def bare_sbatch_first_line(ctx: Context, rep: int) -> float:
+    """Seconds from ``sbatch`` of a 4-node ``srun hostname`` job until the first line
+    of its output file exists."""
+    folder = os.path.join(ctx.fileroot, "slurm-baseline")
+    os.makedirs(folder, exist_ok=True)
+    out = os.path.join(folder, f"hostname-{rep}.out")
+    script = os.path.join(folder, f"hostname-{rep}.sbatch")
+    with open(script, "w") as fh:
+        fh.write(
+            "#!/bin/bash\n"
+            f"#SBATCH --job-name={BASELINE_JOB_NAME}\n"
+            f"#SBATCH --output={out}\n"
+            f"#SBATCH --nodes={NODES}\n"
+            "#SBATCH --ntasks-per-node=1\n"
+            "#SBATCH --cpus-per-task=1\n"
+            "#SBATCH --no-requeue\n"
+            "srun hostname\n"
+        )
+    started = time.perf_counter()
+    r = subprocess.run(["sbatch", "--parsable", script], capture_output=True, text=True)
+    job_id = r.stdout.strip().split(";")[0]
+    if r.returncode != 0 or not job_id.isdigit():
+        raise RuntimeError(f"sbatch of the baseline job failed: {r.stderr.strip()}")
+    ctx.on_close(_scancel, job_id)
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            with open(out) as fh:
+                if "\n" in fh.read():
+                    break
+        except FileNotFoundError:
+            pass
+        if time.monotonic() > deadline:
+            _scancel(job_id)
+            raise RuntimeError(f"baseline job {job_id} printed nothing in 120 s ({out})")
+        time.sleep(0.005)
+    elapsed = time.perf_counter() - started
+    _wait_gone(job_id)
+    return elapsed
+
+
+# -------------------------------------------------------------------- corral --
+def _scheduler(ctx: Context):
+    from corral.backends.slurm import SlurmScheduler
+    from corral.config import BaseExperimentConfig
+
+    cfg = BaseExperimentConfig(experiment_name=ctx.unique_name("benchslurm"), trial_name="t0")
+    sched = SlurmScheduler(
+        cfg,
+        fileroot=ctx.fileroot,
+        n_gpus_per_node=GPUS_PER_NODE,
+        startup_timeout=180.0,
+        progress=lambda text: None,
+    )
+    ctx.on_close(sched.close)
+    return sched
+
+
+def _job(role: str, replicas: int):
+    from corral import Job, SchedulingSpec
+
+    return Job(role=role, replicas=replicas, tasks=[SchedulingSpec(cpu=1, gpu=GPUS_PER_WORKER)])
+
+
+def _trial_jobs(sched) -> list[str]:
+    out = subprocess.run(["squeue", "-h", "-o", "%i %j %T"], capture_output=True, text=True)
+    prefix = f"{sched.experiment_name}:{sched.trial_name}:"
+    return [
+        line
+        for line in out.stdout.splitlines()
+        if len(line.split()) > 1 and line.split()[1].startswith(prefix)
+    ]
+
+
+def _timed_delete(sched, role: str) -> tuple[float, dict]:
+    pids = [w.pid for w in sched.get_workers(role) if w.pid]
+    started = time.perf_counter()
+    sched.delete_workers(role)
+    elapsed = time.perf_counter() - started
+    procs = processes_left(pids)
+    jobs = _trial_jobs(sched)
+    return elapsed, {**procs, "slurm_jobs": jobs, "left": procs["left"] + len(jobs)}
+
+
+def _local(ctx: Context, key: str) -> tuple[float | None, str]:
+    row = ctx.row(key)
+    if row is None:
+        return None, "local backend (not measured in this run)"
+    return row.value, "local backend, same run"
 
 
 def run(ctx: Context) -> list[Row]:
     reason = check()
     if reason:
         raise BackendUnavailable(reason)
-    raise BackendUnavailable(
-        "corral.backends.slurm imports, but the Slurm rows are not written yet "
-        "(see this module's docstring for what they measure)"
-    )
+    plan = Plan(ctx.quick)
+    n = plan.workers
+    sched = _scheduler(ctx)
+
+    async def engines(ids: list[str]) -> None:
+        await asyncio.gather(*(sched.create_engine(i, ENGINE) for i in ids))
+
+    bare = [bare_sbatch_first_line(ctx, rep) for rep in range(plan.bare_reps)]
+    log(f"slurm: bare sbatch of srun hostname on {NODES} nodes, first line: {rounded(bare, 3)}")
+    cold: list[float] = []
+    deletes: list[float] = []
+    lefts: list[dict] = []
+    hosts: list[int] = []
+    ids: list[str] = []
+    role = ""
+    for rep in range(plan.cold_reps):
+        role = f"slurm{n}-r{rep}"
+        started = time.perf_counter()
+        ids = sched.create_workers(_job(role, n))
+        cold.append(time.perf_counter() - started)
+        hosts.append(len({w.host for w in sched.get_workers(role)}))
+        asyncio.run(engines(ids))
+        log(f"slurm: cold start of {n} rep {rep}: {cold[-1]:.2f}s on {hosts[-1]} node(s)")
+        if rep < plan.cold_reps - 1:
+            seconds, left = _timed_delete(sched, role)
+            deletes.append(seconds)
+            lefts.append(left)
+
+    for _ in range(plan.noop_warmup):
+        sched.call_engine(ids[0], "noop")
+    lat = []
+    for _ in range(plan.noop_calls):
+        started = time.perf_counter()
+        sched.call_engine(ids[0], "noop")
+        lat.append(time.perf_counter() - started)
+    ms = [x * 1e3 for x in lat]
+    log(f"slurm: noop p50 {percentile(ms, 50):.3f} ms, p99 {percentile(ms, 99):.3f} ms")
+
+    seconds, left = _timed_delete(sched, role)
+    deletes.append(seconds)
+    lefts.append(left)
+    log(f"slurm: delete of {n}: {rounded(deletes, 3)}; left {[x['left'] for x in lefts]}")
+
+    local_p50, local_label = _local(ctx, "local.noop.p50")
+    local_p99, local_p99_label = _local(ctx, "local.noop.p99")
+    local_delete, local_delete_label = _local(ctx, f"local.delete.n{n}")
+    return [
+        Row(
+            key=f"slurm.cold_start.n{n}",
+            backend=NAME,
+            label=f"Slurm: cold start, {n} workers (gpu={GPUS_PER_WORKER}) on {NODES} nodes ready",
+            unit="s",
+            value=median(cold),
+            baseline=median(bare),
+            baseline_label=f"bare sbatch of `srun hostname` on {NODES} nodes until its first "
+            "output line",
+            samples={"corral": rounded(cold), "baseline": rounded(bare)},
+            extra={"distinct_nodes": hosts},
+        ),
+        Row(
+            key="slurm.noop.p50",
+            backend=NAME,
+            label="Slurm: noop call_engine p50",
+            unit="ms",
+            value=percentile(ms, 50),
+            baseline=local_p50,
+            baseline_label=local_label,
+            samples={"corral": rounded(ms, 4)},
+        ),
+        Row(
+            key="slurm.noop.p99",
+            backend=NAME,
+            label="Slurm: noop call_engine p99",
+            unit="ms",
+            value=percentile(ms, 99),
+            baseline=local_p99,
+            baseline_label=local_p99_label,
+        ),
+        Row(
+            key=f"slurm.delete.n{n}",
+            backend=NAME,
+            label=f"Slurm: delete_workers, {n} workers with an engine each",
+            unit="s",
+            value=median(deletes),
+            baseline=local_delete,
+            baseline_label=local_delete_label,
+            samples={"corral": rounded(deletes)},
+        ),
+        Row(
+            key=f"slurm.delete.n{n}.left",
+            backend=NAME,
+            label=f"Slurm: processes and jobs left after delete of {n}",
+            unit="processes+jobs",
+            value=float(max(x["left"] for x in lefts)),
+            baseline=0.0,
+            baseline_label="none expected",
+            targets=[Target("abs", "==", 0.0, "0 left")],
+            extra={"detail": lefts},
+        ),
+    ]

@@ -329,20 +329,9 @@ class Scheduler:
             return None
         raw = self.name_resolve.get(self._key(keys.worker_info_key, role, index))
         info = json.loads(raw) if raw else {}
-        ip, _, port = address.rpartition(":")
-        return Worker(
-            id=f"{role}/{index}",
-            role=role,
-            index=index,
-            ip=ip,
-            port=int(port),
-            worker_ports=list(info.get("worker_ports", [])),
-            host=info.get("host", ""),
-            pid=info.get("pid"),
-            backend_id=info.get("backend_id") or self.launcher.backend_id(role, index),
-            forked=bool(info.get("forked", False)),
-            generation=info.get("generation", ""),
-        )
+        worker = Worker.from_registration(role, index, address, info)
+        worker.backend_id = worker.backend_id or self.launcher.backend_id(role, index)
+        return worker
 
     def _failure(
         self, worker_id: str, exit_: WorkerExit, role: str, index: int, when: str
@@ -421,19 +410,14 @@ class Scheduler:
                 },
                 timeout=self.startup_timeout + 5,
             )
-            ip, _, port = reply["address"].rpartition(":")
-            return Worker(
-                id=f"{job.role}/{index}",
-                role=job.role,
-                index=index,
-                ip=ip,
-                port=int(port),
-                worker_ports=list(reply.get("worker_ports", [])),
+            return Worker.from_registration(
+                job.role,
+                index,
+                reply["address"],
+                reply,
                 host=reply.get("host", target.host),
-                pid=reply.get("pid"),
                 backend_id=target.backend_id,
                 forked=True,
-                generation=reply.get("generation", ""),
             )
 
         try:
@@ -581,19 +565,14 @@ class Scheduler:
                     identity=worker.identity,
                 )
             except TimeoutError as exc:
-                raise WorkerTimeoutError(
-                    f"worker {worker.id} did not answer {path} within {timeout}s: {exc}"
-                ) from None
+                raise _no_answer(worker, path, timeout, exc) from None
             except WorkerUnreachableError as exc:
                 self._client.forget(worker.address)
                 problem = self._diagnose(worker, exc)
                 if problem is not None:
                     raise problem from None
                 if attempt == retries:
-                    raise WorkerConnectionError(
-                        f"the connection to worker {worker.id} broke {retries + 1} time(s) during {path}: "
-                        f"{exc.cause}; it is alive, so retry or raise rpc_meta['max_retries']"
-                    ) from None
+                    raise _still_broken(worker, path, retries, exc) from None
 
     async def _arequest(
         self,
@@ -615,18 +594,13 @@ class Scheduler:
                     identity=worker.identity,
                 )
             except TimeoutError as exc:
-                raise WorkerTimeoutError(
-                    f"worker {worker.id} did not answer {path} within {timeout}s: {exc}"
-                ) from None
+                raise _no_answer(worker, path, timeout, exc) from None
             except WorkerUnreachableError as exc:
                 problem = await asyncio.to_thread(self._diagnose, worker, exc)
                 if problem is not None:
                     raise problem from None
                 if attempt == retries:
-                    raise WorkerConnectionError(
-                        f"the connection to worker {worker.id} broke {retries + 1} time(s) during {path}: "
-                        f"{exc.cause}; it is alive, so retry or raise rpc_meta['max_retries']"
-                    ) from None
+                    raise _still_broken(worker, path, retries, exc) from None
 
     @staticmethod
     def _engine_path(engine: Any) -> str:
@@ -839,6 +813,21 @@ class Scheduler:
     @property
     def roles(self) -> list[str]:
         return list(self._roles)
+
+
+def _no_answer(
+    worker: Worker, path: str, timeout: float | None, exc: BaseException
+) -> WorkerTimeoutError:
+    return WorkerTimeoutError(f"worker {worker.id} did not answer {path} within {timeout}s: {exc}")
+
+
+def _still_broken(
+    worker: Worker, path: str, retries: int, exc: WorkerUnreachableError
+) -> WorkerConnectionError:
+    return WorkerConnectionError(
+        f"the connection to worker {worker.id} broke {retries + 1} time(s) during {path}: "
+        f"{exc.cause}; it is alive, so retry or raise rpc_meta['max_retries']"
+    )
 
 
 _live_schedulers: weakref.WeakSet[Scheduler] = weakref.WeakSet()

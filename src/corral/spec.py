@@ -99,6 +99,24 @@ class Worker:
     forked: bool = False
     generation: str = ""
 
+    @classmethod
+    def from_registration(
+        cls, role: str, index: int, address: str, info: dict, **fields: Any
+    ) -> Worker:
+        """A worker from what it published: ``ip:port`` and its info record (pid, host,
+        reserved ports, generation); ``fields`` override or fill in the rest."""
+        ip, _, port = address.rpartition(":")
+        values = {
+            "worker_ports": list(info.get("worker_ports", [])),
+            "host": info.get("host", ""),
+            "pid": info.get("pid"),
+            "backend_id": info.get("backend_id"),
+            "forked": bool(info.get("forked", False)),
+            "generation": info.get("generation", ""),
+        }
+        values.update(fields)
+        return cls(id=f"{role}/{index}", role=role, index=index, ip=ip, port=int(port), **values)
+
     @property
     def address(self) -> str:
         return f"{self.ip}:{self.port}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -314,3 +315,67 @@ def test_corral_demo_on_slurm(lab, tmp_path):
     assert "backend                 slurm" in r.stdout
     out = subprocess.run(["squeue", "-h", "-o", "%j"], capture_output=True, text=True).stdout
     assert not [j for j in out.split() if j.startswith("demo:")], out
+
+
+def _trial_job_names(experiment: str, trial: str) -> list[str]:
+    out = subprocess.run(["squeue", "-h", "-o", "%j"], capture_output=True, text=True).stdout
+    return [j for j in out.split() if j.startswith(f"{experiment}:{trial}:")]
+
+
+@pytest.mark.slurm
+@pytest.mark.timeout(180)
+def test_restart_policy_restarts_one_replica_in_a_job_of_its_own(make):
+    sched = make()
+    made = []
+
+    def hook(s, worker_id):
+        asyncio.run(s.create_engine(worker_id, ECHO, "e", tag="again"))
+        made.append(worker_id)
+
+    sched.set_restart_hook("phoenix", hook)
+    ids = sched.create_workers(
+        Job(role="phoenix", replicas=2, tasks=[SchedulingSpec(cpu=1, max_restarts=1)])
+    )
+    for wid in ids:
+        asyncio.run(sched.create_engine(wid, ECHO, "e"))
+    first_job = sched.launcher_jobs["phoenix"]
+    keeper, victim = sched.get_workers("phoenix")
+    assert keeper.slurm_job_id == victim.slurm_job_id == int(first_job)
+
+    os.kill(victim.pid, signal.SIGKILL)
+    with pytest.raises(WorkerFailedError) as info:
+        sched.call_engine(ids[1], "noop", "e")
+    assert info.value.restarted and "restarted it (1 of 1)" in str(info.value)
+    assert made == [ids[1]]
+
+    kept, again = sched.get_workers("phoenix")
+    # replica 0 was never touched: same process, still answering
+    assert kept.pid == keeper.pid and kept.generation == keeper.generation
+    assert pid_alive(keeper.pid)
+    assert sched.call_engine(ids[0], "pid", "e") == keeper.pid
+    # replica 1 is a new process in a new one-task job, with its engine made by the hook
+    assert again.pid != victim.pid and again.generation != victim.generation
+    assert again.index == 1 and sched.call_engine(ids[1], "echo", "e", 5) == 5
+    jobs = sched.launcher.job_ids("phoenix")
+    assert len(jobs) == 2 and jobs[0] == first_job
+    assert sched.launcher.backend_id("phoenix", 0) == first_job
+    assert sched.launcher.backend_id("phoenix", 1) == jobs[1] == str(again.slurm_job_id)
+    assert sched.launcher.poll("phoenix") == {}
+    assert _squeue_state(first_job) == "RUNNING" and _squeue_state(jobs[1]) == "RUNNING"
+
+    # the budget is spent: the second death is final
+    os.kill(again.pid, signal.SIGKILL)
+    with pytest.raises(WorkerFailedError) as info:
+        sched.call_engine(ids[1], "noop", "e")
+    assert not info.value.restarted
+    assert made == [ids[1]]
+    assert sched.call_engine(ids[0], "pid", "e") == keeper.pid
+    assert sched.call_engine(ids[0], "echo", "e", 7) == 7
+
+    pids = [keeper.pid, victim.pid, again.pid]
+    sched.delete_workers()
+    assert _trial_job_names(sched.experiment_name, sched.trial_name) == []
+    deadline = time.monotonic() + 10
+    while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert [p for p in pids if pid_alive(p)] == []

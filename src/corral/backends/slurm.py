@@ -6,6 +6,12 @@ job``), and cancels it (``scancel``). Whether one worker has died is read from t
 file its task writes (``<log_dir>/<role>/<index>.exit``); whether the whole job has
 ended (cancelled from outside, timed out, node failure, ...) from Slurm's job state.
 
+Restart policy (``SchedulingSpec.max_restarts > 0``): the role's step runs without
+``--kill-on-bad-exit`` so that one dead replica leaves the others running, and
+:meth:`SlurmLauncher.restart` submits a one-task job for the dead replica
+(``CORRAL_INDEX_OFFSET=index``, same log files). A role then has several jobs, each
+running a set of its replicas; polling, stopping and ``backend_id`` cover all of them.
+
 Everything that happens once a worker is reachable (health, engines, calls, fork via
 ``POST /fork``, colocation, teardown order) is the shared :class:`~corral.scheduler.Scheduler`.
 
@@ -16,6 +22,7 @@ script as text, and :func:`render_dry_run` serves ``corral run --dry-run``.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import re
@@ -155,8 +162,11 @@ class JobState:
 
 @dataclass
 class RoleJob:
+    """One sbatch job of a role: the role's first job, or one that restarted a replica."""
+
     job_id: str
-    replicas: int
+    indices: list[int]
+    """The replicas this job runs now (a restarted replica moves to its own job)."""
     log_dir: str
     script: str
     seen_active: bool = False
@@ -308,7 +318,9 @@ class SlurmLauncher(Launcher):
         self.python = python
         self.dry_run = dry_run
         self.queue = SlurmQueue()
-        self._jobs: dict[str, RoleJob] = {}
+        self._jobs: dict[str, list[RoleJob]] = {}
+        """Role -> its jobs: the first one, then one per restarted replica."""
+        self._specs: dict[str, NormalizedJob] = {}
         self._lock = threading.Lock()
         if not dry_run:
             for command in ("sbatch", "squeue", "scontrol", "scancel"):
@@ -356,20 +368,8 @@ class SlurmLauncher(Launcher):
         check_container(spec)
         plan_layout(job.replicas, spec, self.n_gpus_per_node)
 
-    def launch(self, request: LaunchRequest) -> None:
-        job = request.job
-        log_dir = request.log_dir
-        script = self.render(job, request.envs[0], log_dir)
-        role_dir = os.path.join(log_dir, job.role)
-        os.makedirs(role_dir, exist_ok=True)
-        for index in range(job.replicas):  # a role made again must not read old exits
-            try:
-                os.unlink(exit_code_path(log_dir, job.role, index))
-            except FileNotFoundError:
-                pass
-        path = os.path.join(log_dir, f"{job.role}.sbatch")
-        with open(path, "w") as fh:
-            fh.write(script)
+    def _submit(self, path: str, job: NormalizedJob, what: str) -> str:
+        """sbatch the script at ``path``; its job id, or WorkerCreationError saying why not."""
         r = _run(["sbatch", "--parsable", path])
         job_id = r.stdout.strip().split(";")[0]
         if r.returncode != 0 or not job_id.isdigit():
@@ -377,76 +377,154 @@ class SlurmLauncher(Launcher):
             layout = plan_layout(job.replicas, spec, self.n_gpus_per_node)
             message = (r.stderr or r.stdout).strip() or f"exit code {r.returncode}"
             raise WorkerCreationError(
-                f"Slurm refused the {job.role} job: {message}. Asked for {job.replicas} "
+                f"Slurm refused the {what} job: {message}. Asked for {job.replicas} "
                 f"worker(s) x (cpu={spec.cpu}, gpu={spec.gpu}, mem={spec.mem}G) on "
                 f"{layout.nodes} node(s) ({layout.ntasks_per_node} per node"
                 + (f", gres gpu:{layout.gpus_per_node}" if layout.gpus_per_node else "")
                 + f"); check n_gpus_per_node and the partition's nodes (sinfo). Script: {path}"
             )
-        with self._lock:
-            self._jobs[job.role] = RoleJob(job_id, job.replicas, log_dir, path)
         self.queue.invalidate()
+        return job_id
+
+    @staticmethod
+    def _forget_exit(log_dir: str, role: str, index: int) -> None:
+        try:
+            os.unlink(exit_code_path(log_dir, role, index))
+        except FileNotFoundError:
+            pass
+
+    def launch(self, request: LaunchRequest) -> None:
+        job = request.job
+        log_dir = request.log_dir
+        script = self.render(job, request.envs[0], log_dir)
+        role_dir = os.path.join(log_dir, job.role)
+        os.makedirs(role_dir, exist_ok=True)
+        for index in range(job.replicas):  # a role made again must not read old exits
+            self._forget_exit(log_dir, job.role, index)
+        path = os.path.join(log_dir, f"{job.role}.sbatch")
+        with open(path, "w") as fh:
+            fh.write(script)
+        job_id = self._submit(path, job, job.role)
+        with self._lock:
+            self._jobs[job.role] = [RoleJob(job_id, list(range(job.replicas)), log_dir, path)]
+            self._specs[job.role] = job
         log.info("submitted %s as Slurm job %s", job.role, job_id)
 
+    def restart(self, role: str, index: int, env: dict[str, str]) -> None:
+        """Submit a one-task job for replica ``index`` (same spec, same log files, appended;
+        ``CORRAL_INDEX_OFFSET=index``). The replica's old job keeps its other replicas:
+        a role with ``max_restarts > 0`` runs its step without ``--kill-on-bad-exit``."""
+        with self._lock:
+            jobs = list(self._jobs.get(role, ()))
+            nj = self._specs.get(role)
+        owner = next((j for j in jobs if index in j.indices), None)
+        if nj is None or owner is None or not 0 <= index < nj.replicas:
+            raise SchedulerError(f"cannot restart {role}/{index}: no Slurm job runs it")
+        log_dir = owner.log_dir
+        one = NormalizedJob(role, 1, (nj.tasks[index],), nj.strategy)
+        params = dataclasses.replace(self.params(one, env, log_dir), index_offset=index)
+        script = render_sbatch_script(params)
+        path = os.path.join(log_dir, f"{role}.{index}.restart{len(jobs)}.sbatch")
+        with open(path, "w") as fh:
+            fh.write(script)
+        # the dead replica's exit file must not make the new one look dead
+        self._forget_exit(log_dir, role, index)
+        job_id = self._submit(path, one, f"{role}/{index} restart")
+        with self._lock:
+            if index in owner.indices:
+                owner.indices.remove(index)
+            self._jobs.setdefault(role, []).append(RoleJob(job_id, [index], log_dir, path))
+        log.info("restarting %s/%s as Slurm job %s", role, index, job_id)
+
     def job_id(self, role: str) -> str | None:
-        job = self._jobs.get(role)
-        return job.job_id if job else None
+        """The role's first job (restarted replicas run in jobs of their own)."""
+        jobs = self._jobs.get(role)
+        return jobs[0].job_id if jobs else None
+
+    def job_ids(self, role: str) -> list[str]:
+        """Every job of the role: the first, then one per restart."""
+        return [j.job_id for j in self._jobs.get(role, ())]
 
     def backend_id(self, role: str, index: int) -> str | None:
+        for job in reversed(self._jobs.get(role, ())):
+            if index in job.indices:
+                return job.job_id
         return self.job_id(role)
 
     # ---------------------------------------------------------------- poll
     def _states(self) -> dict[str, JobState]:
         with self._lock:
-            ids = [j.job_id for j in self._jobs.values()]
+            ids = [j.job_id for jobs in self._jobs.values() for j in jobs if j.indices]
         return self.queue.states(ids) if ids else {}
 
     def poll(self, role: str) -> dict[int, WorkerExit]:
-        job = self._jobs.get(role)
-        if job is None:
-            return {}
+        with self._lock:
+            jobs = [(j, list(j.indices)) for j in self._jobs.get(role, ())]
         dead: dict[int, WorkerExit] = {}
-        for index in range(job.replicas):
-            code = _read_exit_file(exit_code_path(job.log_dir, role, index))
-            if code is not None:
-                dead[index] = WorkerExit(
-                    _describe_code(code), code, replica_log_path(job.log_dir, role, index)
-                )
-        if len(dead) == job.replicas:
-            return dead
-        state = self._states().get(job.job_id) or JobState("UNKNOWN")
+        states: dict[str, JobState] | None = None
+        for job, indices in jobs:
+            if not indices:
+                continue
+            mine: dict[int, WorkerExit] = {}
+            for index in indices:
+                code = _read_exit_file(exit_code_path(job.log_dir, role, index))
+                if code is not None:
+                    mine[index] = WorkerExit(
+                        _describe_code(code), code, replica_log_path(job.log_dir, role, index)
+                    )
+            if len(mine) < len(indices):
+                if states is None:
+                    states = self._states()
+                self._job_ended(role, job, indices, states, mine)
+            dead.update(mine)
+        return dead
+
+    def _job_ended(
+        self,
+        role: str,
+        job: RoleJob,
+        indices: list[int],
+        states: dict[str, JobState],
+        dead: dict[int, WorkerExit],
+    ) -> None:
+        """Add to ``dead`` the replicas of ``job`` that died with the whole job."""
+        state = states.get(job.job_id) or JobState("UNKNOWN")
         kind = classify_state(state.state)
         if kind == ACTIVE:
             job.seen_active = True
-        ended = kind == ENDED or (kind == PENDING and job.seen_active)
-        if ended:
-            name = state.state
-            if state.completing:
-                from corral.logs import tail
+        if not (kind == ENDED or (kind == PENDING and job.seen_active)):
+            return
+        name = state.state
+        if state.completing:
+            from corral.logs import tail
 
-                name = (
-                    ending_state_from_log(tail(sbatch_log_path(job.log_dir, role), 50), job.job_id)
-                    or "COMPLETING"
-                )
-            reason = describe_state(job.job_id, name)
-            if kind == PENDING:
-                reason += " after its workers had started"
-            for index in range(job.replicas):
-                if index not in dead:
-                    path = replica_log_path(job.log_dir, role, index)
-                    if not os.path.exists(path):
-                        path = sbatch_log_path(job.log_dir, role)
-                    dead[index] = WorkerExit(reason, state.exit_code, path)
-        return dead
+            name = (
+                ending_state_from_log(tail(sbatch_log_path(job.log_dir, role), 50), job.job_id)
+                or "COMPLETING"
+            )
+        reason = describe_state(job.job_id, name)
+        if kind == PENDING:
+            reason += " after its workers had started"
+        for index in indices:
+            if index not in dead:
+                path = replica_log_path(job.log_dir, role, index)
+                if not os.path.exists(path):
+                    path = sbatch_log_path(job.log_dir, role)
+                dead[index] = WorkerExit(reason, state.exit_code, path)
 
     def pending_reason(self, role: str) -> str | None:
-        job = self._jobs.get(role)
-        if job is None:
+        with self._lock:
+            jobs = [j for j in self._jobs.get(role, ()) if j.indices]
+        if not jobs:
             return None
-        state = self._states().get(job.job_id) or JobState("UNKNOWN")
+        states = self._states()
+        for job in jobs:  # a queued job first: that is what the role waits for
+            state = states.get(job.job_id) or JobState("UNKNOWN")
+            if normalize_state(state.state) == "PENDING":
+                return f"Slurm job {job.job_id}: PENDING ({state.reason})"
+        job = jobs[-1]
+        state = states.get(job.job_id) or JobState("UNKNOWN")
         name = normalize_state(state.state)
-        if name == "PENDING":
-            return f"Slurm job {job.job_id}: PENDING ({state.reason})"
         if name == "RUNNING":
             return (
                 f"Slurm job {job.job_id}: RUNNING on {state.nodes or '?'} but not every worker "
@@ -457,21 +535,30 @@ class SlurmLauncher(Launcher):
     # ---------------------------------------------------------------- stop
     def stop(self, role: str) -> None:
         with self._lock:
-            job = self._jobs.pop(role, None)
-        if job is None:
+            jobs = self._jobs.pop(role, [])
+            self._specs.pop(role, None)
+        if not jobs:
             return
+        ids = [j.job_id for j in jobs]
         # The core has asked the workers to exit: a job whose tasks all ended completes by
         # itself, faster than scancel's SIGTERM -> KillWait -> SIGKILL; scancel follows.
-        self.wait_gone(job.job_id, GRACEFUL_STOP_SECONDS, warn=False)
-        r = _run(["scancel", job.job_id])
+        deadline = time.monotonic() + GRACEFUL_STOP_SECONDS
+        for job_id in ids:
+            self.wait_gone(job_id, max(0.0, deadline - time.monotonic()), warn=False)
+        r = _run(["scancel", *ids])
         if r.returncode != 0 and "Invalid job id" not in r.stderr:
-            log.warning("scancel %s: %s", job.job_id, r.stderr.strip())
-        self.wait_gone(job.job_id, STOP_TIMEOUT_SECONDS)
+            log.warning("scancel %s: %s", " ".join(ids), r.stderr.strip())
+        deadline = time.monotonic() + STOP_TIMEOUT_SECONDS
+        for job_id in ids:
+            self.wait_gone(job_id, max(0.0, deadline - time.monotonic()))
 
     def wait_finished(self, role: str, timeout: float) -> bool:
-        """Wait (quietly) until the role's job ends by itself; True if it did."""
-        job = self._jobs.get(role)
-        return job is None or self.wait_gone(job.job_id, timeout, warn=False)
+        """Wait (quietly) until every job of the role ends by itself; True if they did."""
+        deadline = time.monotonic() + timeout
+        return all(
+            self.wait_gone(job_id, max(0.0, deadline - time.monotonic()), warn=False)
+            for job_id in self.job_ids(role)
+        )
 
     @staticmethod
     def wait_gone(job_id: str, timeout: float, warn: bool = True) -> bool:
@@ -619,8 +706,9 @@ class SlurmScheduler(Scheduler):
 
     @property
     def launcher_jobs(self) -> dict[str, str]:
-        """Role -> Slurm job id of the roles this scheduler submitted."""
-        return {role: job.job_id for role, job in self.launcher._jobs.items()}
+        """Role -> the first Slurm job id of each role this scheduler submitted (a
+        restarted replica runs in a job of its own: ``launcher.job_ids(role)``)."""
+        return {role: jobs[0].job_id for role, jobs in self.launcher._jobs.items() if jobs}
 
 
 def render_dry_run(cfg: Any, role: str, replicas: int) -> str:

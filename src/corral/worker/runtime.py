@@ -17,6 +17,7 @@ from typing import Any
 from corral import keys
 from corral.discovery import make_name_resolve
 from corral.errors import CorralError, ProtocolError
+from corral.pids import pid_alive
 from corral.rpc import wire
 from corral.rpc.http import FRAME_TYPE, REQUEST_ID_HEADER, Message
 from corral.rpc.server import Reply, RPCServer
@@ -288,7 +289,7 @@ class ControllerWatch:
         same_host = s.controller_pid and s.controller_host == socket.gethostname()
         last_value, last_change = None, time.monotonic()
         while not self.runtime.stopped.wait(0.5):
-            if same_host and not _pid_alive(s.controller_pid):
+            if same_host and not pid_alive(s.controller_pid):
                 return self.on_lost(f"controller pid {s.controller_pid} is gone")
             try:
                 value = self.runtime.name_resolve.get(self.key)
@@ -300,16 +301,6 @@ class ControllerWatch:
                 last_value, last_change = value, time.monotonic()
             elif time.monotonic() - last_change > s.lease_timeout:
                 return self.on_lost(f"controller lease not renewed for {s.lease_timeout:.0f}s")
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def main() -> None:
