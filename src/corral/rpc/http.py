@@ -14,6 +14,7 @@ from corral.errors import ProtocolError
 
 MAX_HEAD_BYTES = 64 * 1024
 LARGE_BODY = 1 << 20
+SPARE_BUFFERS = 2
 SECRET_HEADER = "x-corral-secret"
 REQUEST_ID_HEADER = "x-corral-request-id"
 IDENTITY_HEADER = "x-corral-worker"
@@ -81,7 +82,7 @@ class SocketReader:
     def __init__(self, sock: socket.socket):
         self.sock = sock
         self.pending = bytearray()
-        self._spare = None
+        self._spares: list = []
 
     def read_head(self) -> Message | None:
         """The next message head, or None if the peer closed cleanly between messages."""
@@ -125,15 +126,13 @@ class SocketReader:
     def _large_buffer(self, length: int) -> memoryview:
         import numpy as np
 
-        spare = self._spare
-        if (
-            spare is not None
-            and length <= spare.nbytes <= 2 * length
-            and sys.getrefcount(spare) <= 3
-        ):
-            return memoryview(spare)[:length]
-        self._spare = np.empty(length, dtype=np.uint8)
-        return memoryview(self._spare)
+        for spare in self._spares:
+            # free: referenced only by the list, the loop variable and getrefcount itself
+            if length <= spare.nbytes <= 2 * length and sys.getrefcount(spare) <= 3:
+                return memoryview(spare)[:length]
+        fresh = np.empty(length, dtype=np.uint8)
+        self._spares = [fresh, *self._spares][:SPARE_BUFFERS]
+        return memoryview(fresh)
 
 
 def send_message(
