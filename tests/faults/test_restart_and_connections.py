@@ -109,3 +109,21 @@ def test_default_is_fail_fast(sched):
 def test_negative_restarts_are_refused():
     with pytest.raises(ConfigError, match="max_restarts"):
         SchedulingSpec(max_restarts=-1)
+
+
+def test_a_delivered_large_reply_is_not_kept_and_its_duplicate_never_runs(sched):
+    from corral.errors import ProtocolError
+    from corral.rpc.client import RPCClient
+
+    (wid,) = sched.create_workers(Job(role="big", replicas=1))
+    asyncio.run(sched.create_engine(wid, ECHO, "e"))
+    worker = sched.get_workers("big")[0]
+    client = RPCClient(sched.secret)
+    payload = {"engine_name": "e", "method": "echo", "args": [np.ones(1 << 20, np.float32)]}
+    client.request(worker.address, "/call", payload, request_id="rid-big", timeout=30)
+    # the next request on the same connection proves the first reply was delivered
+    assert client.request(worker.address, "/call", {"engine_name": "e", "method": "count"}) == 1
+    with pytest.raises(ProtocolError, match="delivered already"):
+        client.request(worker.address, "/call", payload, request_id="rid-big", timeout=30)
+    assert client.request(worker.address, "/call", {"engine_name": "e", "method": "count"}) == 1
+    client.close()

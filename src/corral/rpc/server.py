@@ -13,6 +13,7 @@ from corral.errors import ProtocolError
 from corral.rpc.http import (
     IDENTITY_HEADER,
     REASONS,
+    REQUEST_ID_HEADER,
     SECRET_HEADER,
     Message,
     SocketReader,
@@ -46,9 +47,13 @@ class RPCServer:
         port: int = 0,
         max_body: int = DEFAULT_MAX_BODY,
         identity: str = "",
+        delivered: Callable[[str], None] | None = None,
     ):
+        """``delivered(request_id)`` is called when the client sends its next request on
+        the same connection: proof that it read the whole reply to that one."""
         self._secret = secret.encode()
         self.identity = identity
+        self._delivered = delivered
         self._handler = handler
         self._max_body = max_body
         self._sock = socket.create_server((host, port), backlog=512, reuse_port=False)
@@ -93,11 +98,15 @@ class RPCServer:
 
     def _serve(self, conn: socket.socket) -> None:
         reader = SocketReader(conn)
+        answered: str | None = None
         try:
             while not self._closed.is_set():
                 msg = reader.read_head()
                 if msg is None or not msg.method:
                     return
+                if answered and self._delivered is not None:
+                    self._delivered(answered)
+                    answered = None
                 if not self._authorized(msg):
                     self._reply(
                         conn, Reply(401, [b"missing or wrong trial secret"], "text/plain"), False
@@ -118,7 +127,9 @@ class RPCServer:
                     return
                 msg.body = reader.read_body(length)
                 reply = self._handler(msg)
+                msg.body = bytearray()
                 self._reply(conn, reply, msg.keep_alive)
+                answered = msg.headers.get(REQUEST_ID_HEADER)
                 if not msg.keep_alive:
                     return
         except ProtocolError as exc:

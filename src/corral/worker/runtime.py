@@ -28,6 +28,8 @@ from corral.worker.fork import ForkManager
 
 RESULT_CACHE_ENTRIES = 256
 RESULT_CACHE_BYTES = 128 << 20
+LARGE_REPLY_BYTES = 1 << 20
+DELIVERED_IDS = 4096
 _PR_SET_PDEATHSIG = 1
 
 
@@ -50,10 +52,13 @@ class ResultCache:
     """Replies by request id, so a retried request is answered without running twice.
 
     Bounded by entry count and bytes; the newest reply is always kept whatever its size,
-    since a retry follows its failed attempt within seconds."""
+    since a retry follows its failed attempt within seconds. A large reply is dropped as
+    soon as its delivery is proven (the client's next request on the same connection);
+    its id stays behind so a late duplicate is refused instead of run again."""
 
     def __init__(self) -> None:
         self._done: OrderedDict[str, Reply] = OrderedDict()
+        self._delivered: OrderedDict[str, None] = OrderedDict()
         self._running: dict[str, threading.Event] = {}
         self._bytes = 0
         self._lock = threading.Lock()
@@ -64,11 +69,31 @@ class ResultCache:
             with self._lock:
                 if request_id in self._done:
                     return self._done[request_id]
+                if request_id in self._delivered:
+                    return failure(
+                        410,
+                        ProtocolError(
+                            f"request {request_id} was answered and its reply delivered already; "
+                            "send a new request id to run the method again"
+                        ),
+                    )
                 event = self._running.get(request_id)
                 if event is None:
                     self._running[request_id] = threading.Event()
                     return None
             event.wait()
+
+    def delivered(self, request_id: str) -> None:
+        """The client has read the whole reply: drop it if it is large."""
+        with self._lock:
+            old = self._done.get(request_id)
+            if old is None or wire.frame_size(old.parts) < LARGE_REPLY_BYTES:
+                return
+            del self._done[request_id]
+            self._bytes -= wire.frame_size(old.parts)
+            self._delivered[request_id] = None
+            while len(self._delivered) > DELIVERED_IDS:
+                self._delivered.popitem(last=False)
 
     def finish(self, request_id: str, reply: Reply) -> None:
         size = wire.frame_size(reply.parts)
@@ -104,6 +129,7 @@ class WorkerRuntime:
             self.handle,
             host=settings.bind_host,
             identity=f"{settings.worker_id}#{self.generation}",
+            delivered=self.cache.delivered,
         )
         self.address = f"{advertise_host()}:{self.server.port}"
         self._routes = {
