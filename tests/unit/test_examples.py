@@ -44,3 +44,14 @@ def test_demo_runs_learns_and_cleans_up(tmp_path):
         for f in files
     ]
     assert left == []
+
+
+def test_readme_python_example_runs(tmp_path):
+    text = open(os.path.join(ROOT, "README.md")).read()
+    code = re.search(r"```python\n(.*?)```", text, re.S).group(1)
+    code = code.replace(
+        'trial_name="t1")', f'trial_name="t1")\ncfg.cluster.fileroot = {str(tmp_path)!r}'
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "'completion': 'world hello'" in out.stdout
