@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from corral import BaseExperimentConfig
+from corral.pids import pid_alive  # noqa: F401  (re-exported for the tests)
 from corral.scheduler import Scheduler
 from corral.spec import Worker
 
@@ -50,15 +51,3 @@ class BackendUnderTest:
         """Every test backend runs on this machine, so the worker's pid is ours to signal."""
         assert worker.pid, f"worker {worker.id} did not report its pid"
         os.kill(worker.pid, sig)
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split(") ", 1)[1][0] != "Z"
-    except (OSError, IndexError):
-        return False
