@@ -432,7 +432,10 @@ class Scheduler:
 
     # -------------------------------------------------------------- lookup
     def get_workers(self, role: str, timeout: float | None = None) -> list[Worker]:
-        """The role's workers; raises WorkerFailedError if one has died."""
+        """The role's workers; raises WorkerFailedError if one has died.
+
+        Workers are ready when ``create_workers`` returns, so ``timeout`` (kept for
+        compatibility with the specification's signature) never needs to wait."""
         state = self._roles.get(role)
         if state is None:
             known = ", ".join(self._roles) or "none"
