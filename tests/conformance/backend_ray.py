@@ -45,7 +45,15 @@ class RayTestCluster:
             for a in self.ray.util.list_named_actors(all_namespaces=True)
             if a["name"].startswith(prefix)
         ]
-        return left
+        # the GCS actor table (what ray.util.state reads, without needing the dashboard)
+        from ray._private import state
+
+        left += [
+            f"actor {a.get('Name')} ({a.get('State')}) in the GCS actor table"
+            for a in state.actors().values()
+            if (a.get("Name") or "").startswith(prefix) and a.get("State") != "DEAD"
+        ]
+        return sorted(set(left))
 
     def nodes(self) -> list[str]:
         return [n["NodeID"] for n in self.ray.nodes() if n["Alive"]]
