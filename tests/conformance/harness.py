@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from corral import BaseExperimentConfig
-from corral.pids import pid_alive  # noqa: F401  (re-exported for the tests)
+from corral.procs import pid_alive  # noqa: F401  (re-exported for the tests)
 from corral.scheduler import Scheduler
 from corral.spec import Worker
 

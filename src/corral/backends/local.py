@@ -9,11 +9,11 @@ import sys
 import threading
 from typing import Any
 
-from corral.backends.procs import describe_exit, spawn, stop_process_groups
 from corral.config import cluster_field
 from corral.errors import ConfigError
 from corral.launcher import Launcher, LaunchRequest, WorkerExit
 from corral.logs import LogPump, replica_log_path
+from corral.procs import describe_exit, spawn, stop_process_groups
 from corral.scheduler import Scheduler
 from corral.spec import NormalizedJob
 from corral.worker import env as E

@@ -63,7 +63,7 @@ from corral.config import scheduler_field
 from corral.errors import ConfigError, WorkerCreationError
 from corral.launcher import Launcher, LaunchRequest, WorkerExit
 from corral.logs import replica_log_path
-from corral.pids import pid_alive
+from corral.procs import pid_alive
 from corral.scheduler import Scheduler
 from corral.spec import NormalizedJob, Worker
 from corral.worker import env as E

@@ -5,18 +5,17 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from corral import keys
 from corral.discovery.base import NameResolve
 from corral.errors import ConfigError, WorkerCreationError
 from corral.logs import LogPump, replica_log_path, tail
+from corral.procs import spawn, stop_process_groups
 from corral.spec import validate_role_name
 from corral.worker import env as E
 from corral.worker.env import WorkerSettings
@@ -40,7 +39,6 @@ class ForkManager:
         self.name_resolve = name_resolve
         self.children: dict[str, Child] = {}
         self._lock = threading.Lock()
-        self._spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="corral-spawner")
         self._pump = LogPump()
 
     def fork(self, role: str, index: int, module: str | None, env: dict, timeout: float) -> dict:
@@ -61,13 +59,12 @@ class ForkManager:
             E.INDEX: str(index),
             E.FORKED: "1",
             E.DIE_WITH_PARENT: "1",
-            "CORRAL_PARENT_PID": str(os.getpid()),
         })  # fmt: skip
         child_env.pop(E.INDEX_OFFSET, None)
         s = self.settings
         address_key = keys.worker_address_key(s.experiment, s.trial, role, index)
         self.name_resolve.delete(address_key)
-        proc = self._spawner.submit(self._spawn, module, child_env).result()
+        proc = spawn([sys.executable, "-m", module], child_env)
         with self._lock:
             self.children[child_id] = Child(role, index, proc)
         if s.log_dir:
@@ -94,23 +91,12 @@ class ForkManager:
         self.kill(child_id)
         raise WorkerCreationError(f"forked worker {child_id} did not register within {timeout}s")
 
-    @staticmethod
-    def _spawn(module: str, env: dict) -> subprocess.Popen:
-        return subprocess.Popen(
-            [sys.executable, "-m", module],
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-
     def kill(self, child_id: str, grace: float = 3.0) -> bool:
         with self._lock:
             child = self.children.pop(child_id, None)
         if child is None:
             return False
-        _stop_process_group(child.proc, grace)
+        stop_process_groups([child.proc], grace)
         s = self.settings
         self.name_resolve.delete(
             keys.worker_address_key(s.experiment, s.trial, child.role, child.index)
@@ -123,21 +109,3 @@ class ForkManager:
     def kill_all(self) -> None:
         for child_id in list(self.children):
             self.kill(child_id)
-        self._spawner.shutdown(wait=False)
-
-
-def _stop_process_group(proc: subprocess.Popen, grace: float) -> None:
-    if proc.poll() is not None:
-        return
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    try:
-        proc.wait(grace)
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait()

@@ -17,7 +17,7 @@ from typing import Any
 from corral import keys
 from corral.discovery import make_name_resolve
 from corral.errors import CorralError, ProtocolError
-from corral.pids import pid_alive
+from corral.procs import pid_alive
 from corral.rpc import wire
 from corral.rpc.http import FRAME_TYPE, REQUEST_ID_HEADER, Message
 from corral.rpc.server import Reply, RPCServer

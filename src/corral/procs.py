@@ -1,4 +1,6 @@
-"""Starting and stopping local process trees, shared by every backend that spawns processes."""
+"""Local process trees: start, stop, describe, and check liveness.
+
+Shared by the local backend (workers) and the worker runtime (forked children)."""
 
 from __future__ import annotations
 
@@ -66,3 +68,18 @@ def _signal_groups(procs: list[subprocess.Popen], sig: int) -> None:
             os.killpg(proc.pid, sig)
         except (ProcessLookupError, PermissionError):
             pass
+
+
+def pid_alive(pid: int) -> bool:
+    """True if ``pid`` runs here and is not a zombie waiting to be reaped."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(") ", 1)[1][0] != "Z"
+    except (OSError, IndexError):
+        return True
