@@ -22,10 +22,13 @@ from corral.errors import (
     EngineCallError,
     EngineCreationError,
     EngineImportError,
+    PlacementError,
     SchedulerError,
+    TrialInUseError,
     WorkerCreationError,
     WorkerFailedError,
     WorkerNotFoundError,
+    WorkerPreemptedError,
     WorkerTimeoutError,
 )
 from corral.spec import Job, SchedulingSpec, SchedulingStrategy, Worker
@@ -55,5 +58,5 @@ __all__ = [
     "Worker", "Scheduler", "LocalScheduler", "RayScheduler", "SlurmScheduler",
     "CorralError", "ConfigError", "SchedulerError", "WorkerCreationError", "WorkerTimeoutError",
     "WorkerFailedError", "WorkerNotFoundError", "EngineCreationError", "EngineImportError",
-    "EngineCallError",
+    "EngineCallError", "TrialInUseError", "PlacementError", "WorkerPreemptedError",
 ]  # fmt: skip

@@ -32,6 +32,9 @@ class Launcher(abc.ABC):
 
     name: str = "base"
 
+    def progress(self, text: str) -> None:
+        """Progress lines (pending reasons while waiting); the Scheduler replaces this."""
+
     def check(self, job: NormalizedJob) -> None:
         """Backend-specific validation; raise ConfigError before anything starts."""
 
@@ -80,6 +83,11 @@ class Launcher(abc.ABC):
     def share_secret_by_env(self) -> bool:
         """True if workers cannot read the controller's fileroot (no shared filesystem)."""
         return False
+
+    def remove_leftovers(self, experiment: str, trial: str) -> list[str]:
+        """Remove what a dead controller of this trial left in the backend (jobs, actors,
+        groups named after the trial); one line per thing removed."""
+        return []
 
     def close(self) -> None:
         """Release backend resources (runtimes this launcher started)."""

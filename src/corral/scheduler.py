@@ -35,15 +35,16 @@ from corral.errors import (
     WorkerTimeoutError,
 )
 from corral.launcher import Launcher, LaunchRequest, WorkerExit
+from corral.leftovers import clean_dead_run
 from corral.logs import log_dir_for, replica_log_path, tail
 from corral.rpc.client import AsyncRPCClient, RPCClient, WorkerUnreachableError, new_request_id
+from corral.runs import ControllerLease, Lease, new_run_id
 from corral.spec import NormalizedJob, SchedulingSpec, Worker, normalize_job, validate_role_name
 from corral.worker import env as E
 
 log = logging.getLogger("corral")
 DEAD_CHECK_SECONDS = 1.5
 STATUS_POLL_SECONDS = 0.25
-LEASE_BEAT_SECONDS = 1.0
 
 
 @dataclass
@@ -108,14 +109,21 @@ class Scheduler:
         self.lease_timeout = lease_timeout
         self.launcher = launcher
         self.progress = progress or (lambda text: log.info(text))
+        launcher.progress = self.progress
         self.secret = secrets.token_hex(32)
-        self.secret_file = self._write_secret()
+        self.secret_file = os.path.join(
+            self.fileroot, "secrets", self.experiment_name, self.trial_name, "secret"
+        )
+        self.run_id = new_run_id()
+        self.removed_leftovers: list[str] = []
+        self._lease = ControllerLease(
+            self.name_resolve, self.experiment_name, self.trial_name, self.run_id, lease_timeout
+        )
         self._client = RPCClient(self.secret)
         self._async_client = AsyncRPCClient(self.secret)
         self._roles: dict[str, RoleState] = {}
         self._ids: dict[str, Worker] = {}
         self._lock = threading.RLock()
-        self._lease_stop: threading.Event | None = None
         self._restart_hooks: dict[str, Callable[[Scheduler, str], Any]] = {}
         self._pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="corral-fanout")
         self._closed = False
@@ -137,11 +145,20 @@ class Scheduler:
         if not os.access(path, os.W_OK | os.X_OK):
             raise ConfigError(field_name, path, "it is not writable; use a writable directory")
 
+    def _read_secret_file(self) -> str | None:
+        try:
+            with open(self.secret_file) as fh:
+                return fh.read().strip() or None
+        except OSError:
+            return None
+
     def _write_secret(self) -> str:
-        directory = os.path.join(self.fileroot, "secrets", self.experiment_name, self.trial_name)
+        """Written when the run claims its trial: a second live controller must not
+        overwrite the secret of the run it would clash with."""
+        path = self.secret_file
+        directory = os.path.dirname(path)
         os.makedirs(directory, mode=0o700, exist_ok=True)
         os.chmod(directory, 0o700)
-        path = os.path.join(directory, "secret")
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as fh:
             fh.write(self.secret)
@@ -153,34 +170,32 @@ class Scheduler:
 
     # ------------------------------------------------------------ controller lease
     def _ensure_lease(self) -> None:
-        if self._lease_stop is not None:
+        """Claim the trial for this run before anything starts (see corral.runs)."""
+        if self._lease.held:
             return
-        self._lease_stop = threading.Event()
-        key = self._key(keys.controller_key)
-        beat = {"pid": os.getpid(), "host": socket.gethostname(), "n": 0}
-        self.name_resolve.add(key, json.dumps(beat), replace=True)
+        old_secret = self._read_secret_file()
 
-        def renew(stop: threading.Event) -> None:
-            while not stop.wait(LEASE_BEAT_SECONDS):
-                beat["n"] += 1
-                try:
-                    self.name_resolve.add(key, json.dumps(beat), replace=True)
-                except Exception as exc:
-                    log.warning("could not renew the controller lease: %s", exc)
+        def cleanup(old: Lease) -> list[str]:
+            removed = clean_dead_run(
+                self.name_resolve,
+                self.experiment_name,
+                self.trial_name,
+                old,
+                old_secret,
+                self.launcher.remove_leftovers,
+            )
+            if removed:
+                self.progress(
+                    f"cleaned up after the dead controller of {self.experiment_name}/"
+                    f"{self.trial_name} ({old.describe()}): " + "; ".join(removed)
+                )
+            return removed
 
-        threading.Thread(
-            target=renew, args=(self._lease_stop,), name="corral-lease", daemon=True
-        ).start()
+        self.removed_leftovers = self._lease.claim(cleanup)
+        self._write_secret()
 
     def _drop_lease(self) -> None:
-        if self._lease_stop is None:
-            return
-        self._lease_stop.set()
-        self._lease_stop = None
-        try:
-            self.name_resolve.delete(self._key(keys.controller_key))
-        except Exception:
-            pass
+        self._lease.release()
 
     # ----------------------------------------------------------- worker env
     def worker_env(self, role: str, index: int, spec: SchedulingSpec) -> dict[str, str]:
@@ -196,6 +211,7 @@ class Scheduler:
             E.LEASE_TIMEOUT: str(self.lease_timeout),
             E.CONTROLLER_PID: str(os.getpid()),
             E.CONTROLLER_HOST: socket.gethostname(),
+            E.RUN_ID: self.run_id,
             "PYTHONUNBUFFERED": "1",
         }
         if self.launcher.share_secret_by_env():

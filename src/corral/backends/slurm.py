@@ -41,9 +41,11 @@ from corral.backends.sbatch import (
     exit_code_path,
     plan_layout,
     render_sbatch_script,
+    render_task_script,
     replica_log_path,
     sbatch_log_path,
 )
+from corral.backends.slurm_steps import read_place, start_step, step_failure
 from corral.config import scheduler_field
 from corral.errors import ConfigError, SchedulerError, WorkerCreationError
 from corral.launcher import Launcher, LaunchRequest, WorkerExit
@@ -321,6 +323,8 @@ class SlurmLauncher(Launcher):
         self._jobs: dict[str, list[RoleJob]] = {}
         """Role -> its jobs: the first one, then one per restarted replica."""
         self._specs: dict[str, NormalizedJob] = {}
+        self._steps: dict[tuple[str, int], subprocess.Popen] = {}
+        """Replicas restarted as steps inside their job: the ``srun --overlap`` clients."""
         self._lock = threading.Lock()
         if not dry_run:
             for command in ("sbatch", "squeue", "scontrol", "scancel"):
@@ -421,6 +425,8 @@ class SlurmLauncher(Launcher):
         if nj is None or owner is None or not 0 <= index < nj.replicas:
             raise SchedulerError(f"cannot restart {role}/{index}: no Slurm job runs it")
         log_dir = owner.log_dir
+        if self._restart_in_allocation(role, index, env, owner, nj):
+            return
         one = NormalizedJob(role, 1, (nj.tasks[index],), nj.strategy)
         params = dataclasses.replace(self.params(one, env, log_dir), index_offset=index)
         script = render_sbatch_script(params)
@@ -435,6 +441,38 @@ class SlurmLauncher(Launcher):
                 owner.indices.remove(index)
             self._jobs.setdefault(role, []).append(RoleJob(job_id, [index], log_dir, path))
         log.info("restarting %s/%s as Slurm job %s", role, index, job_id)
+
+    def _restart_in_allocation(
+        self, role: str, index: int, env: dict[str, str], owner: RoleJob, nj: NormalizedJob
+    ) -> bool:
+        """Start the replica again as a step of its own job on its node and GPUs (see
+        corral.backends.slurm_steps); False if the job no longer runs."""
+        place = read_place(owner.log_dir, role, index)
+        self.queue.invalidate()
+        state = self._states().get(owner.job_id)
+        if place is None or state is None or normalize_state(state.state) != "RUNNING":
+            return False
+        old = self._steps.pop((role, index), None)
+        if old is not None and old.poll() is None:
+            old.kill()
+            old.wait()
+        self._forget_exit(owner.log_dir, role, index)
+        task = render_task_script(self.params(nj, env, owner.log_dir))
+        self._steps[(role, index)] = start_step(
+            owner.job_id, place, nj.tasks[index].cpu, index, env, task
+        )
+        log.info(
+            "restarting %s/%s inside Slurm job %s on %s (GPUs %s)",
+            role,
+            index,
+            owner.job_id,
+            place.node,
+            place.devices or "none",
+        )
+        return True
+
+    def remove_leftovers(self, experiment: str, trial: str) -> list[str]:
+        return [f"Slurm job {job_id}: cancelled" for job_id in cancel_trial_jobs(experiment, trial)]
 
     def job_id(self, role: str) -> str | None:
         """The role's first job (restarted replicas run in jobs of their own)."""
@@ -477,6 +515,15 @@ class SlurmLauncher(Launcher):
                     states = self._states()
                 self._job_ended(role, job, indices, states, mine)
             dead.update(mine)
+        for (step_role, index), proc in list(self._steps.items()):
+            if step_role != role or index in dead:
+                continue
+            why = step_failure(proc)
+            if why is not None:
+                job = next((j for j, _ in jobs if index in j.indices), None)
+                if job is None or not os.path.exists(exit_code_path(job.log_dir, role, index)):
+                    path = replica_log_path(job.log_dir, role, index) if job else None
+                    dead[index] = WorkerExit(why, proc.returncode, path)
         return dead
 
     def _job_ended(
@@ -551,6 +598,17 @@ class SlurmLauncher(Launcher):
         deadline = time.monotonic() + STOP_TIMEOUT_SECONDS
         for job_id in ids:
             self.wait_gone(job_id, max(0.0, deadline - time.monotonic()))
+        self._reap_steps(role)
+
+    def _reap_steps(self, role: str) -> None:
+        """The srun clients of restart steps end with their job; reap them (by pid)."""
+        for key in [k for k in self._steps if k[0] == role]:
+            proc = self._steps.pop(key)
+            try:
+                proc.wait(5.0)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
     def wait_finished(self, role: str, timeout: float) -> bool:
         """Wait (quietly) until every job of the role ends by itself; True if they did."""
