@@ -50,6 +50,11 @@ class Launcher(abc.ABC):
         """Why the role's workers have not started yet, if the backend knows (queue reasons)."""
         return None
 
+    def hopeless(self, role: str) -> str | None:
+        """Why the role's queued workers can never start (a queue reason that cannot
+        clear), if so; the backend has then withdrawn the request."""
+        return None
+
     @abc.abstractmethod
     def stop(self, role: str) -> None:
         """Stop every process of ``role`` and wait until they are gone."""

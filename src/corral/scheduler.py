@@ -27,6 +27,7 @@ from corral.discovery import NameResolve, make_name_resolve
 from corral.errors import (
     ConfigError,
     CorralError,
+    PlacementError,
     SchedulerError,
     WorkerConnectionError,
     WorkerCreationError,
@@ -125,6 +126,7 @@ class Scheduler:
         self._ids: dict[str, Worker] = {}
         self._lock = threading.RLock()
         self._restart_hooks: dict[str, Callable[[Scheduler, str], Any]] = {}
+        self._unrestartable: dict[str, str] = {}
         self._pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="corral-fanout")
         self._closed = False
         _live_schedulers.add(self)
@@ -249,7 +251,7 @@ class Scheduler:
             return
         for i, spec in enumerate(job.tasks):
             if spec.gpu > self._n_gpus_per_node:
-                raise ConfigError(
+                raise PlacementError(
                     f"job.tasks[{i}].gpu",
                     spec.gpu,
                     f"a worker cannot use more GPUs than a node has (n_gpus_per_node={self._n_gpus_per_node})",
@@ -307,7 +309,9 @@ class Scheduler:
     def _await_registration(self, role: str, replicas: int, timeout: float) -> list[Worker]:
         deadline = time.monotonic() + timeout
         found: dict[int, Worker] = {}
-        next_poll = next_report = 0.0
+        next_poll = next_report = next_reason = 0.0
+        started = time.monotonic()
+        last_reason: str | None = None
         interval = 0.005
         while True:
             now = time.monotonic()
@@ -323,7 +327,21 @@ class Scheduler:
                 if dead:
                     index, exit_ = sorted(dead.items())[0]
                     raise self._failure(f"{role}/{index}", exit_, role, index, "while starting")
+                hopeless = self.launcher.hopeless(role)
+                if hopeless:
+                    raise PlacementError(
+                        f"{role}: placement",
+                        f"{replicas} worker(s)",
+                        f"{role} can never be placed: {hopeless}. Lower replicas or "
+                        "resources, or pick another partition",
+                    )
                 next_poll = now + STATUS_POLL_SECONDS
+            if now >= next_reason and len(found) < replicas:
+                reason = self.launcher.pending_reason(role)
+                if reason and reason != last_reason and now - started > 1.0:
+                    self.progress(f"waiting for {role} ({len(found)}/{replicas} ready): {reason}")
+                    last_reason = reason
+                next_reason = now + 1.0
             if now >= deadline:
                 reason = self.launcher.pending_reason(role)
                 missing = [f"{role}/{i}" for i in range(replicas) if i not in found]
@@ -471,6 +489,9 @@ class Scheduler:
                 raise self._failure(f"{owner.job.role}/{index}", exit_, owner.job.role, index, "")
 
     def _worker(self, worker_id: str) -> Worker:
+        why = self._unrestartable.get(worker_id)
+        if why is not None:
+            raise WorkerFailedError(worker_id, f"died and could not be restarted: {why}")
         worker = self._ids.get(worker_id)
         if worker is None:
             raise WorkerNotFoundError(
@@ -536,8 +557,14 @@ class Scheduler:
         with self._lock:
             self.name_resolve.delete(self._key(keys.worker_address_key, worker.role, worker.index))
             env = self.worker_env(worker.role, worker.index, spec)
-            self.launcher.restart(worker.role, worker.index, env)
-            new = self._await_one(worker.role, worker.index, self.startup_timeout)
+            try:
+                self.launcher.restart(worker.role, worker.index, env)
+                new = self._await_one(worker.role, worker.index, self.startup_timeout)
+            except CorralError as exc:
+                # later calls get this, not a misleading connection error
+                self._unrestartable[worker.id] = str(exc)
+                failure.args = (failure.args[0] + f"\nrestarting it failed: {exc}",)
+                return
             state.workers[worker.index] = new
             self._ids[new.id] = new
             self._rendezvous(worker.role, state.workers, only=[worker.index])
@@ -553,6 +580,7 @@ class Scheduler:
 
     def _await_one(self, role: str, index: int, timeout: float) -> Worker:
         deadline = time.monotonic() + timeout
+        next_reason, last_reason = time.monotonic() + 1.0, None
         while time.monotonic() < deadline:
             worker = self._read_worker(role, index)
             if worker is not None:
@@ -560,8 +588,21 @@ class Scheduler:
             dead = self.launcher.poll(role)
             if index in dead:
                 raise self._failure(f"{role}/{index}", dead[index], role, index, "while restarting")
+            hopeless = self.launcher.hopeless(role)
+            if hopeless:
+                raise WorkerCreationError(f"restarting {role}/{index} is impossible: {hopeless}")
+            if time.monotonic() >= next_reason:
+                reason = self.launcher.pending_reason(role)
+                if reason and reason != last_reason:
+                    self.progress(f"waiting for the restart of {role}/{index}: {reason}")
+                    last_reason = reason
+                next_reason = time.monotonic() + 1.0
             time.sleep(0.02)
-        raise WorkerTimeoutError(f"restarted worker {role}/{index} not ready after {timeout:.0f}s")
+        reason = self.launcher.pending_reason(role)
+        raise WorkerTimeoutError(
+            f"restarted worker {role}/{index} not ready after {timeout:.0f}s"
+            + (f"; backend says: {reason}" if reason else "")
+        )
 
     # -------------------------------------------------------------- calls
     def _request(
@@ -753,6 +794,7 @@ class Scheduler:
         for w in state.workers:
             if state.kind != "reused":
                 self._ids.pop(w.id, None)
+                self._unrestartable.pop(w.id, None)
         if state.kind == "reused":
             return
         if state.kind == "forked":

@@ -33,6 +33,7 @@ class BackendUnderTest:
     name: str
     make: Callable[..., Scheduler]
     gpus_per_node: int = 4
+    nodes: int = 1
     fileroot: str = "/tmp/corral-conformance"
     controller_env: dict = field(default_factory=dict)
     leftovers: Callable[[str, str], list[str]] = field(default=lambda exp, trial: [])

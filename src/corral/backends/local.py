@@ -10,7 +10,7 @@ import threading
 from typing import Any
 
 from corral.config import cluster_field
-from corral.errors import ConfigError
+from corral.errors import ConfigError, PlacementError
 from corral.launcher import Launcher, LaunchRequest, WorkerExit
 from corral.logs import LogPump, replica_log_path
 from corral.procs import describe_exit, spawn, stop_process_groups
@@ -47,7 +47,7 @@ class LocalLauncher(Launcher):
     def check(self, job: NormalizedJob) -> None:
         need = job.total_gpus
         if need > len(self._free):
-            raise ConfigError(
+            raise PlacementError(
                 f"{job.role}: gpu per worker x replicas",
                 need,
                 f"only {len(self._free)} of {len(self.devices)} GPUs are free on this machine "

@@ -453,7 +453,9 @@ class RayLauncher(Launcher):
             raise PlacementError(
                 f"{job.role}: placement",
                 f"{job.replicas} worker(s)",
-                f"it can never be placed: {why}. Lower cpu/gpu or replicas, or add nodes",
+                f"it can never be placed: {why} (available now: "
+                f"{format_resources(self.ray.available_resources())}). Lower cpu/gpu or "
+                "replicas, or add nodes",
             )
 
     # ----------------------------------------------------------------- launch

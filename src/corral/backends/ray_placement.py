@@ -49,8 +49,13 @@ def infeasible(bundles: list[dict[str, float]], nodes: list[dict[str, float]], f
             cluster[k] = cluster.get(k, 0.0) + v
     short = {k: v for k, v in total_need.items() if cluster.get(k, 0.0) + 1e-9 < v}
     if short:
+        each = (
+            f"each worker asks {fmt(_relevant(bundles[0]))}, "
+            if len({str(b) for b in bundles}) == 1
+            else ""
+        )
         return (
-            f"the role asks {fmt(total_need)} in total but the whole Ray cluster has "
+            f"{each}the role asks {fmt(total_need)} in total but the whole Ray cluster has "
             f"{fmt(cluster)} ({len(nodes)} node(s))"
         )
     return None

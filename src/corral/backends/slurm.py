@@ -45,9 +45,10 @@ from corral.backends.sbatch import (
     replica_log_path,
     sbatch_log_path,
 )
+from corral.backends.slurm_cluster import fit_problem, never_clears, read_inventory
 from corral.backends.slurm_steps import read_place, start_step, step_failure
 from corral.config import scheduler_field
-from corral.errors import ConfigError, SchedulerError, WorkerCreationError
+from corral.errors import ConfigError, PlacementError, SchedulerError
 from corral.launcher import Launcher, LaunchRequest, WorkerExit
 from corral.scheduler import Scheduler
 from corral.spec import NormalizedJob, SchedulingSpec, normalize_job
@@ -323,6 +324,7 @@ class SlurmLauncher(Launcher):
         self._jobs: dict[str, list[RoleJob]] = {}
         """Role -> its jobs: the first one, then one per restarted replica."""
         self._specs: dict[str, NormalizedJob] = {}
+        self._inventory: dict | None = None
         self._steps: dict[tuple[str, int], subprocess.Popen] = {}
         """Replicas restarted as steps inside their job: the ``srun --overlap`` clients."""
         self._lock = threading.Lock()
@@ -370,22 +372,51 @@ class SlurmLauncher(Launcher):
     def check(self, job: NormalizedJob) -> None:
         spec = check_homogeneous(job.tasks)
         check_container(spec)
-        plan_layout(job.replicas, spec, self.n_gpus_per_node)
+        layout = plan_layout(job.replicas, spec, self.n_gpus_per_node)
+        if self.dry_run:
+            return
+        if self._inventory is None:
+            self._inventory = read_inventory(_run) or {}
+        problem = fit_problem(self._inventory, self.partition, layout.nodes, layout.gpus_per_node)
+        if problem is not None:
+            name, value, why = problem
+            raise PlacementError(
+                f"{job.role}: {name}", value, f"{job.role} can never be placed: {why}"
+            )
+
+    def hopeless(self, role: str) -> str | None:
+        """A queue reason that can never clear: the job is cancelled and this says why."""
+        with self._lock:
+            jobs = [j for j in self._jobs.get(role, ()) if j.indices]
+        if not jobs:
+            return None
+        states = self._states()
+        for job in jobs:
+            state = states.get(job.job_id)
+            if state is None or normalize_state(state.state) != "PENDING":
+                continue
+            why = never_clears(state.reason, self._inventory)
+            if why:
+                _run(["scancel", job.job_id])
+                return f"Slurm job {job.job_id} is PENDING ({why}); it was cancelled"
+        return None
 
     def _submit(self, path: str, job: NormalizedJob, what: str) -> str:
-        """sbatch the script at ``path``; its job id, or WorkerCreationError saying why not."""
+        """sbatch the script at ``path``; its job id, or PlacementError saying why not."""
         r = _run(["sbatch", "--parsable", path])
         job_id = r.stdout.strip().split(";")[0]
         if r.returncode != 0 or not job_id.isdigit():
             spec = job.tasks[0]
             layout = plan_layout(job.replicas, spec, self.n_gpus_per_node)
             message = (r.stderr or r.stdout).strip() or f"exit code {r.returncode}"
-            raise WorkerCreationError(
+            raise PlacementError(
+                f"{job.role}: sbatch",
+                f"{job.replicas} worker(s)",
                 f"Slurm refused the {what} job: {message}. Asked for {job.replicas} "
                 f"worker(s) x (cpu={spec.cpu}, gpu={spec.gpu}, mem={spec.mem}G) on "
                 f"{layout.nodes} node(s) ({layout.ntasks_per_node} per node"
                 + (f", gres gpu:{layout.gpus_per_node}" if layout.gpus_per_node else "")
-                + f"); check n_gpus_per_node and the partition's nodes (sinfo). Script: {path}"
+                + f"); check n_gpus_per_node and the partition's nodes (sinfo). Script: {path}",
             )
         self.queue.invalidate()
         return job_id
