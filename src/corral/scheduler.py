@@ -35,6 +35,7 @@ from corral.errors import (
     WorkerNotFoundError,
     WorkerTimeoutError,
 )
+from corral.health import DEFAULT_INTERVAL, HealthMonitor, WorkerHealth, health_key
 from corral.launcher import Launcher, LaunchRequest, WorkerExit
 from corral.leftovers import clean_dead_run
 from corral.logs import log_dir_for, replica_log_path, tail
@@ -81,6 +82,8 @@ class Scheduler:
         name_resolve: NameResolve | None = None,
         lease_timeout: float = E.DEFAULT_LEASE_TIMEOUT,
         progress: Callable[[str], None] | None = None,
+        on_worker_death: Callable[[str, WorkerExit], Any] | None = None,
+        health_interval: float = DEFAULT_INTERVAL,
     ):
         self.exp_config = exp_config
         self.experiment_name = validate_role_name(
@@ -128,6 +131,11 @@ class Scheduler:
         self._restart_hooks: dict[str, Callable[[Scheduler, str], Any]] = {}
         self._unrestartable: dict[str, str] = {}
         self._pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="corral-fanout")
+        self.health = HealthMonitor(
+            self._watched_roles, launcher.poll, self._record_health, self.progress, health_interval
+        )
+        if on_worker_death is not None:
+            self.health.callbacks.append(on_worker_death)
         self._closed = False
         _live_schedulers.add(self)
 
@@ -195,9 +203,38 @@ class Scheduler:
 
         self.removed_leftovers = self._lease.claim(cleanup)
         self._write_secret()
+        self.health.start()
 
     def _drop_lease(self) -> None:
+        self.health.stop()
         self._lease.release()
+
+    # ------------------------------------------------------------ health monitor
+    def _watched_roles(self) -> dict[str, list[str]]:
+        return {
+            role: [w.id for w in state.workers]
+            for role, state in list(self._roles.items())
+            if state.kind != "reused"
+        }
+
+    def _record_health(self, role: str, index: int, health: WorkerHealth) -> None:
+        key = health_key(self.experiment_name, self.trial_name, role, index)
+        self.name_resolve.add(key, health.dump(self.run_id), replace=True)
+
+    def on_worker_death(self, callback: Callable[[str, WorkerExit], Any]) -> None:
+        """Call ``callback(worker_id, exit)`` from the health monitor's thread when a
+        worker is found dead (within ``health_interval`` plus the backend's own delay),
+        whether or not a call to it is in flight."""
+        self.health.callbacks.append(callback)
+
+    def worker_status(self) -> dict[str, str]:
+        """``worker_id -> "alive"`` or ``"dead: <reason>"``, as the health monitor knows."""
+        status = {}
+        for ids in self._watched_roles().values():
+            for worker_id in ids:
+                dead = self.health.dead.get(worker_id)
+                status[worker_id] = f"dead: {dead.reason}" if dead else "alive"
+        return status
 
     # ----------------------------------------------------------- worker env
     def worker_env(self, role: str, index: int, spec: SchedulingSpec) -> dict[str, str]:
@@ -567,6 +604,7 @@ class Scheduler:
                 return
             state.workers[worker.index] = new
             self._ids[new.id] = new
+            self.health.forget(new.id)
             self._rendezvous(worker.role, state.workers, only=[worker.index])
         hook = self._restart_hooks.get(worker.role)
         if hook is not None:
@@ -795,6 +833,7 @@ class Scheduler:
             if state.kind != "reused":
                 self._ids.pop(w.id, None)
                 self._unrestartable.pop(w.id, None)
+                self.health.forget(w.id)
         if state.kind == "reused":
             return
         if state.kind == "forked":
@@ -805,9 +844,10 @@ class Scheduler:
             self._stop_launched(role)
         try:
             self.name_resolve.clear_subtree(self._key(keys.role_prefix, role))
-            self.name_resolve.clear_subtree(
-                f"{self.experiment_name}/{self.trial_name}/_info/{role}"
-            )
+            for kind in ("_info", "_health"):
+                self.name_resolve.clear_subtree(
+                    f"{self.experiment_name}/{self.trial_name}/{kind}/{role}"
+                )
         except Exception as exc:
             log.warning("could not clear name-resolve entries of %s: %s", role, exc)
 
@@ -860,6 +900,7 @@ class Scheduler:
             self.delete_workers()
         finally:
             self._closed = True
+            self.health.stop()
             self._client.close()
             self._pool.shutdown(wait=False)
             self.launcher.close()
