@@ -131,11 +131,11 @@ class Scheduler:
         self._restart_hooks: dict[str, Callable[[Scheduler, str], Any]] = {}
         self._unrestartable: dict[str, str] = {}
         self._pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="corral-fanout")
-        self.health = HealthMonitor(
+        self.monitor = HealthMonitor(
             self._watched_roles, launcher.poll, self._record_health, self.progress, health_interval
         )
         if on_worker_death is not None:
-            self.health.callbacks.append(on_worker_death)
+            self.monitor.callbacks.append(on_worker_death)
         self._closed = False
         _live_schedulers.add(self)
 
@@ -203,10 +203,10 @@ class Scheduler:
 
         self.removed_leftovers = self._lease.claim(cleanup)
         self._write_secret()
-        self.health.start()
+        self.monitor.start()
 
     def _drop_lease(self) -> None:
-        self.health.stop()
+        self.monitor.stop()
         self._lease.release()
 
     # ------------------------------------------------------------ health monitor
@@ -225,14 +225,14 @@ class Scheduler:
         """Call ``callback(worker_id, exit)`` from the health monitor's thread when a
         worker is found dead (within ``health_interval`` plus the backend's own delay),
         whether or not a call to it is in flight."""
-        self.health.callbacks.append(callback)
+        self.monitor.callbacks.append(callback)
 
     def worker_status(self) -> dict[str, str]:
         """``worker_id -> "alive"`` or ``"dead: <reason>"``, as the health monitor knows."""
         status = {}
         for ids in self._watched_roles().values():
             for worker_id in ids:
-                dead = self.health.dead.get(worker_id)
+                dead = self.monitor.dead.get(worker_id)
                 status[worker_id] = f"dead: {dead.reason}" if dead else "alive"
         return status
 
@@ -604,7 +604,7 @@ class Scheduler:
                 return
             state.workers[worker.index] = new
             self._ids[new.id] = new
-            self.health.forget(new.id)
+            self.monitor.forget(new.id)
             self._rendezvous(worker.role, state.workers, only=[worker.index])
         hook = self._restart_hooks.get(worker.role)
         if hook is not None:
@@ -833,7 +833,7 @@ class Scheduler:
             if state.kind != "reused":
                 self._ids.pop(w.id, None)
                 self._unrestartable.pop(w.id, None)
-                self.health.forget(w.id)
+                self.monitor.forget(w.id)
         if state.kind == "reused":
             return
         if state.kind == "forked":
@@ -900,7 +900,7 @@ class Scheduler:
             self.delete_workers()
         finally:
             self._closed = True
-            self.health.stop()
+            self.monitor.stop()
             self._client.close()
             self._pool.shutdown(wait=False)
             self.launcher.close()

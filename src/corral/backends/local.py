@@ -41,7 +41,7 @@ class LocalLauncher(Launcher):
         self._gpus: dict[str, list[list[int]]] = {}
         self._specs: dict[str, tuple] = {}
         self._log_dir = ""
-        self._pump = LogPump()
+        self._pump = LogPump(on_error=lambda text: self.progress(text))
         self._lock = threading.Lock()
 
     def check(self, job: NormalizedJob) -> None:

@@ -316,7 +316,12 @@ def _finish_tee(tee: tuple[subprocess.Popen, int] | None, timeout: float = 2.0) 
 _TEE_CODE = """
 import os, sys
 from corral.logs import LogSink
-stream = LogSink(open(os.devnull, "rb"), sys.argv[1], sys.argv[2], int(sys.argv[3]))
+def report(text):
+    try:
+        os.write(1, ("corral: " + text + "\\n").encode())
+    except OSError:
+        pass
+stream = LogSink(open(os.devnull, "rb"), sys.argv[1], sys.argv[2], int(sys.argv[3]), report)
 os.write(int(sys.argv[4]), b"1")
 os.close(int(sys.argv[4]))
 while True:
