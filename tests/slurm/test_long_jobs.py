@@ -101,3 +101,34 @@ def test_waiting_for_busy_gpus_shows_the_pending_reason_then_starts(make, lab, t
     assert result.get("ids") == ["patient/0"], result
     waiting = [line for line in lines if "PENDING (Resources)" in line]
     assert waiting[0].startswith("waiting for patient (0/1 ready)")
+
+
+@pytest.mark.slurm
+@pytest.mark.timeout(180)
+def test_a_slurmctld_outage_does_not_fail_healthy_workers(make):  # noqa: F811
+    import asyncio
+    import os
+    import signal
+
+    from corral import WorkerFailedError
+    from tests.slurm.lab_ctl import slurmctld_down
+
+    deaths: list[str] = []
+    sched = make(on_worker_death=lambda wid, exit_: deaths.append(wid))
+    ids = sched.create_workers(cpu_job("steady", 2))
+    for wid in ids:
+        asyncio.run(sched.create_engine(wid, "corral.testing.engines.EchoEngine", "e"))
+    with slurmctld_down():
+        # the cluster manager is gone; the workers are not
+        assert [w.id for w in sched.get_workers("steady")] == ids
+        for _ in range(3):
+            assert sched.call_engine(ids[0], "echo", "e", 1) == 1
+            assert sched.get_workers("steady")
+        # a real death during the outage is still seen (from the worker's exit file)
+        victim = sched.get_workers("steady")[1]
+        os.kill(victim.pid, signal.SIGKILL)
+        with pytest.raises(WorkerFailedError):
+            sched.call_engine(ids[1], "echo", "e", 2)
+        assert sched.call_engine(ids[0], "echo", "e", 3) == 3
+    assert sched.call_engine(ids[0], "echo", "e", 4) == 4
+    assert deaths in ([], [ids[1]])  # only the killed worker, never the healthy one

@@ -60,6 +60,8 @@ SQUEUE_CACHE_SECONDS = 0.5
 STOP_TIMEOUT_SECONDS = 60.0
 COMMAND_TIMEOUT_SECONDS = 60.0
 GRACEFUL_STOP_SECONDS = 5.0
+QUERY_TIMEOUT_SECONDS = 3.0
+OUTAGE_RETRY_SECONDS = 5.0
 
 # ------------------------------------------------------------------ job states --
 PENDING = "pending"  # queued: workers not started (yet)
@@ -153,6 +155,15 @@ def _run(argv: list[str], timeout: float = COMMAND_TIMEOUT_SECONDS) -> subproces
         ) from None
 
 
+def _unreachable(stderr: str) -> bool:
+    """slurmctld did not answer (as opposed to refusing the request)."""
+    text = stderr.lower()
+    return any(
+        word in text
+        for word in ("unable to contact slurm controller", "connection refused", "timed out")
+    )
+
+
 @dataclass
 class JobState:
     state: str
@@ -186,13 +197,31 @@ class SlurmQueue:
         self._at = -1e9
         self._asked: frozenset[str] = frozenset()
         self._final: dict[str, JobState] = {}
+        self._retry_at = 0.0
+        self.outage_since: float | None = None
 
     def states(self, job_ids: list[str]) -> dict[str, JobState]:
+        """Job states; while slurmctld does not answer, the last known ones (an outage of
+        the cluster manager is not a death: workers' own exit files still are)."""
         ids = frozenset(j for j in job_ids if j not in self._final)
         with self._lock:
-            fresh = time.monotonic() - self._at < self.cache_seconds
-            if ids and not (fresh and ids <= self._asked):
-                self._states = self._squeue(sorted(ids))
+            now = time.monotonic()
+            fresh = now - self._at < self.cache_seconds
+            if ids and not (fresh and ids <= self._asked) and now >= self._retry_at:
+                try:
+                    self._states = self._squeue(sorted(ids))
+                    if self.outage_since is not None:
+                        log.warning("slurmctld answers again after %.1fs", now - self.outage_since)
+                    self.outage_since = None
+                except SchedulerError as exc:
+                    if self.outage_since is None:
+                        self.outage_since = now
+                        log.warning(
+                            "slurmctld does not answer (%s); using the last known job states "
+                            "and the workers' exit files until it does",
+                            exc,
+                        )
+                    self._retry_at = time.monotonic() + OUTAGE_RETRY_SECONDS
                 self._at = time.monotonic()
                 self._asked = ids
             out = {}
@@ -201,6 +230,9 @@ class SlurmQueue:
                     out[job_id] = self._final[job_id]
                     continue
                 state = self._states.get(job_id)
+                if self.outage_since is not None:
+                    out[job_id] = state or JobState("UNKNOWN")
+                    continue
                 if state is None or classify_state(state.state) == ENDED:
                     # gone from squeue, or ended: scontrol knows the exit code
                     found = self._scontrol(job_id)
@@ -220,7 +252,12 @@ class SlurmQueue:
 
     @staticmethod
     def _squeue(job_ids: list[str]) -> dict[str, JobState]:
-        r = _run(["squeue", "-h", "-t", "all", "-j", ",".join(job_ids), "-o", "%i|%T|%r|%N"])
+        r = _run(
+            ["squeue", "-h", "-t", "all", "-j", ",".join(job_ids), "-o", "%i|%T|%r|%N"],
+            timeout=QUERY_TIMEOUT_SECONDS,
+        )
+        if r.returncode != 0 and _unreachable(r.stderr):
+            raise SchedulerError(f"squeue: {r.stderr.strip()}")
         if r.returncode != 0:
             if "Invalid job id" in r.stderr:
                 return {}
@@ -235,7 +272,10 @@ class SlurmQueue:
 
     @staticmethod
     def _scontrol(job_id: str) -> JobState | None:
-        r = _run(["scontrol", "show", "job", "-o", job_id])
+        try:
+            r = _run(["scontrol", "show", "job", "-o", job_id], timeout=QUERY_TIMEOUT_SECONDS)
+        except SchedulerError:
+            return None
         if r.returncode != 0:
             return None
         fields = dict(re.findall(r"(\w+)=(\S*)", r.stdout))
@@ -623,10 +663,25 @@ class SlurmLauncher(Launcher):
         deadline = time.monotonic() + GRACEFUL_STOP_SECONDS
         for job_id in ids:
             self.wait_gone(job_id, max(0.0, deadline - time.monotonic()), warn=False)
-        r = _run(["scancel", *ids])
+        deadline = time.monotonic() + STOP_TIMEOUT_SECONDS
+        while True:  # through a slurmctld outage: retry until it answers
+            try:
+                r = _run(["scancel", *ids], timeout=QUERY_TIMEOUT_SECONDS)
+            except SchedulerError as exc:
+                r = subprocess.CompletedProcess([], 1, "", str(exc))
+            if not (r.returncode != 0 and _unreachable(r.stderr)):
+                break
+            if time.monotonic() >= deadline:
+                log.warning(
+                    "slurmctld did not answer for %.0fs: Slurm jobs %s may still run; "
+                    "scancel them when it is back",
+                    STOP_TIMEOUT_SECONDS,
+                    " ".join(ids),
+                )
+                return
+            time.sleep(1.0)
         if r.returncode != 0 and "Invalid job id" not in r.stderr:
             log.warning("scancel %s: %s", " ".join(ids), r.stderr.strip())
-        deadline = time.monotonic() + STOP_TIMEOUT_SECONDS
         for job_id in ids:
             self.wait_gone(job_id, max(0.0, deadline - time.monotonic()))
         self._reap_steps(role)
@@ -655,9 +710,17 @@ class SlurmLauncher(Launcher):
         deadline = time.monotonic() + timeout
         interval = 0.05
         while True:
-            r = _run(["squeue", "-h", "-t", "all", "-j", job_id, "-o", "%T"])
+            try:
+                r = _run(
+                    ["squeue", "-h", "-t", "all", "-j", job_id, "-o", "%T"],
+                    timeout=QUERY_TIMEOUT_SECONDS,
+                )
+            except SchedulerError as exc:
+                r = subprocess.CompletedProcess([], 1, "", f"timed out: {exc}")
             state = r.stdout.strip()
-            if r.returncode != 0 or not state or state_is_final(state):
+            if r.returncode != 0 and _unreachable(r.stderr):
+                pass  # slurmctld is down: the job's fate is unknown, keep asking
+            elif r.returncode != 0 or not state or state_is_final(state):
                 return True
             if time.monotonic() >= deadline:
                 if not warn:
