@@ -158,6 +158,7 @@ class Scheduler:
     def _ensure_lease(self) -> None:
         if self._lease_stop is not None:
             return
+        self._stats.start()  # the stats file for corral dashboard / top (checks its env first)
         self._lease_stop = threading.Event()
         key = self._key(keys.controller_key)
         beat = {"pid": os.getpid(), "host": socket.gethostname(), "n": 0}
@@ -174,7 +175,6 @@ class Scheduler:
         threading.Thread(
             target=renew, args=(self._lease_stop,), name="corral-lease", daemon=True
         ).start()
-        self._stats.start()
 
     def _drop_lease(self) -> None:
         if self._lease_stop is None:

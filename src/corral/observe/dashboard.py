@@ -173,14 +173,17 @@ def _handler(dash: Dashboard) -> type[BaseHTTPRequestHandler]:
                     break
 
         def _stream_log(self, query: dict) -> None:
-            experiment, trial, worker = (
-                query.get(k, "") for k in ("experiment", "trial", "worker")
-            )
-            path = dash.source.log_path(experiment, trial, worker)
-            if path is None:
-                self._json({"error": f"no worker {worker!r} in trial {experiment}/{trial}"}, 404)
-                return
+            experiment, trial, worker = (query.get(k, "") for k in ("experiment", "trial", "worker"))
+            path = dash.source.log_path(experiment, trial, worker)  # checks the names first
             self._start_events()
+            waited = 0
+            while path is None:  # a worker not (yet) in its trial's stats: wait for it
+                if dash.stop.wait(0.5):
+                    return
+                waited += 1
+                if waited % 20 == 0:
+                    self._keep_alive()
+                path = dash.source.log_path(experiment, trial, worker)
             self._event("path", path)
             idle = 0
             for lines in follow_lines(path, dash.stop):
@@ -189,9 +192,12 @@ def _handler(dash: Dashboard) -> type[BaseHTTPRequestHandler]:
                     idle = 0
                 else:
                     idle += 1
-                    if idle % 40 == 0:  # ~10 s: a comment line finds a client that left
-                        self.wfile.write(b": keep-alive\n\n")
-                        self.wfile.flush()
+                    if idle % 40 == 0:  # ~10 s: writing finds a client that left
+                        self._keep_alive()
+
+        def _keep_alive(self) -> None:
+            self.wfile.write(b": keep-alive\n\n")
+            self.wfile.flush()
 
     return Handler
 

@@ -70,8 +70,10 @@ class StatsPublisher:
         self._thread.start()
 
     def _run(self, stop: threading.Event) -> None:
-        while not stop.wait(self.interval):
+        while True:
             self.publish()
+            if stop.wait(self.interval):
+                return
 
     def publish(self, closed: bool = False) -> dict | None:
         with self._lock:

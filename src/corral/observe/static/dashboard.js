@@ -54,23 +54,25 @@ function plot(points, series, unit) {
   const W = 320, H = 96, L = 34, B = 14, T = 6;
   const root = svg("svg", { viewBox: `0 0 ${W} ${H}`, role: "img" });
   const now = points.length ? points[points.length - 1][0] : Date.now() / 1000;
+  // the x axis spans the history there is: at least a minute, at most WINDOW_SECONDS
+  const span = Math.min(WINDOW_SECONDS, Math.max(60, points.length ? now - points[0][0] : 0));
   let top = 0;
   for (const p of points) for (const [i] of series) if (p[i] !== null) top = Math.max(top, p[i]);
   top = top > 0 ? top * 1.1 : 1;
-  const x = (t) => L + ((t - (now - WINDOW_SECONDS)) / WINDOW_SECONDS) * (W - L - 2);
+  const x = (t) => L + ((t - (now - span)) / span) * (W - L - 2);
   const y = (v) => T + (1 - v / top) * (H - T - B);
   root.append(svg("line", { class: "axis", x1: L, y1: H - B, x2: W - 2, y2: H - B }));
   root.append(svg("line", { class: "axis", x1: L, y1: T, x2: L, y2: H - B }));
   const label = (text, attrs) => { const t = svg("text", attrs); t.textContent = text; root.append(t); };
   label(`${top >= 10 ? top.toFixed(0) : top.toPrecision(2)} ${unit}`, { x: 2, y: T + 8 });
   label(`0`, { x: 2, y: H - B });
-  label("-5m", { x: L, y: H - 2 });
+  label(span >= 120 ? `-${Math.round(span / 60)}m` : `-${Math.round(span)}s`, { x: L, y: H - 2 });
   label("now", { x: W - 20, y: H - 2 });
   for (const [i, cls] of series) {
     let path = "";
     let pen = "M";
     for (const p of points) {
-      if (p[0] < now - WINDOW_SECONDS) continue;
+      if (p[0] < now - span) continue;
       if (p[i] === null) { pen = "M"; continue; }
       path += `${pen}${x(p[0]).toFixed(1)},${y(p[i]).toFixed(1)} `;
       pen = "L";
@@ -83,7 +85,7 @@ function plot(points, series, unit) {
 function roleCharts(trial) {
   const box = el("div", { class: "charts" });
   for (const role of trial.roles) {
-    if (role.kind === "reused") continue;
+    if (role.kind === "reused" || (!role.calls.total && !role.calls.in_flight)) continue;
     const h = role.calls.history || [];
     box.append(
       el("figure", { "data-role": role.role, class: "chart" },
