@@ -23,8 +23,11 @@ def wait_stats(sched, predicate, timeout: float = 30.0, what: str = "") -> dict:
     snap = None
     while time.monotonic() < deadline:
         snap = read_stats(sched)
-        if snap is not None and predicate(snap):
-            return snap
+        try:
+            if snap is not None and predicate(snap):
+                return snap
+        except (KeyError, IndexError, StopIteration):  # that role or worker is not there yet
+            pass
         time.sleep(0.1)
     raise AssertionError(f"stats never showed {what} within {timeout}s; last: {snap}")
 

@@ -103,8 +103,7 @@ def test_dashboard_in_chromium_lists_workers_streams_logs_and_shows_a_failure(
             what="a drawn call-rate line",
         )
         browser.wait_for(
-            "Number(document.querySelector('tr[data-role=rollout] .calls-total')"
-            ".textContent) > 10",
+            "Number(document.querySelector('tr[data-role=rollout] .calls-total').textContent) > 10",
             what="more than 10 calls counted",
         )
 
@@ -132,9 +131,10 @@ def test_dashboard_in_chromium_lists_workers_streams_logs_and_shows_a_failure(
             what="the failure box",
         )
         assert f"exit code {code}" in failure and f"corral worker {ids[1]}" in failure
-        assert browser.eval(
-            f"document.querySelector('tr[data-worker={_q(ids[0])}]').dataset.state"
-        ) == "running"
+        assert (
+            browser.eval(f"document.querySelector('tr[data-worker={_q(ids[0])}]').dataset.state")
+            == "running"
+        )
 
         shot = tmp_path / "dashboard.png"
         height = browser.eval("document.documentElement.scrollHeight")

@@ -33,8 +33,10 @@ CHROMIUM_FLAGS = [
 
 
 def chromium_path() -> str | None:
-    return os.environ.get("CORRAL_CHROMIUM") or shutil.which("chromium") or shutil.which(
-        "chromium-browser"
+    return (
+        os.environ.get("CORRAL_CHROMIUM")
+        or shutil.which("chromium")
+        or shutil.which("chromium-browser")
     )
 
 
@@ -107,7 +109,9 @@ class Browser:
                 self.console.append(" ".join(str(a.get("value", "")) for a in args))
             if msg.get("method") == "Runtime.exceptionThrown":
                 details = msg["params"]["exceptionDetails"]
-                self.console.append(f"exception: {details.get('exception', {}).get('description', details)}")
+                self.console.append(
+                    f"exception: {details.get('exception', {}).get('description', details)}"
+                )
             if msg.get("id") == ident:
                 if "error" in msg:
                     raise BrowserError(f"{method}: {msg['error']}")

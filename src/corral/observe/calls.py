@@ -8,6 +8,7 @@ Everything else — rates, percentiles, history — is computed once a second by
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections import deque
@@ -19,8 +20,8 @@ def percentile(sorted_values: list[float], q: float) -> float:
     """Nearest-rank percentile of an already sorted list (0.0 when empty)."""
     if not sorted_values:
         return 0.0
-    rank = max(0, min(len(sorted_values) - 1, int(round(q / 100 * len(sorted_values) + 0.5)) - 1))
-    return sorted_values[rank]
+    rank = min(len(sorted_values), max(1, math.ceil(q / 100 * len(sorted_values))))
+    return sorted_values[rank - 1]
 
 
 class RoleCalls:

@@ -173,7 +173,9 @@ def _handler(dash: Dashboard) -> type[BaseHTTPRequestHandler]:
                     break
 
         def _stream_log(self, query: dict) -> None:
-            experiment, trial, worker = (query.get(k, "") for k in ("experiment", "trial", "worker"))
+            experiment, trial, worker = (
+                query.get(k, "") for k in ("experiment", "trial", "worker")
+            )
             path = dash.source.log_path(experiment, trial, worker)  # checks the names first
             self._start_events()
             waited = 0
