@@ -39,6 +39,7 @@ from corral.health import DEFAULT_INTERVAL, HealthMonitor, WorkerHealth, health_
 from corral.launcher import Launcher, LaunchRequest, WorkerExit
 from corral.leftovers import clean_dead_run
 from corral.logs import log_dir_for, replica_log_path, tail
+from corral.observe.publisher import StatsPublisher, make_call_stats
 from corral.rpc.client import AsyncRPCClient, RPCClient, WorkerUnreachableError, new_request_id
 from corral.runs import ControllerLease, Lease, new_run_id
 from corral.spec import NormalizedJob, SchedulingSpec, Worker, normalize_job, validate_role_name
@@ -137,6 +138,8 @@ class Scheduler:
         if on_worker_death is not None:
             self.monitor.callbacks.append(on_worker_death)
         self._closed = False
+        self._calls = make_call_stats()  # per-role call figures for corral dashboard / top
+        self._stats = StatsPublisher(self, self._calls)
         _live_schedulers.add(self)
 
     # ------------------------------------------------------------------ setup
@@ -203,10 +206,13 @@ class Scheduler:
 
         self.removed_leftovers = self._lease.claim(cleanup)
         self._write_secret()
+        self._stats.start()  # the stats file for corral dashboard / top (checks its env first)
         self.monitor.start()
 
     def _drop_lease(self) -> None:
         self.monitor.stop()
+        if self._lease.held:
+            self._stats.stop()
         self._lease.release()
 
     # ------------------------------------------------------------ health monitor
@@ -765,9 +771,15 @@ class Scheduler:
             "args": list(args),
             "kwargs": kwargs,
         }
-        return self._request(
-            worker, "/call", payload, meta.get("timeout"), int(meta.get("max_retries", 2))
-        )
+        started, ok = self._calls.begin(worker.role), False
+        try:
+            result = self._request(
+                worker, "/call", payload, meta.get("timeout"), int(meta.get("max_retries", 2))
+            )
+            ok = True
+            return result
+        finally:
+            self._calls.end(worker.role, started, ok)
 
     async def async_call_engine(
         self,
@@ -786,9 +798,15 @@ class Scheduler:
             "args": list(args),
             "kwargs": kwargs,
         }
-        return await self._arequest(
-            worker, "/call", payload, meta.get("timeout"), int(meta.get("max_retries", 2))
-        )
+        started, ok = self._calls.begin(worker.role), False
+        try:
+            result = await self._arequest(
+                worker, "/call", payload, meta.get("timeout"), int(meta.get("max_retries", 2))
+            )
+            ok = True
+            return result
+        finally:
+            self._calls.end(worker.role, started, ok)
 
     def health(self, worker_id: str, timeout: float = 5.0) -> dict:
         worker = self._worker(worker_id)

@@ -60,6 +60,11 @@ class EchoEngine:
         print("", flush=True)
         return lines * width
 
+    def say(self, text: str) -> str:
+        """Print ``text`` to the worker's output (its log), flushed."""
+        print(text, flush=True)
+        return text
+
     def fail(self, message: str = "boom") -> None:
         raise ValueError(message)
 

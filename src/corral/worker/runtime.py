@@ -159,6 +159,7 @@ class WorkerRuntime:
             "backend_id": s.backend_id,
             "forked": s.forked,
             "run_id": s.run_id,
+            "gpus": os.environ.get("CUDA_VISIBLE_DEVICES"),
         }
         self.name_resolve.add(
             keys.worker_info_key(s.experiment, s.trial, s.role, s.index),
