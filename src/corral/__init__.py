@@ -23,6 +23,7 @@ from corral.errors import (
     EngineCreationError,
     EngineImportError,
     PlacementError,
+    ResourceLimitError,
     SchedulerError,
     TrialInUseError,
     WorkerCreationError,
@@ -58,5 +59,5 @@ __all__ = [
     "Worker", "Scheduler", "LocalScheduler", "RayScheduler", "SlurmScheduler",
     "CorralError", "ConfigError", "SchedulerError", "WorkerCreationError", "WorkerTimeoutError",
     "WorkerFailedError", "WorkerNotFoundError", "EngineCreationError", "EngineImportError",
-    "EngineCallError", "TrialInUseError", "PlacementError", "WorkerPreemptedError",
+    "EngineCallError", "TrialInUseError", "PlacementError", "ResourceLimitError", "WorkerPreemptedError",
 ]  # fmt: skip

@@ -114,3 +114,8 @@ class PlacementError(ConfigError, WorkerCreationError):
 class WorkerPreemptedError(WorkerFailedError):
     """The worker was preempted (its Slurm job requeued, its Ray node lost). Calls to it
     fail with this error until the role is back; ``Scheduler.wait_role(role)`` waits."""
+
+
+class ResourceLimitError(WorkerCreationError):
+    """The controller's own limits (open files, ...) cannot hold the workers asked for;
+    names the limit, its value and how to raise it."""

@@ -31,6 +31,8 @@ class Launcher(abc.ABC):
     """A backend: places and starts workers, tells whether they live, stops them."""
 
     name: str = "base"
+    fds_per_worker: int = 1
+    """Open files the controller holds per worker of this backend (see corral.fdlimit)."""
 
     def progress(self, text: str) -> None:
         """Progress lines (pending reasons while waiting); the Scheduler replaces this."""

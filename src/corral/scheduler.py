@@ -35,6 +35,7 @@ from corral.errors import (
     WorkerNotFoundError,
     WorkerTimeoutError,
 )
+from corral.fdlimit import ensure_fds, is_fd_exhaustion, too_many_files
 from corral.health import DEFAULT_INTERVAL, HealthMonitor, WorkerHealth, health_key
 from corral.launcher import Launcher, LaunchRequest, WorkerExit
 from corral.leftovers import clean_dead_run
@@ -324,6 +325,7 @@ class Scheduler:
             return self._launch_role(nj)
 
     def _launch_role(self, job: NormalizedJob) -> list[str]:
+        ensure_fds(job.replicas * self.launcher.fds_per_worker, f"role {job.role!r}")
         self._ensure_lease()
         self.name_resolve.clear_subtree(self._key(keys.role_prefix, job.role))
         envs = [self.worker_env(job.role, i, spec) for i, spec in enumerate(job.tasks)]
@@ -338,9 +340,14 @@ class Scheduler:
             self._roles[job.role] = state
             state.workers = self._await_registration(job.role, job.replicas, self.startup_timeout)
             self._rendezvous(job.role, state.workers)
-        except BaseException:
+        except BaseException as exc:
             self._roles.pop(job.role, None)
             self._stop_launched(job.role)
+            if is_fd_exhaustion(exc):
+                import resource
+
+                soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+                raise too_many_files(f"role {job.role!r}", job.replicas * 5, soft, hard) from exc
             raise
         for w in state.workers:
             self._ids[w.id] = w

@@ -28,6 +28,7 @@ def detect_gpu_devices() -> list[int]:
 
 class LocalLauncher(Launcher):
     name = "local"
+    fds_per_worker = 5  # output pipe, three log files, a connection
 
     def __init__(self, gpu_devices: list[int] | None = None):
         devices = detect_gpu_devices() if gpu_devices is None else list(gpu_devices)
