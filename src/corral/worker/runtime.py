@@ -327,11 +327,11 @@ class ControllerWatch:
                 continue
             if value is None:
                 return self.on_lost("controller lease removed")
-            owner = _lease_run_id(value)
-            if s.run_id and owner and owner != s.run_id:
+            owner, mine = _lease_run_id(value), getattr(s, "run_id", "")
+            if mine and owner and owner != mine:
                 return self.on_lost(
                     f"the trial's lease now belongs to run {owner}, not this worker's run "
-                    f"{s.run_id} (a new controller took over the trial)"
+                    f"{mine} (a new controller took over the trial)"
                 )
             if value != last_value:
                 last_value, last_change = value, time.monotonic()
