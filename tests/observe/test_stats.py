@@ -157,8 +157,9 @@ def test_a_restarted_worker_shows_its_restart_and_new_generation(backend, sched)
     after = sched.get_workers("rollout")[0]
     snap = wait_stats(
         sched,
-        lambda s: worker_row(s, ids[0])["state"] == "running"
-        and worker_row(s, ids[0])["restarts"] == 1,
+        lambda s: (
+            worker_row(s, ids[0])["state"] == "running" and worker_row(s, ids[0])["restarts"] == 1
+        ),
         what="running again after 1 restart",
     )
     row = worker_row(snap, ids[0])
