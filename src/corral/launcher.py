@@ -15,6 +15,9 @@ class WorkerExit:
     reason: str
     exit_code: int | None = None
     log_path: str | None = None
+    preempted: bool = False
+    """The backend took the worker away and will bring it back (Slurm requeue):
+    calls raise WorkerPreemptedError; ``Scheduler.wait_role`` waits for the return."""
 
 
 @dataclass
@@ -51,6 +54,13 @@ class Launcher(abc.ABC):
     def pending_reason(self, role: str) -> str | None:
         """Why the role's workers have not started yet, if the backend knows (queue reasons)."""
         return None
+
+    def preempted(self, role: str) -> bool:
+        """Was the role preempted (and will come back) since ``mark_returned``?"""
+        return False
+
+    def mark_returned(self, role: str) -> None:
+        """The role's workers are back after a preemption (see corral.preemption)."""
 
     def hopeless(self, role: str) -> str | None:
         """Why the role's queued workers can never start (a queue reason that cannot

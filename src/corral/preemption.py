@@ -31,16 +31,19 @@ def wait_role(sched: Scheduler, role: str, timeout: float | None = None) -> list
     last_reason = None
     next_reason = time.monotonic() + 1.0
     while True:
+        unchanged = 0
         for index in range(len(state.workers)):
             if index in back:
                 continue
             worker = sched._read_worker(role, index)
             if worker is not None and worker.generation != old.get(index):
                 back[index] = worker
+            elif worker is not None:
+                unchanged += 1
         dead = sched.launcher.poll(role)
         if len(back) == len(state.workers) and not dead:
             break
-        if not back and not dead:
+        if unchanged == len(state.workers) and not dead and not sched.launcher.preempted(role):
             return [w.id for w in state.workers]  # nothing happened to the role
         final = {i: e for i, e in dead.items() if not e.preempted and i not in back}
         if final and not any(e.preempted for e in dead.values()):
@@ -67,9 +70,7 @@ def wait_role(sched: Scheduler, role: str, timeout: float | None = None) -> list
             sched.monitor.forget(worker.id)
             sched._unrestartable.pop(worker.id, None)
         state.engines.clear()
-        mark = getattr(sched.launcher, "mark_returned", None)
-        if mark is not None:
-            mark(role)
+        sched.launcher.mark_returned(role)
         sched._rendezvous(role, state.workers)
     hook = sched._restart_hooks.get(role)
     for worker in state.workers:

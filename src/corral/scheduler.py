@@ -33,6 +33,7 @@ from corral.errors import (
     WorkerCreationError,
     WorkerFailedError,
     WorkerNotFoundError,
+    WorkerPreemptedError,
     WorkerTimeoutError,
 )
 from corral.fdlimit import ensure_fds, is_fd_exhaustion, too_many_files
@@ -422,9 +423,16 @@ class Scheduler:
     ) -> WorkerFailedError:
         log_path = exit_.log_path or replica_log_path(self.log_dir, role, index)
         time.sleep(0.05)
-        return WorkerFailedError(
-            worker_id, f"{exit_.reason} {when}", exit_.exit_code, tail(log_path), log_path
-        )
+        kind = WorkerPreemptedError if exit_.preempted else WorkerFailedError
+        return kind(worker_id, f"{exit_.reason} {when}", exit_.exit_code, tail(log_path), log_path)
+
+    def wait_role(self, role: str, timeout: float | None = None) -> list[str]:
+        """After a preemption (WorkerPreemptedError): wait until the backend brought every
+        worker of ``role`` back, re-run rendezvous and the restart hook; see
+        corral.preemption."""
+        from corral.preemption import wait_role
+
+        return wait_role(self, role, timeout)
 
     def _rendezvous(self, role: str, workers: list[Worker], only: list[int] | None = None) -> None:
         """Give each worker its torch.distributed variables (``only``: just these ranks)."""
@@ -597,8 +605,8 @@ class Scheduler:
 
     def _maybe_restart(self, worker: Worker, failure: WorkerFailedError) -> None:
         state = self._roles.get(worker.role)
-        if state is None or state.kind != "launched":
-            return
+        if state is None or state.kind != "launched" or isinstance(failure, WorkerPreemptedError):
+            return  # a preempted worker comes back with its job (wait_role)
         spec = state.job.tasks[worker.index]
         done = state.restarts.get(worker.index, 0)
         if done >= spec.max_restarts:

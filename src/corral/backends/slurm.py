@@ -184,6 +184,7 @@ class RoleJob:
     log_dir: str
     script: str
     seen_active: bool = False
+    requeues_seen: int = 0
 
 
 class SlurmQueue:
@@ -295,7 +296,24 @@ _STEPD_REASONS = {
     "DUE TO TIME LIMIT": "TIMEOUT",
     "DUE TO NODE FAILURE": "NODE_FAIL",
     "DUE TO PREEMPTION": "PREEMPTED",
+    "DUE TO JOB REQUEUE": "REQUEUED",
 }
+
+
+def requeue_count(log_path: str, job_id: str) -> int:
+    """How many times slurmstepd wrote that job ``job_id`` was requeued or preempted."""
+    try:
+        with open(log_path, errors="replace") as fh:
+            text = fh.read()
+    except OSError:
+        return 0
+    return len(
+        re.findall(
+            rf"\*\*\* JOB {re.escape(job_id)} ON \S+ CANCELLED AT \S+ DUE TO "
+            r"(?:JOB REQUEUE|PREEMPTION)",
+            text,
+        )
+    )
 
 
 def ending_state_from_log(text: str, job_id: str) -> str | None:
@@ -344,8 +362,12 @@ class SlurmLauncher(Launcher):
         exclude: str | None = None,
         python: str = sys.executable,
         dry_run: bool = False,
+        requeue: bool = False,
+        signal: str | None = None,
     ):
         self.n_gpus_per_node = n_gpus_per_node
+        self.requeue = requeue
+        self.signal = signal
         self.partition = partition
         self.account = account
         self.qos = qos
@@ -403,6 +425,8 @@ class SlurmLauncher(Launcher):
             extra_srun_args=self.srun_args,
             nodelist=self.nodelist,
             exclude=self.exclude,
+            requeue=self.requeue,
+            signal=self.signal,
         )
 
     def render(self, job: NormalizedJob, env: dict[str, str], log_dir: str) -> str:
@@ -585,6 +609,12 @@ class SlurmLauncher(Launcher):
                 if states is None:
                     states = self._states()
                 self._job_ended(role, job, indices, states, mine)
+            if mine and self.requeue:
+                why = self._preemption(role, job)
+                if why:
+                    for index in indices:
+                        path = replica_log_path(job.log_dir, role, index)
+                        mine[index] = WorkerExit(why, None, path, preempted=True)
             dead.update(mine)
         for (step_role, index), proc in list(self._steps.items()):
             if step_role != role or index in dead:
@@ -596,6 +626,32 @@ class SlurmLauncher(Launcher):
                     path = replica_log_path(job.log_dir, role, index) if job else None
                     dead[index] = WorkerExit(why, proc.returncode, path)
         return dead
+
+    def _preemption(self, role: str, job: RoleJob) -> str | None:
+        """Why the job's workers are gone if Slurm requeued (preempted) it since the
+        workers last started, else None. Slurm's own words, from the batch log."""
+        count = requeue_count(sbatch_log_path(job.log_dir, role), job.job_id)
+        if count <= job.requeues_seen:
+            return None
+        return (
+            f"Slurm job {job.job_id} was preempted and requeued; its workers come back "
+            "when Slurm starts it again (Scheduler.wait_role waits for them)"
+        )
+
+    def preempted(self, role: str) -> bool:
+        with self._lock:
+            jobs = list(self._jobs.get(role, ()))
+        return self.requeue and any(
+            requeue_count(sbatch_log_path(j.log_dir, role), j.job_id) > j.requeues_seen
+            for j in jobs
+        )
+
+    def mark_returned(self, role: str) -> None:
+        """The role's workers are back after a requeue: later requeues count anew."""
+        with self._lock:
+            jobs = list(self._jobs.get(role, ()))
+        for job in jobs:
+            job.requeues_seen = requeue_count(sbatch_log_path(job.log_dir, role), job.job_id)
 
     def _job_ended(
         self,
@@ -611,6 +667,16 @@ class SlurmLauncher(Launcher):
         if kind == ACTIVE:
             job.seen_active = True
         if not (kind == ENDED or (kind == PENDING and job.seen_active)):
+            return
+        if kind == PENDING and self.requeue:
+            job.seen_active = False  # requeued: it will run again
+            reason = (
+                f"Slurm job {job.job_id} was preempted and requeued ({state.reason or '?'}); "
+                "its workers come back when Slurm starts it again (Scheduler.wait_role)"
+            )
+            for index in indices:
+                path = replica_log_path(job.log_dir, role, index)
+                dead.setdefault(index, WorkerExit(reason, None, path, preempted=True))
             return
         name = state.state
         if state.completing:
@@ -770,6 +836,12 @@ class SlurmScheduler(Scheduler):
     these are None). ``python`` is the interpreter the nodes run workers with.
     ``dry_run=True`` submits nothing: ``create_workers`` prints the batch script and
     returns ``[]``; :meth:`render_script` returns it.
+
+    Preemption is opt-in: ``requeue=True`` submits with ``--requeue`` (default
+    ``--no-requeue``) and ``signal="USR1@60"`` adds ``--signal``. A requeued role's calls
+    raise :class:`~corral.errors.WorkerPreemptedError`; engines get ``on_preempt(reason)``
+    on the SIGTERM (and on the ``--signal`` warning); :meth:`wait_role` waits until
+    Slurm runs the job again and returns the new workers (see docs/reliability.md).
     """
 
     backend = "slurm"
@@ -790,6 +862,8 @@ class SlurmScheduler(Scheduler):
         exclude: str | None = None,
         python: str = sys.executable,
         dry_run: bool = False,
+        requeue: bool = False,
+        signal: str | None = None,
         **kwargs: Any,
     ):
         def pick(value: Any, name: str) -> Any:
@@ -814,6 +888,8 @@ class SlurmScheduler(Scheduler):
             exclude=exclude,
             python=python,
             dry_run=dry_run,
+            requeue=requeue,
+            signal=signal,
         )
         super().__init__(
             exp_config,

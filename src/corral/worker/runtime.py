@@ -121,6 +121,8 @@ class WorkerRuntime:
         self.forks = ForkManager(settings, self.name_resolve)
         self.cache = ResultCache()
         self.stopped = threading.Event()
+        self.shutdown_requested = False
+        """Set by ``POST /shutdown``: the SIGTERM that follows is corral's own."""
         self.config: dict = {}
         self.worker_ports: list[int] = []
         self.generation = f"{time.time():.6f}-{os.getpid()}"
@@ -272,6 +274,7 @@ class WorkerRuntime:
         return self.forks.kill(str(p["worker_id"]))
 
     def _shutdown(self, _p: dict) -> None:
+        self.shutdown_requested = True
         threading.Thread(target=self._shutdown_soon, daemon=True).start()
 
     def _shutdown_soon(self) -> None:
@@ -364,11 +367,36 @@ def main() -> None:
 
     signal.signal(signal.SIGTERM, lambda *_: lost("SIGTERM"))
     signal.signal(signal.SIGINT, lambda *_: lost("SIGINT"))
+    # a warning before preemption or the time limit (sbatch --signal=USR1@N)
+    signal.signal(
+        signal.SIGUSR1,
+        lambda *_: threading.Thread(target=preempted, args=("SIGUSR1",), daemon=True).start(),
+    )
+
+    def preempted(why: str) -> None:
+        """Engines may checkpoint: ``on_preempt(reason)`` runs on each one that has it
+        (first: the log copier may already be gone with the same signal)."""
+        problems = runtime.engines.notify("on_preempt", why)
+        try:
+            print(f"corral worker {settings.worker_id}: {why} from outside: on_preempt", flush=True)
+            for problem in problems:
+                print(f"corral worker {settings.worker_id}: {problem}", flush=True)
+        except OSError:
+            pass
+
     runtime.start()
     threading.Thread(
         target=ControllerWatch(runtime, lost).run, name="corral-watch", daemon=True
     ).start()
     while not done.wait(1.0):
         pass
-    print(f"corral worker {settings.worker_id} stopping: {reason[0]}", flush=True)
+    outside = reason[0] == "SIGTERM" and not runtime.shutdown_requested
+    if outside:
+        preempted("SIGTERM")  # preemption, requeue, time limit or an outside scancel
+    try:
+        print(f"corral worker {settings.worker_id} stopping: {reason[0]}", flush=True)
+    except OSError:
+        pass  # the output pipe's reader went with the same signal
     runtime.stop()
+    if outside:  # say how it ended, as a process killed by SIGTERM would
+        sys.exit(128 + signal.SIGTERM)
