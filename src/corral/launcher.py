@@ -75,6 +75,16 @@ class Launcher(abc.ABC):
         """Start replica ``index`` of ``role`` again, in its old place, with ``env``."""
         raise NotImplementedError(f"the {self.name} backend cannot restart workers")
 
+    def grow(
+        self, role: str, first: int, tasks: list, envs: list[dict[str, str]], log_dir: str
+    ) -> None:
+        """Start replicas ``first``, ``first + 1``, ... of a running role (elastic)."""
+        raise NotImplementedError(f"the {self.name} backend cannot grow a role")
+
+    def shrink(self, role: str, indices: list[int]) -> None:
+        """Stop these replicas (the role's highest indices) and forget them."""
+        raise NotImplementedError(f"the {self.name} backend cannot shrink a role")
+
     def supports_restart(self) -> bool:
         return type(self).restart is not Launcher.restart
 

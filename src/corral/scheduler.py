@@ -426,6 +426,12 @@ class Scheduler:
         kind = WorkerPreemptedError if exit_.preempted else WorkerFailedError
         return kind(worker_id, f"{exit_.reason} {when}", exit_.exit_code, tail(log_path), log_path)
 
+    def scale(self, role: str, replicas: int) -> list[str]:
+        """Grow or shrink a launched role to ``replicas`` workers; see corral.elastic."""
+        from corral.elastic import scale
+
+        return scale(self, role, replicas)
+
     def wait_role(self, role: str, timeout: float | None = None) -> list[str]:
         """After a preemption (WorkerPreemptedError): wait until the backend brought every
         worker of ``role`` back, re-run rendezvous and the restart hook; see

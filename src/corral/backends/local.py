@@ -81,6 +81,33 @@ class LocalLauncher(Launcher):
         self._pump.add(proc.stdout, self._log_dir, role, index)
         return proc
 
+    def grow(self, role: str, first: int, tasks: list, envs: list[dict[str, str]], log_dir: str):
+        need = sum(spec.gpu for spec in tasks)
+        with self._lock:
+            if need > len(self._free):
+                raise PlacementError(
+                    f"{role}: gpu per worker x new replicas",
+                    need,
+                    f"only {len(self._free)} GPUs are free; shrink or delete other roles",
+                )
+        self._specs[role] = tuple(self._specs[role]) + tuple(tasks)
+        for i, (spec, env) in enumerate(zip(tasks, envs, strict=True)):
+            with self._lock:
+                devices, self._free = self._free[: spec.gpu], self._free[spec.gpu :]
+            self._gpus[role].append(devices)
+            self._procs[role].append(self._start(role, first + i, spec, env, devices))
+
+    def shrink(self, role: str, indices: list[int]) -> None:
+        keep = min(indices)
+        stop_process_groups(self._procs[role][keep:])
+        with self._lock:
+            for devices in self._gpus[role][keep:]:
+                self._free.extend(devices)
+            self._free.sort()
+        del self._procs[role][keep:]
+        del self._gpus[role][keep:]
+        self._specs[role] = tuple(self._specs[role])[:keep]
+
     def restart(self, role: str, index: int, env: dict[str, str]) -> None:
         stop_process_groups([self._procs[role][index]], grace=1.0)
         spec = self._specs[role][index]

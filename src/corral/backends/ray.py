@@ -497,6 +497,65 @@ class RayLauncher(Launcher):
             with self._lock:
                 record.replicas.append(replica)
 
+    def grow(
+        self, role: str, first: int, tasks: list, envs: list[dict[str, str]], log_dir: str
+    ) -> None:
+        """New replicas ``first``..: their own placement group(s), then their actors."""
+        from ray.util.placement_group import placement_group, remove_placement_group
+
+        with self._lock:
+            record = self._roles[role]
+        kind = self.accelerator_kind()
+        prefix = name_prefix(envs[0][E.EXPERIMENT], envs[0][E.TRIAL])
+        bundles = [self._bundle(spec, kind) for spec in tasks]
+        if record.strategy == "shared":
+            pgs = [placement_group(bundles, strategy="PACK", name=f"{prefix}:{role}:+{first}")]
+            groups, places = [bundles], [(pgs[0], i) for i in range(len(tasks))]
+        else:
+            pgs = [
+                placement_group(
+                    [b], strategy=STRATEGIES[record.strategy], name=f"{prefix}:{role}:{first + i}"
+                )
+                for i, b in enumerate(bundles)
+            ]
+            groups, places = [[b] for b in bundles], [(pg, 0) for pg in pgs]
+        _, pending = self.ray.wait(
+            [pg.ready() for pg in pgs], num_returns=len(pgs), timeout=self.startup_timeout
+        )
+        if pending:
+            for pg in pgs:
+                remove_placement_group(pg)
+            self._wait_groups_gone(pgs)
+            raise WorkerCreationError(
+                f"could not place {len(tasks)} more {role} worker(s) within "
+                f"{self.startup_timeout:.0f}s: {self.pending_reason(role) or 'no room'}"
+            )
+        with self._lock:
+            record.pgs.extend(pgs)
+            record.bundles.extend(groups)
+        for i, (spec, env) in enumerate(zip(tasks, envs, strict=True)):
+            pg, bundle_index = places[i]
+            replica = self._start_main(role, first + i, spec, env, pg, bundle_index, kind, log_dir)
+            with self._lock:
+                record.replicas.append(replica)
+
+    def shrink(self, role: str, indices: list[int]) -> None:
+        """Stop these replicas' actors; remove their placement groups when nothing else
+        of the role uses them."""
+        gone = set(indices)
+        with self._lock:
+            record = self._roles[role]
+            doomed = [r for r in record.replicas if r.index in gone]
+            record.replicas = [r for r in record.replicas if r.index not in gone]
+            used = {id(r.pg) for r in record.replicas}
+            keep = [
+                (pg, b) for pg, b in zip(record.pgs, record.bundles, strict=True) if id(pg) in used
+            ]
+            dropped = [pg for pg in record.pgs if id(pg) not in used]
+            record.pgs = [pg for pg, _ in keep]
+            record.bundles = [b for _, b in keep]
+        self._teardown(doomed, dropped)
+
     def _start_main(
         self,
         role: str,
