@@ -141,9 +141,9 @@ def run(backend: str, root: str, repeats: int) -> dict:
         "sigstop_timeout_at_1s_deadline_s": round(med(stops), 3),
         "controller_sigkill_all_gone_s": round(death, 2),
         "death_without_call_to_callback_s": round(med(monitor), 3),
-        "never_fits_refused_s": round(med(refused), 3),
+        "never_fits_refused_s": round(med(refused), 4),
         "create_one_worker_s (baseline)": round(med(creates), 3),
-        "second_live_controller_refused_s": round(clash, 3),
+        "second_live_controller_refused_s": round(clash, 4),
         "rerun_after_dead_controller_create_s": round(rerun["s"], 3),
         "rerun_removed_leftovers": rerun["removed"],
         "rerun_old_pids_left": rerun["old_pids_left"],
@@ -151,7 +151,7 @@ def run(backend: str, root: str, repeats: int) -> dict:
         "chatty_2MB_call_writable_log_s (baseline)": round(med(chatty_ok), 3),
     }
     if backend == "local":
-        out["fd_limit_refused_s (60 workers, ulimit -n 200)"] = round(L.fd_limit_refusal(root), 3)
+        out["fd_limit_refused_s (60 workers, ulimit -n 200)"] = round(L.fd_limit_refusal(root), 4)
     if backend == "slurm":
         sched = scheduler(backend, root, f"slurm{os.getpid()}")
         try:
