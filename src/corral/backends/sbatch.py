@@ -98,13 +98,16 @@ def replica_log_path(log_dir: str, role: str, index: int) -> str:
     return f"{log_dir.rstrip('/')}/{role}/{index}.log"
 
 
-def exit_code_path(log_dir: str, role: str, index: int) -> str:
+def exit_code_path(log_dir: str, role: str, index: int, job_id: str | None = None) -> str:
     """Written by the task when its worker exits on its own: the exit code and a newline.
 
     Absent while the worker runs, and when the task itself was killed (scancel,
-    ``--kill-on-bad-exit`` taking down the other replicas after one failed).
+    ``--kill-on-bad-exit`` taking down the other replicas after one failed). Named after
+    the Slurm job (``<index>.<job>.exit``), so that a job of an earlier run of the same
+    trial, still ending, never writes the file a new run reads.
     """
-    return f"{log_dir.rstrip('/')}/{role}/{index}.exit"
+    name = f"{index}.{job_id}.exit" if job_id else f"{index}.exit"
+    return f"{log_dir.rstrip('/')}/{role}/{name}"
 
 
 def role_log_path(log_dir: str, role: str) -> str:
@@ -511,7 +514,7 @@ def render_task_script(params: SbatchParams) -> str:
     lines += [
         f'corral_prefix="[{role}/${{corral_index}}] "',
         f"corral_log={_q(role_dir)}/${{corral_index}}.log",
-        f"corral_exit={_q(role_dir)}/${{corral_index}}.exit",
+        f"corral_exit={_q(role_dir)}/${{corral_index}}${{SLURM_JOB_ID:+.$SLURM_JOB_ID}}.exit",
         f"mkdir -p {_q(role_dir)}",
         'rm -f "$corral_exit"',
     ]

@@ -486,9 +486,9 @@ class SlurmLauncher(Launcher):
         return job_id
 
     @staticmethod
-    def _forget_exit(log_dir: str, role: str, index: int) -> None:
+    def _forget_exit(log_dir: str, role: str, index: int, job_id: str | None = None) -> None:
         try:
-            os.unlink(exit_code_path(log_dir, role, index))
+            os.unlink(exit_code_path(log_dir, role, index, job_id))
         except FileNotFoundError:
             pass
 
@@ -596,7 +596,7 @@ class SlurmLauncher(Launcher):
         if old is not None and old.poll() is None:
             old.kill()
             old.wait()
-        self._forget_exit(owner.log_dir, role, index)
+        self._forget_exit(owner.log_dir, role, index, owner.job_id)
         task = render_task_script(self.params(nj, env, owner.log_dir))
         self._steps[(role, index)] = start_step(
             owner.job_id, place, nj.tasks[index].cpu, index, env, task
@@ -645,7 +645,7 @@ class SlurmLauncher(Launcher):
                 continue
             mine: dict[int, WorkerExit] = {}
             for index in indices:
-                code = _read_exit_file(exit_code_path(job.log_dir, role, index))
+                code = _read_exit_file(exit_code_path(job.log_dir, role, index, job.job_id))
                 if code is not None:
                     mine[index] = WorkerExit(
                         _describe_code(code), code, replica_log_path(job.log_dir, role, index)
@@ -667,7 +667,9 @@ class SlurmLauncher(Launcher):
             why = step_failure(proc)
             if why is not None:
                 job = next((j for j, _ in jobs if index in j.indices), None)
-                if job is None or not os.path.exists(exit_code_path(job.log_dir, role, index)):
+                if job is None or not os.path.exists(
+                    exit_code_path(job.log_dir, role, index, job.job_id)
+                ):
                     path = replica_log_path(job.log_dir, role, index) if job else None
                     dead[index] = WorkerExit(why, proc.returncode, path)
         return dead

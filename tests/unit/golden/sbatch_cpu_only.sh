@@ -29,7 +29,7 @@ corral_index=$(( ${CORRAL_INDEX_OFFSET:-0} + ${SLURM_PROCID:-0} ))
 export CUDA_VISIBLE_DEVICES=""  # CPU-only role: no GPU visible
 corral_prefix="[trainer/${corral_index}] "
 corral_log=/shared/corral/demo/run1/logs/trainer/${corral_index}.log
-corral_exit=/shared/corral/demo/run1/logs/trainer/${corral_index}.exit
+corral_exit=/shared/corral/demo/run1/logs/trainer/${corral_index}${SLURM_JOB_ID:+.$SLURM_JOB_ID}.exit
 mkdir -p /shared/corral/demo/run1/logs/trainer
 rm -f "$corral_exit"
 exec 3> >(sed -u "s|^|${corral_prefix}|" >> /shared/corral/demo/run1/logs/trainer.log)

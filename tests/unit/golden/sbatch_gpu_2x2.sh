@@ -41,7 +41,7 @@ done
 export CUDA_VISIBLE_DEVICES="$corral_devices"
 corral_prefix="[trainer/${corral_index}] "
 corral_log=/shared/corral/demo/run1/logs/trainer/${corral_index}.log
-corral_exit=/shared/corral/demo/run1/logs/trainer/${corral_index}.exit
+corral_exit=/shared/corral/demo/run1/logs/trainer/${corral_index}${SLURM_JOB_ID:+.$SLURM_JOB_ID}.exit
 mkdir -p /shared/corral/demo/run1/logs/trainer
 rm -f "$corral_exit"
 exec 3> >(sed -u "s|^|${corral_prefix}|" >> /shared/corral/demo/run1/logs/trainer.log)
