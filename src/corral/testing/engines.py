@@ -31,6 +31,11 @@ class EchoEngine:
     def thread_name(self) -> str:
         return threading.current_thread().name
 
+    def slow_thread_name(self, seconds: float) -> str:
+        """The thread name, after holding it for ``seconds`` (calls in flight overlap)."""
+        time.sleep(seconds)
+        return threading.current_thread().name
+
     async def async_echo(self, value: Any, delay: float = 0.0) -> Any:
         await asyncio.sleep(delay)
         return value
