@@ -190,7 +190,7 @@ MUTANTS: list[Mutant] = [
       why="a worker that died mid-call is reported as a broken connection"),
     M("delete-destroys-engines-first", "scheduler.py",
       "self._fan_out(self._destroy_engines_quietly, state.workers)", "pass",
-      f"{LIFE} -k destroyed", why="engines are not destroyed before workers stop"),
+      f"{LIFE} -k destroyed tests/faults/test_teardown_order.py", why="engines are not destroyed before workers stop"),
     M("delete-takes-forks-along", "scheduler.py",
       "for dependent in [r for r, s in self._roles.items() if s.target == role]:",
       "for dependent in []:", f"{COLO} -k target_takes",
