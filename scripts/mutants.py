@@ -78,6 +78,10 @@ MUTANTS: list[Mutant] = [
     M("http-content-length-digits", "rpc/http.py",
       "if not raw.isdigit():", "if False:", f"{WIRE} -k content_length",
       why="a non-numeric or negative Content-Length is accepted"),
+    M("http-connection-close", "rpc/http.py",
+      'return self.headers.get("connection", "").lower() != "close"', "return True",
+      f"{WIRE} {RPC} -k 'connection_close or not_pooled'",
+      why="'Connection: close' is ignored (the connection is reused after a refusal)"),
     # ------------------------------------------------------------------ rpc/server.py
     M("server-secret-check", "rpc/server.py",
       "return hmac.compare_digest(given, self._secret)", "return True",
@@ -102,6 +106,10 @@ MUTANTS: list[Mutant] = [
       "raise errors.EngineCallError(message, tb)", "raise errors.SchedulerError(message)",
       f"{ENGINES} -k call_error",
       why="an engine's exception comes back without its type and traceback"),
+    M("client-stale-pooled-connection", "rpc/client.py",
+      "                conn.close()\n                if reused and attempt == 0:",
+      "                conn.close()\n                if False:", f"{RPC} -k pooled",
+      why="a pooled connection the worker closed fails the call instead of being redialled"),
     # ------------------------------------------------------------------ worker/runtime.py
     M("cache-replays-reply", "worker/runtime.py",
       "                    return self._done[request_id]\n",
@@ -152,6 +160,10 @@ MUTANTS: list[Mutant] = [
     M("fork-kill-child", "worker/fork.py",
       "stop_process_groups([child.proc], grace)", "pass", f"{COLO} -k deleting",
       why="deleting a forked role leaves its processes running"),
+    M("fork-die-with-parent", "worker/fork.py",
+      'E.DIE_WITH_PARENT: "1",', 'E.DIE_WITH_PARENT: "0",',
+      "tests/faults/test_teardown_order.py -k forked_child",
+      why="forked children do not ask for the parent-death signal"),
     # ------------------------------------------------------------------ worker/engines.py
     M("engines-one-thread", "worker/engines.py",
       "max_workers=1, thread_name_prefix", "max_workers=4, thread_name_prefix",
@@ -220,6 +232,9 @@ MUTANTS: list[Mutant] = [
       "            if code is not None:\n                exit_ = describe_exit(code)",
       "            if False:\n                exit_ = describe_exit(code)", f"{FAIL} -k exits",
       why="a dead local worker is never reported dead"),
+    M("local-die-with-parent", "backends/local.py",
+      'env[E.DIE_WITH_PARENT] = "1"', 'env[E.DIE_WITH_PARENT] = "0"', f"{DEATH} -k sigkill",
+      why="local workers do not ask for the parent-death signal"),
     # ------------------------------------------------------------------ discovery
     M("files-add-refuses-existing", "discovery/files.py",
       "os.link(tmp, target)", "os.replace(tmp, target)", f"{NR} -k second_add",
