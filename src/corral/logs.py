@@ -6,6 +6,7 @@ import getpass
 import os
 import selectors
 import threading
+from collections import OrderedDict
 from typing import IO
 
 
@@ -43,32 +44,70 @@ def tail(path: str | None, lines: int = 20, max_bytes: int = 16384) -> str:
     return "\n".join(data.splitlines()[-lines:])
 
 
+class OpenFiles:
+    """Append-mode files shared by many sinks, at most ``limit`` open at once: the least
+    recently written one is closed and reopened on its next write. A controller with
+    thousands of workers thus holds a fixed number of log file descriptors."""
+
+    def __init__(self, limit: int = 16):
+        self.limit = limit
+        self._open: OrderedDict[str, IO[bytes]] = OrderedDict()
+
+    def write(self, path: str, data: bytes) -> None:
+        fh = self._open.get(path)
+        if fh is None:
+            fh = self._open[path] = open(path, "ab", buffering=0)
+            while len(self._open) > self.limit:
+                self._open.popitem(last=False)[1].close()
+        else:
+            self._open.move_to_end(path)
+        fh.write(data)
+
+    def release(self, path: str) -> None:
+        fh = self._open.pop(path, None)
+        if fh is not None:
+            fh.close()
+
+    def close(self) -> None:
+        while self._open:
+            self._open.popitem()[1].close()
+
+
 class LogSink:
     """Writes one worker's output to its replica, role and merged log files."""
 
-    def __init__(self, pipe: IO[bytes], log_dir: str, role: str, index: int):
+    def __init__(
+        self, pipe: IO[bytes], log_dir: str, role: str, index: int, files: OpenFiles | None = None
+    ):
         self.pipe = pipe
         self.prefix = f"[{role}/{index}] ".encode()
         self.partial = b""
+        self._own_files = files is None
+        self.files = OpenFiles(3) if files is None else files
         os.makedirs(os.path.join(log_dir, role), exist_ok=True)
-        self.replica = open(replica_log_path(log_dir, role, index), "ab", buffering=0)
-        self.role = open(role_log_path(log_dir, role), "ab", buffering=0)
-        self.merged = open(merged_log_path(log_dir), "ab", buffering=0)
+        self.replica = replica_log_path(log_dir, role, index)
+        self.role = role_log_path(log_dir, role)
+        self.merged = merged_log_path(log_dir)
+        for path in (self.replica, self.role, self.merged):
+            open(path, "ab").close()  # they exist from the start (error messages tail them)
 
     def feed(self, data: bytes) -> None:
-        self.replica.write(data)
+        self.files.write(self.replica, data)
         data = self.partial + data
         *lines, self.partial = data.split(b"\n")
         if lines:
             text = b"".join(self.prefix + line + b"\n" for line in lines)
-            self.role.write(text)
-            self.merged.write(text)
+            self.files.write(self.role, text)
+            self.files.write(self.merged, text)
 
     def close(self) -> None:
         if self.partial:
             self.feed(b"\n")
-        for fh in (self.replica, self.role, self.merged, self.pipe):
-            fh.close()
+        self.pipe.close()
+        if self._own_files:
+            self.files.close()
+        else:
+            self.files.release(self.replica)
 
 
 class LogPump:
@@ -81,9 +120,10 @@ class LogPump:
         self._sel.register(self._wake_r, selectors.EVENT_READ, None)
         self._thread: threading.Thread | None = None
         self._closed = False
+        self._files = OpenFiles()
 
     def add(self, pipe: IO[bytes], log_dir: str, role: str, index: int) -> None:
-        stream = LogSink(pipe, log_dir, role, index)
+        stream = LogSink(pipe, log_dir, role, index, self._files)
         with self._lock:
             self._sel.register(pipe, selectors.EVENT_READ, stream)
             if self._thread is None:
