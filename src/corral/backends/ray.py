@@ -190,7 +190,8 @@ class RayWorkerActor:
         self._info = {
             "address": self.runtime.address,
             "pid": os.getpid(),
-            "host": socket.gethostname(),
+            "host": os.environ[E.NODE],  # as the registration says (LOCAL_RANK counts per node)
+            "hostname": socket.gethostname(),
             "node_ip": node_ip,
             "node_id": ctx.get_node_id(),
             "actor_id": ctx.get_actor_id(),
@@ -880,7 +881,7 @@ class RayLauncher(Launcher):
             if ready:
                 try:
                     info = ray.get(r.info_ref, timeout=1)
-                    if info.get("host") == socket.gethostname():
+                    if info.get("hostname") == socket.gethostname():
                         pids.append(info["pid"])
                 except Exception:
                     pass
