@@ -112,9 +112,10 @@ def test_unsatisfiable_request_names_what_was_asked_and_leaves_no_group(make, ra
 
 
 def test_deferred_groups_time_out_with_the_pending_request(make, ray_cluster):  # noqa: F811
+    make().create_workers(gpu_job("hog", 1, gpu=4))  # fits in total, not while that runs
     sched = make(startup_timeout=3)
     with pytest.raises(WorkerTimeoutError, match="placement group") as info:
-        sched.create_workers(gpu_job("later", 3, gpu=4, strategy="deferred"))
+        sched.create_workers(gpu_job("later", 2, gpu=4, strategy="deferred"))
     assert "GPU" in str(info.value)
     assert ray_cluster.leftovers(sched.experiment_name, sched.trial_name) == []
 

@@ -52,6 +52,14 @@ class EchoEngine:
         self.calls += 1
         return seconds
 
+    def chatter(self, lines: int, width: int = 100) -> int:
+        """Print ``lines`` lines of ``width`` characters (a chatty worker); bytes printed."""
+        line = "x" * (width - 1)
+        for _ in range(lines):
+            print(line, flush=False)
+        print("", flush=True)
+        return lines * width
+
     def say(self, text: str) -> str:
         """Print ``text`` to the worker's output (its log), flushed."""
         print(text, flush=True)
