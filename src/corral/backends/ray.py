@@ -812,6 +812,7 @@ class RayLauncher(Launcher):
             index,
             child_info["address"],
             child_info,
+            host=child_info.get("node_id") or child_info.get("host", ""),  # as workers report it
             backend_id=child_info["actor_id"],
             forked=True,
         )
