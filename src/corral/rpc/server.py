@@ -32,7 +32,19 @@ class Reply:
     content_type: str = "application/x-corral-frame"
 
 
-Handler = Callable[[Message], Reply]
+class Deferred:
+    """A reply made on another thread: the handler returns it, the server calls
+    ``start(send)`` and goes on reading the connection; ``send(reply)`` is then called
+    exactly once, on that other thread, and writes the reply. Only for keep-alive
+    requests: the client sends its next request after it has read this reply."""
+
+    __slots__ = ("start",)
+
+    def __init__(self, start: Callable[[Callable[[Reply], None]], None]):
+        self.start = start
+
+
+Handler = Callable[[Message], "Reply | Deferred"]
 
 
 class RPCServer:
@@ -128,7 +140,10 @@ class RPCServer:
                 msg.body = reader.read_body(length)
                 reply = self._handler(msg)
                 msg.body = bytearray()
-                self._reply(conn, reply, msg.keep_alive)
+                if isinstance(reply, Deferred):
+                    reply.start(lambda r, c=conn: self._send_later(c, r))
+                else:
+                    self._reply(conn, reply, msg.keep_alive)
                 answered = msg.headers.get(REQUEST_ID_HEADER)
                 if not msg.keep_alive:
                     return
@@ -143,6 +158,17 @@ class RPCServer:
             with self._lock:
                 self._conns.discard(conn)
             conn.close()
+
+    @staticmethod
+    def _send_later(conn: socket.socket, reply: Reply) -> None:
+        """Write a deferred reply; if that fails, end the connection (its thread sees it)."""
+        try:
+            RPCServer._reply(conn, reply, True)
+        except OSError:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
     @staticmethod
     def _reply(conn: socket.socket, reply: Reply, keep_alive: bool) -> None:
