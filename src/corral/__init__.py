@@ -16,12 +16,15 @@ from corral.config import (
     load_expr_config,
     make_scheduler,
 )
+from corral.data.ref import Ref
 from corral.errors import (
     ConfigError,
     CorralError,
     EngineCallError,
     EngineCreationError,
     EngineImportError,
+    RefError,
+    RefLostError,
     SchedulerError,
     WorkerCreationError,
     WorkerFailedError,
@@ -55,5 +58,5 @@ __all__ = [
     "Worker", "Scheduler", "LocalScheduler", "RayScheduler", "SlurmScheduler",
     "CorralError", "ConfigError", "SchedulerError", "WorkerCreationError", "WorkerTimeoutError",
     "WorkerFailedError", "WorkerNotFoundError", "EngineCreationError", "EngineImportError",
-    "EngineCallError",
+    "EngineCallError", "Ref", "RefError", "RefLostError",
 ]  # fmt: skip

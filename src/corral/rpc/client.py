@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import socket
 import threading
 import uuid
@@ -16,7 +17,7 @@ from typing import Any
 
 from corral import errors
 from corral.errors import AuthenticationError, ProtocolError
-from corral.rpc import wire
+from corral.rpc import shm, wire
 from corral.rpc.http import (
     FRAME_TYPE,
     IDENTITY_HEADER,
@@ -32,11 +33,13 @@ from corral.rpc.http import (
 )
 
 CONNECT_TIMEOUT = 5.0
+MAX_SEGMENT = 1 << 40
 _REMOTE_ERRORS = {
     name: getattr(errors, name)
     for name in (
         "EngineImportError", "EngineCreationError", "EngineCallError",
         "WorkerNotFoundError", "ConfigError", "ProtocolError", "WorkerCreationError",
+        "RefError", "RefLostError",
     )
 }  # fmt: skip
 
@@ -69,6 +72,8 @@ def raise_remote(error: dict) -> None:
         raise errors.EngineCallError(message, tb)
     if cls is errors.ConfigError:
         raise errors.SchedulerError(message)
+    if cls is errors.RefLostError:
+        raise errors.RefLostError(message, str(error.get("owner", "")))
     if cls is not None:
         raise cls(message + (f"\n--- remote traceback ---\n{tb}" if tb else ""))
     raise errors.EngineCallError(f"{kind}: {message}", tb)
@@ -108,6 +113,67 @@ def _request_headers(secret: str, request_id: str, identity: str | None = None) 
     return headers
 
 
+class SharedMemoryPeers:
+    """Which addresses are on this host, and the shared-memory side of one request."""
+
+    def __init__(self) -> None:
+        self.token = shm.host_token()
+        self.offer = f"{self.token} {os.getpid()}"
+        self.local: dict[str, int] = {}  # address -> the server's pid
+        self.remote: set[str] = set()
+
+    def prepare(self, address: str, headers: dict[str, str], parts: list) -> list:
+        """Set the offer header; a large body to a local peer moves into a segment (kept
+        alive by the returned list, which is sent instead of ``parts``)."""
+        headers.pop(shm.SEGMENT_HEADER, None)
+        headers.pop(shm.RELEASED_HEADER, None)
+        if not self.token or address in self.remote:
+            headers.pop(shm.OFFER_HEADER, None)
+            return parts
+        headers[shm.OFFER_HEADER] = self.offer
+        released = shm.released_for(self.local.get(address))
+        if released:
+            headers[shm.RELEASED_HEADER] = released
+        if address in self.local and shm.wants_segment(parts, True):
+            segment = shm.Segment.from_parts(parts)
+            headers[shm.SEGMENT_HEADER] = segment.descriptor()
+            return _SegmentParts(segment)
+        return parts
+
+    def receive(self, address: str, reply: Message) -> memoryview | None:
+        """The reply body if it is in a segment (None: read it from the socket)."""
+        pid = reply.headers.get(shm.LOCAL_HEADER)
+        if pid and pid.isdigit():
+            self.local[address] = int(pid)
+        shm.take_released(reply.headers.get(shm.RELEASED_HEADER))
+        descriptor = reply.headers.get(shm.SEGMENT_HEADER)
+        if descriptor is None:
+            return None
+        try:
+            return shm.open_segment(descriptor, MAX_SEGMENT)
+        except ProtocolError:
+            return None
+
+    def refused(self, address: str, reply: Message, body: memoryview | None) -> bool:
+        """True if shared memory failed either way: stop using it for ``address``; the
+        request is resent over the socket (same id: it runs at most once)."""
+        failed = reply.headers.get(shm.REFUSED_HEADER) or (
+            shm.SEGMENT_HEADER in reply.headers and body is None
+        )
+        if failed:
+            self.local.pop(address, None)
+            self.remote.add(address)
+        return bool(failed)
+
+
+class _SegmentParts(list):
+    """No body bytes to send; holds the request's segment until the reply is in."""
+
+    def __init__(self, segment: shm.Segment):
+        super().__init__()
+        self.segment = segment
+
+
 class _Conn:
     def __init__(self, address: str):
         host, port = split_address(address)
@@ -129,6 +195,8 @@ class RPCClient:
         self.secret = secret
         self._idle: dict[str, list[_Conn]] = {}
         self._lock = threading.Lock()
+        self.shm = SharedMemoryPeers()
+        self.bytes_received = 0  # reply bytes, by socket or shared memory (benchmarks)
 
     def _take(self, address: str) -> tuple[_Conn, bool]:
         with self._lock:
@@ -172,11 +240,14 @@ class RPCClient:
 
         Raises TimeoutError at ``timeout`` and WorkerUnreachableError if the connection
         cannot be made or breaks (a reused connection is retried once on a fresh one).
+        Large bodies to and from a worker on this host go through shared memory.
         """
         request_id = request_id or new_request_id()
         parts = wire.encode(payload) if method == "POST" else []
         headers = _request_headers(self.secret, request_id, identity)
-        for attempt in range(2):
+        send = self.shm.prepare(address, headers, parts)
+        retried = False
+        while True:
             try:
                 conn, reused = self._take(address)
             except TimeoutError:
@@ -185,25 +256,36 @@ class RPCClient:
                 raise WorkerUnreachableError(address, exc) from None
             try:
                 conn.sock.settimeout(timeout)
-                send_message(conn.sock, f"{method} {path} HTTP/1.1", headers, parts)
+                send_message(conn.sock, f"{method} {path} HTTP/1.1", headers, send)
                 reply = conn.reader.read_head()
                 if reply is None:
                     raise ConnectionResetError("worker closed the connection")
-                reply.body = conn.reader.read_body(reply.content_length)
+                body = self.shm.receive(address, reply)
+                if body is None:
+                    reply.body = conn.reader.read_body(reply.content_length)
+                    self.bytes_received += reply.content_length
+                else:
+                    reply.body = body
+                    self.bytes_received += body.nbytes
+                if shm.SEGMENT_HEADER in reply.headers:
+                    conn.sock.sendall(shm.ACK if body is not None else shm.NAK)
             except TimeoutError:
                 conn.close()
                 raise TimeoutError(f"no reply from {address}{path} within {timeout}s") from None
             except OSError as exc:
                 conn.close()
-                if reused and attempt == 0:
+                if reused and not retried:
+                    retried = True
                     continue
                 raise WorkerUnreachableError(address, exc) from None
             if reply.keep_alive:
                 self._give_back(address, conn)
             else:
                 conn.close()
+            if self.shm.refused(address, reply, body):
+                send = self.shm.prepare(address, headers, parts)
+                continue
             return interpret_reply(address, reply)
-        raise AssertionError("unreachable")
 
 
 class AsyncRPCClient:
@@ -211,6 +293,8 @@ class AsyncRPCClient:
 
     def __init__(self, secret: str):
         self.secret = secret
+        self.shm = SharedMemoryPeers()
+        self.bytes_received = 0
         self._pools: dict[
             asyncio.AbstractEventLoop,
             dict[str, list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]],
@@ -246,11 +330,11 @@ class AsyncRPCClient:
     ) -> Any:
         request_id = request_id or new_request_id()
         parts = wire.encode(payload)
-        length = wire.frame_size(parts)
-        head = render_head(
-            f"POST {path} HTTP/1.1", _request_headers(self.secret, request_id, identity), length
-        )
-        for attempt in range(2):
+        headers = _request_headers(self.secret, request_id, identity)
+        retried = False
+        while True:
+            send = self.shm.prepare(address, headers, parts)
+            head = render_head(f"POST {path} HTTP/1.1", headers, wire.frame_size(send))
             pool = self._pool(address)
             reused = bool(pool)
             try:
@@ -262,31 +346,41 @@ class AsyncRPCClient:
             except OSError as exc:
                 raise WorkerUnreachableError(address, exc) from None
             try:
-                reply = await asyncio.wait_for(self._exchange(reader, writer, head, parts), timeout)
+                reply, body = await asyncio.wait_for(
+                    self._exchange(address, reader, writer, head, send), timeout
+                )
             except TimeoutError:
                 writer.close()
                 raise TimeoutError(f"no reply from {address}{path} within {timeout}s") from None
             except (OSError, asyncio.IncompleteReadError) as exc:
                 writer.close()
-                if reused and attempt == 0:
+                if reused and not retried:
+                    retried = True
                     continue
                 raise WorkerUnreachableError(address, exc) from None
             if reply.keep_alive:
                 pool.append((reader, writer))
             else:
                 writer.close()
+            if self.shm.refused(address, reply, body):
+                continue
             return interpret_reply(address, reply)
-        raise AssertionError("unreachable")
 
-    @staticmethod
-    async def _exchange(reader, writer, head: bytes, parts: list) -> Message:
+    async def _exchange(self, address: str, reader, writer, head: bytes, parts: list):
         writer.write(head)
         writer.writelines(parts)
         await writer.drain()
         raw = await reader.readuntil(b"\r\n\r\n")
         msg = parse_head(raw[:-4])
-        msg.body = await _read_exactly_into(reader, msg.content_length)
-        return msg
+        body = self.shm.receive(address, msg)
+        if shm.SEGMENT_HEADER in msg.headers:
+            writer.write(shm.ACK if body is not None else shm.NAK)
+            msg.body = body if body is not None else bytearray()
+            self.bytes_received += body.nbytes if body is not None else 0
+        else:
+            msg.body = await _read_exactly_into(reader, msg.content_length)
+            self.bytes_received += msg.content_length
+        return msg, body
 
     async def aclose(self) -> None:
         pools, self._pools = self._pools, {}

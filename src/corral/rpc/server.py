@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import hmac
 import logging
+import os
 import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from corral.errors import ProtocolError
+from corral.rpc import shm
 from corral.rpc.http import (
     IDENTITY_HEADER,
     REASONS,
@@ -30,6 +33,8 @@ class Reply:
     status: int = 200
     parts: list = field(default_factory=list)
     content_type: str = "application/x-corral-frame"
+    #: a prebuilt shared-memory copy of ``parts`` (sent instead when the peer is local)
+    segment: Any = None
 
 
 Handler = Callable[[Message], Reply]
@@ -99,11 +104,18 @@ class RPCServer:
     def _serve(self, conn: socket.socket) -> None:
         reader = SocketReader(conn)
         answered: str | None = None
+        held: list = []  # a reply's segment, kept until the client has mapped it
         try:
             while not self._closed.is_set():
                 msg = reader.read_head()
                 if msg is None or not msg.method:
                     return
+                if msg.method in ("ACK", "NAK"):  # the client mapped (or failed to map) it
+                    if msg.method == "NAK":
+                        shm.POOL.returned([seg.name for seg in held])
+                        answered = None
+                    held.clear()
+                    continue
                 if answered and self._delivered is not None:
                     self._delivered(answered)
                     answered = None
@@ -125,10 +137,22 @@ class RPCServer:
                         False,
                     )
                     return
-                msg.body = reader.read_body(length)
+                shm.take_released(msg.headers.get(shm.RELEASED_HEADER))
+                descriptor = msg.headers.get(shm.SEGMENT_HEADER)
+                if descriptor is not None:
+                    try:
+                        msg.body = shm.open_segment(descriptor, self._max_body)
+                    except ProtocolError as exc:
+                        refused = Reply(400, [str(exc).encode()], "text/plain")
+                        self._reply(conn, refused, msg.keep_alive, refused=True)
+                        continue
+                else:
+                    msg.body = reader.read_body(length)
                 reply = self._handler(msg)
                 msg.body = bytearray()
-                self._reply(conn, reply, msg.keep_alive)
+                segment = self._reply(conn, reply, msg.keep_alive, local_peer(msg))
+                if segment is not None:
+                    held.append(segment)
                 answered = msg.headers.get(REQUEST_ID_HEADER)
                 if not msg.keep_alive:
                     return
@@ -145,9 +169,41 @@ class RPCServer:
             conn.close()
 
     @staticmethod
-    def _reply(conn: socket.socket, reply: Reply, keep_alive: bool) -> None:
+    def _reply(
+        conn: socket.socket,
+        reply: Reply,
+        keep_alive: bool,
+        local: int | None = None,
+        refused: bool = False,
+    ) -> shm.Segment | None:
+        """Send ``reply``; a large one to a local peer goes in a segment, which is returned
+        so that the caller holds it until the client acknowledges it."""
         headers = {"Content-Type": reply.content_type}
         if not keep_alive:
             headers["Connection"] = "close"
+        if refused:
+            headers[shm.REFUSED_HEADER] = "1"
         status_line = f"HTTP/1.1 {reply.status} {REASONS.get(reply.status, 'Status')}"
-        send_message(conn, status_line, headers, reply.parts)
+        parts, segment = reply.parts, None
+        if local:
+            headers[shm.LOCAL_HEADER] = str(os.getpid())
+            released = shm.released_for(local)
+            if released:
+                headers[shm.RELEASED_HEADER] = released
+            if reply.segment is not None or shm.wants_segment(parts, True):
+                segment = reply.segment or shm.Segment.from_parts(parts)
+                headers[shm.SEGMENT_HEADER] = segment.descriptor()
+                parts = []
+        send_message(conn, status_line, headers, parts)
+        return segment
+
+
+def local_peer(msg: Message) -> int | None:
+    """The client's pid if it offered shared memory and runs on this host, else None."""
+    offer = msg.headers.get(shm.OFFER_HEADER)
+    if not offer:
+        return None
+    token, _, pid = offer.partition(" ")
+    if token != shm.host_token() or not token or not pid.isdigit():
+        return None
+    return int(pid)

@@ -1,0 +1,252 @@
+"""Same-host bodies through shared memory: a frame written once into a memfd, mapped by the peer.
+
+Why a memfd: it has no name in any file system, so nothing is left behind when either
+side is killed (SIGKILL included) -- the kernel frees the pages when the last descriptor
+and mapping are gone. It is created 0600, and the peer opens it through
+``/proc/<pid>/fd/<n>``, which the kernel allows only to the same user (ptrace-read rule).
+Both sides check the segment's random name, so a reused descriptor number is never read.
+
+The HTTP messages still travel over the TCP connection; a body that lives in a segment is
+announced by a header and the message itself has no body. A reply in a segment is held by
+the server until the client acknowledges it (``ACK``/``NAK`` line on the same connection)
+or the connection ends.
+
+Who uses it: the client offers (header ``x-corral-shm-ok: <host token>``); a server on the
+same host (same boot, same pid namespace) answers ``x-corral-shm-local`` and from then on
+large requests and replies on that address go through segments. ``CORRAL_SHM=0`` turns it off.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import mmap
+import os
+import secrets
+import threading
+import time
+import weakref
+from collections import OrderedDict
+
+from corral.errors import ProtocolError
+
+MIN_BYTES = 1 << 20
+OFFER_HEADER = "x-corral-shm-ok"
+LOCAL_HEADER = "x-corral-shm-local"
+SEGMENT_HEADER = "x-corral-shm"
+REFUSED_HEADER = "x-corral-shm-refused"
+ACK = b"ACK /shm HTTP/1.1\r\nContent-Length: 0\r\n\r\n"
+NAK = b"NAK /shm HTTP/1.1\r\nContent-Length: 0\r\n\r\n"
+RELEASED_HEADER = "x-corral-shm-released"
+_PREFIX = "corral-"
+_GRAIN = 2 << 20
+IDLE_SECONDS = 5.0
+IDLE_MAX_BYTES = 2 << 30
+MAX_LENT = 32
+
+
+@functools.cache
+def host_token() -> str:
+    """Same value in two processes iff one can map the other's segments ("" = unusable)."""
+    if os.environ.get("CORRAL_SHM", "1") == "0" or not hasattr(os, "memfd_create"):
+        return ""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as fh:
+            boot = fh.read().strip()
+        pidns = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+    return hashlib.sha256(f"{boot}|{pidns}".encode()).hexdigest()[:24]
+
+
+class Segment:
+    """A 0600 memfd of ``capacity`` bytes with the writer's own mapping (kept, so reusing
+    the segment costs no page faults). Closed when this object is closed or collected."""
+
+    def __init__(self, capacity: int):
+        self.capacity = capacity
+        self.size = 0
+        self.name = f"{_PREFIX}{secrets.token_hex(8)}"
+        self.last_used = time.monotonic()
+        fd = os.memfd_create(self.name, os.MFD_CLOEXEC)
+        try:
+            os.fchmod(fd, 0o600)
+            os.ftruncate(fd, capacity)
+            flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+            self.map = mmap.mmap(fd, capacity, flags=flags)
+        except BaseException:
+            os.close(fd)
+            raise
+        self.fd = fd
+        self._closer = weakref.finalize(self, _close, fd, self.map)
+
+    @classmethod
+    def from_parts(cls, parts: list, shared: bool = False) -> Segment:
+        """A segment holding the frame ``parts``: from the pool (lent to one reader until it
+        reports the mapping gone), or a fresh one with ``shared`` (many readers, never reused)."""
+        size = sum(p.nbytes if isinstance(p, memoryview) else len(p) for p in parts)
+        seg = cls(_round_up(size)) if shared else POOL.take(size)
+        seg.write(parts, size)
+        if not shared:
+            POOL.lend(seg)
+        return seg
+
+    def write(self, parts: list, size: int) -> None:
+        import numpy as np
+
+        target = np.frombuffer(self.map, dtype=np.uint8)
+        pos = 0
+        for part in parts:
+            n = part.nbytes if isinstance(part, memoryview) else len(part)
+            if n:
+                np.copyto(target[pos : pos + n], np.frombuffer(part, dtype=np.uint8))
+            pos += n
+        del target
+        self.size = size
+
+    def descriptor(self) -> str:
+        return f"{os.getpid()} {self.fd} {self.size} {self.name}"
+
+    def close(self) -> None:
+        self._closer()
+
+
+def _close(fd: int, mapping: mmap.mmap) -> None:
+    try:
+        mapping.close()
+    except BufferError:  # a view of it is still alive: the mapping goes with that view
+        pass
+    os.close(fd)
+
+
+def _round_up(size: int) -> int:
+    return max(_GRAIN, -(-size // _GRAIN) * _GRAIN)
+
+
+class SegmentPool:
+    """Warm segments of this process. A lent segment is written again only after its
+    reader said (header ``x-corral-shm-released``) that its mapping is gone."""
+
+    def __init__(self) -> None:
+        self.idle: list[Segment] = []
+        self.lent: OrderedDict[str, Segment] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def take(self, size: int) -> Segment:
+        with self._lock:
+            self._trim_locked(IDLE_SECONDS)
+            for i, seg in enumerate(self.idle):
+                if size <= seg.capacity <= 2 * _round_up(size):
+                    return self.idle.pop(i)
+        return Segment(_round_up(size))
+
+    def lend(self, seg: Segment) -> None:
+        seg.last_used = time.monotonic()
+        with self._lock:
+            self.lent[seg.name] = seg
+            while len(self.lent) > MAX_LENT:  # a reader that never answered: stop tracking
+                self.lent.popitem(last=False)[1].close()
+
+    def returned(self, names: list[str]) -> None:
+        with self._lock:
+            for name in names:
+                seg = self.lent.pop(name, None)
+                if seg is not None:
+                    seg.last_used = time.monotonic()
+                    self.idle.append(seg)
+            self._trim_locked(IDLE_SECONDS)
+
+    def trim(self, older_than: float = 0.0) -> None:
+        """Close idle segments unused for ``older_than`` seconds (0: all of them)."""
+        with self._lock:
+            self._trim_locked(older_than)
+
+    def _trim_locked(self, older_than: float) -> None:
+        now = time.monotonic()
+        keep, total = [], 0
+        for seg in sorted(self.idle, key=lambda s: -s.last_used):
+            if now - seg.last_used <= older_than and total + seg.capacity <= IDLE_MAX_BYTES:
+                keep.append(seg)
+                total += seg.capacity
+            else:
+                seg.close()
+        self.idle = keep
+
+    def counts(self) -> dict[str, int]:
+        with self._lock:
+            return {"idle": len(self.idle), "lent": len(self.lent)}
+
+
+POOL = SegmentPool()
+#: names of other processes' segments whose mapping here is gone, by owner pid
+_RELEASED: dict[int, list[str]] = {}
+
+
+def released_for(pid: int | None) -> str | None:
+    """The header value telling process ``pid`` which of its segments it may reuse."""
+    if pid is None:
+        return None
+    names = _RELEASED.pop(pid, None)
+    return ",".join(names) if names else None
+
+
+def take_released(value: str | None) -> None:
+    """A peer's ``x-corral-shm-released`` header: put those segments back in the pool."""
+    if value:
+        POOL.returned(value.split(","))
+
+
+def open_segment(descriptor: str, max_bytes: int) -> memoryview:
+    """Map the peer's segment privately (copy-on-write): a writable view, zero copies.
+    When the mapping is gone, the name is queued to tell the owner it may reuse it."""
+    try:
+        pid_s, fd_s, size_s, name = descriptor.split(" ")
+        pid, fd, size = int(pid_s), int(fd_s), int(size_s)
+    except ValueError:
+        raise ProtocolError(f"malformed shared-memory descriptor {descriptor[:80]!r}") from None
+    if not name.startswith(_PREFIX) or not 0 < size <= max_bytes or pid == os.getpid():
+        raise ProtocolError(f"refusing shared-memory segment {descriptor[:80]!r}")
+    expected = f"/memfd:{name} (deleted)"
+    try:
+        local = os.open(f"/proc/{pid}/fd/{fd}", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise ProtocolError(f"cannot open the peer's shared memory: {exc}") from None
+    try:
+        if os.readlink(f"/proc/self/fd/{local}") != expected:
+            raise ProtocolError("shared-memory descriptor names another file")
+        if os.fstat(local).st_size < size:
+            raise ProtocolError("shared-memory segment is smaller than announced")
+        # no MAP_POPULATE: on a writable private mapping it would copy every page
+        m = mmap.mmap(local, size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    finally:
+        os.close(local)
+    weakref.finalize(m, _released, pid, name).atexit = False
+    return memoryview(m)
+
+
+def _released(pid: int, name: str) -> None:
+    _RELEASED.setdefault(pid, []).append(name)
+
+
+def wants_segment(parts: list, local: bool) -> bool:
+    if not local:
+        return False
+    return sum(p.nbytes if isinstance(p, memoryview) else len(p) for p in parts) >= MIN_BYTES
+
+
+def mapped_segments(pid: int | str = "self") -> int:
+    """How many corral segments ``pid`` maps or holds open (leak checks in tests)."""
+    count = 0
+    try:
+        with open(f"/proc/{pid}/maps") as fh:
+            count += sum(1 for line in fh if f"/memfd:{_PREFIX}" in line)
+        fd_dir = f"/proc/{pid}/fd"
+        for entry in os.listdir(fd_dir):
+            try:
+                if os.readlink(f"{fd_dir}/{entry}").startswith(f"/memfd:{_PREFIX}"):
+                    count += 1
+            except OSError:
+                pass
+    except OSError:
+        return 0
+    return count
