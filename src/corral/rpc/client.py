@@ -135,7 +135,7 @@ class SharedMemoryPeers:
         if released:
             headers[shm.RELEASED_HEADER] = released
         if address in self.local and shm.wants_segment(parts, True):
-            segment = shm.Segment.from_parts(parts)
+            segment = shm.Segment.from_parts(parts, self.local[address])
             headers[shm.SEGMENT_HEADER] = segment.descriptor()
             return _SegmentParts(segment)
         return parts

@@ -185,13 +185,13 @@ class RPCServer:
             headers[shm.REFUSED_HEADER] = "1"
         status_line = f"HTTP/1.1 {reply.status} {REASONS.get(reply.status, 'Status')}"
         parts, segment = reply.parts, None
-        if local:
+        if local is not None:
             headers[shm.LOCAL_HEADER] = str(os.getpid())
             released = shm.released_for(local)
             if released:
                 headers[shm.RELEASED_HEADER] = released
             if reply.segment is not None or shm.wants_segment(parts, True):
-                segment = reply.segment or shm.Segment.from_parts(parts)
+                segment = reply.segment or shm.Segment.from_parts(parts, local)
                 headers[shm.SEGMENT_HEADER] = segment.descriptor()
                 parts = []
         send_message(conn, status_line, headers, parts)

@@ -68,6 +68,7 @@ class Segment:
         self.size = 0
         self.name = f"{_PREFIX}{secrets.token_hex(8)}"
         self.last_used = time.monotonic()
+        self.reader: int | None = None
         fd = os.memfd_create(self.name, os.MFD_CLOEXEC)
         try:
             os.fchmod(fd, 0o600)
@@ -81,14 +82,15 @@ class Segment:
         self._closer = weakref.finalize(self, _close, fd, self.map)
 
     @classmethod
-    def from_parts(cls, parts: list, shared: bool = False) -> Segment:
-        """A segment holding the frame ``parts``: from the pool (lent to one reader until it
-        reports the mapping gone), or a fresh one with ``shared`` (many readers, never reused)."""
+    def from_parts(cls, parts: list, reader: int | None = None) -> Segment:
+        """A segment holding the frame ``parts``: from the pool, lent to process ``reader``
+        until it reports its mapping gone; or (``reader=None``) a fresh one for many readers,
+        never reused."""
         size = sum(p.nbytes if isinstance(p, memoryview) else len(p) for p in parts)
-        seg = cls(_round_up(size)) if shared else POOL.take(size)
+        seg = cls(_round_up(size)) if reader is None else POOL.take(size)
         seg.write(parts, size)
-        if not shared:
-            POOL.lend(seg)
+        if reader is not None:
+            POOL.lend(seg, reader)
         return seg
 
     def write(self, parts: list, size: int) -> None:
@@ -119,6 +121,12 @@ def _close(fd: int, mapping: mmap.mmap) -> None:
     os.close(fd)
 
 
+def _alive(pid: int | None) -> bool:
+    from corral.procs import pid_alive
+
+    return pid is not None and pid_alive(pid)
+
+
 def _round_up(size: int) -> int:
     return max(_GRAIN, -(-size // _GRAIN) * _GRAIN)
 
@@ -140,8 +148,9 @@ class SegmentPool:
                     return self.idle.pop(i)
         return Segment(_round_up(size))
 
-    def lend(self, seg: Segment) -> None:
+    def lend(self, seg: Segment, reader: int) -> None:
         seg.last_used = time.monotonic()
+        seg.reader = reader
         with self._lock:
             self.lent[seg.name] = seg
             while len(self.lent) > MAX_LENT:  # a reader that never answered: stop tracking
@@ -162,6 +171,8 @@ class SegmentPool:
             self._trim_locked(older_than)
 
     def _trim_locked(self, older_than: float) -> None:
+        for name in [n for n, seg in self.lent.items() if not _alive(seg.reader)]:
+            self.lent.pop(name).close()  # its reader died: it will never give it back
         now = time.monotonic()
         keep, total = [], 0
         for seg in sorted(self.idle, key=lambda s: -s.last_used):

@@ -280,7 +280,7 @@ class WorkerRuntime:
 
         def build() -> Reply:
             reply = ok(values)
-            reply.segment = shm.Segment.from_parts(reply.parts, shared=True)
+            reply.segment = shm.Segment.from_parts(reply.parts)  # for every reader
             return reply
 
         return self.store.shared_reply(keys_, build)
