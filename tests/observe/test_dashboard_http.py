@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import http.client
 import json
+import time
 import uuid
 
 import pytest
@@ -102,10 +103,12 @@ def test_log_stream_sends_the_tail_then_new_lines(dash, trial):
     assert any(f"corral worker {wid}" in line for line in tail)
     marker = f"marker-{uuid.uuid4().hex}"
     sched.call_engine(wid, "say", "e", marker)
-    seen = []
-    while marker not in seen:
-        seen += _events(r, "lines")[0]
+    seen: list[str] = []
+    deadline = time.monotonic() + 30
+    while marker not in seen and time.monotonic() < deadline:
+        seen += _events(r, "lines", limit=20)[0]
     conn.close()
+    assert marker in seen
 
 
 @pytest.mark.parametrize("experiment", ["..", "../../etc", "a/b"])
