@@ -43,8 +43,13 @@ def assert_no_leaks(sched, *live: str) -> None:
     sched._data.flush()
     assert sched._data._counts == {}, f"controller still counts refs {sched._data._counts}"
     for wid in live:
-        _stats(sched, wid)  # carries the controller's 'released' notes first
+        # Notes that a mapping is gone travel with the next request to the segment's owner
+        # (workers send theirs within ~20 ms): wait for them, bounded.
+        deadline = time.monotonic() + 10
         stats = _stats(sched, wid)
+        while (stats["lent"] or stats["mapped"]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+            stats = _stats(sched, wid)
         assert stats["refs"] == 0 and stats["bytes"] == 0, f"{wid} still holds {stats}"
         assert stats["shared"] == 0 and stats["lent"] == 0, f"{wid} still holds {stats}"
         assert stats["mapped"] == 0, f"{wid} still maps {stats['mapped']} segment(s)"

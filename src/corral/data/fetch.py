@@ -8,6 +8,9 @@ client as every other request, and on the same host the bytes come through share
 from __future__ import annotations
 
 import dataclasses
+import queue
+import threading
+import time
 from typing import Any
 
 from corral import keys
@@ -17,6 +20,7 @@ from corral.errors import RefError, RefLostError
 from corral.rpc.wire import DataclassRecord
 
 FETCH_TIMEOUT = 600.0
+NOTE_BATCH_SECONDS = 0.02
 
 
 class RefResolver:
@@ -34,7 +38,33 @@ class RefResolver:
             from corral.rpc.client import RPCClient
 
             self._client = RPCClient(self.secret)
+            self._start_notifier()
         return self._client
+
+    def _start_notifier(self) -> None:
+        """Tell owners promptly when this worker's mappings of their segments are gone
+        (otherwise the note waits for the next request to that owner)."""
+        from corral.rpc import shm
+
+        shm.NOTIFY = queue.SimpleQueue()
+        threading.Thread(
+            target=self._notify_loop, args=(shm.NOTIFY,), name="corral-shm-notes", daemon=True
+        ).start()
+
+    def _notify_loop(self, notes: queue.SimpleQueue) -> None:
+        from corral.rpc import shm
+
+        while True:
+            pids = {notes.get()}
+            time.sleep(NOTE_BATCH_SECONDS)
+            while not notes.empty():
+                pids.add(notes.get())
+            for address, pid in list(self.client.shm.local.items()):
+                if pid in pids and shm._RELEASED.get(pid):
+                    try:  # any request carries the note; /health is the cheapest
+                        self.client.request(address, "/health", method="GET", timeout=5.0)
+                    except Exception:
+                        self.client.forget(address)
 
     def resolve(self, payload: Any, refs: list[Ref]) -> Any:
         """``payload`` with each ref replaced by its value."""

@@ -141,7 +141,9 @@ class ObjectStore:
             for ident in [i for i in self._shared if gone.intersection(i)]:
                 reply = self._shared.pop(ident)
                 if reply.segment is not None:
-                    reply.segment.close()
+                    from corral.rpc import shm
+
+                    shm.POOL.unhold(reply.segment)
         return dropped
 
     def clear(self) -> int:

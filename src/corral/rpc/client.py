@@ -145,7 +145,7 @@ class SharedMemoryPeers:
         pid = reply.headers.get(shm.LOCAL_HEADER)
         if pid and pid.isdigit():
             self.local[address] = int(pid)
-        shm.take_released(reply.headers.get(shm.RELEASED_HEADER))
+        shm.take_released(reply.headers.get(shm.RELEASED_HEADER), self.local.get(address))
         descriptor = reply.headers.get(shm.SEGMENT_HEADER)
         if descriptor is None:
             return None

@@ -111,9 +111,12 @@ class RPCServer:
                 if msg is None or not msg.method:
                     return
                 if msg.method in ("ACK", "NAK"):  # the client mapped (or failed to map) it
-                    if msg.method == "NAK":
-                        shm.POOL.returned([seg.name for seg in held])
-                        answered = None
+                    if msg.method == "ACK" and answered and self._delivered is not None:
+                        self._delivered(answered)  # proof it has the whole reply
+                    if msg.method == "NAK":  # it will ask again with the same id
+                        for seg, peer in held:
+                            shm.POOL.returned([seg.name], peer)
+                    answered = None
                     held.clear()
                     continue
                 if answered and self._delivered is not None:
@@ -137,7 +140,7 @@ class RPCServer:
                         False,
                     )
                     return
-                shm.take_released(msg.headers.get(shm.RELEASED_HEADER))
+                shm.take_released(msg.headers.get(shm.RELEASED_HEADER), local_peer(msg))
                 descriptor = msg.headers.get(shm.SEGMENT_HEADER)
                 if descriptor is not None:
                     try:
@@ -150,9 +153,10 @@ class RPCServer:
                     msg.body = reader.read_body(length)
                 reply = self._handler(msg)
                 msg.body = bytearray()
-                segment = self._reply(conn, reply, msg.keep_alive, local_peer(msg))
+                peer = local_peer(msg)
+                segment = self._reply(conn, reply, msg.keep_alive, peer)
                 if segment is not None:
-                    held.append(segment)
+                    held.append((segment, peer))
                 answered = msg.headers.get(REQUEST_ID_HEADER)
                 if not msg.keep_alive:
                     return
@@ -190,8 +194,12 @@ class RPCServer:
             released = shm.released_for(local)
             if released:
                 headers[shm.RELEASED_HEADER] = released
-            if reply.segment is not None or shm.wants_segment(parts, True):
-                segment = reply.segment or shm.Segment.from_parts(parts, local)
+            if reply.segment is not None:
+                segment = reply.segment
+                shm.POOL.lend(segment, local)
+            elif shm.wants_segment(parts, True):
+                segment = shm.Segment.from_parts(parts, local)
+            if segment is not None:
                 headers[shm.SEGMENT_HEADER] = segment.descriptor()
                 parts = []
         send_message(conn, status_line, headers, parts)

@@ -42,7 +42,7 @@ _PREFIX = "corral-"
 _GRAIN = 2 << 20
 IDLE_SECONDS = 5.0
 IDLE_MAX_BYTES = 2 << 30
-MAX_LENT = 32
+MAX_BUSY = 64
 
 
 @functools.cache
@@ -61,14 +61,18 @@ def host_token() -> str:
 
 class Segment:
     """A 0600 memfd of ``capacity`` bytes with the writer's own mapping (kept, so reusing
-    the segment costs no page faults). Closed when this object is closed or collected."""
+    the segment costs no page faults). Closed when this object is closed or collected.
+
+    ``readers`` counts, per process, the mappings handed out and not yet reported gone;
+    ``held`` is set while the ref store keeps the segment to hand out again."""
 
     def __init__(self, capacity: int):
         self.capacity = capacity
         self.size = 0
         self.name = f"{_PREFIX}{secrets.token_hex(8)}"
         self.last_used = time.monotonic()
-        self.reader: int | None = None
+        self.readers: dict[int, int] = {}
+        self.held = False
         fd = os.memfd_create(self.name, os.MFD_CLOEXEC)
         try:
             os.fchmod(fd, 0o600)
@@ -83,13 +87,14 @@ class Segment:
 
     @classmethod
     def from_parts(cls, parts: list, reader: int | None = None) -> Segment:
-        """A segment holding the frame ``parts``: from the pool, lent to process ``reader``
-        until it reports its mapping gone; or (``reader=None``) a fresh one for many readers,
-        never reused."""
+        """A pooled segment holding the frame ``parts``, lent to process ``reader``; with
+        ``reader=None`` it is held for the ref store (``POOL.unhold`` when it is freed)."""
         size = sum(p.nbytes if isinstance(p, memoryview) else len(p) for p in parts)
-        seg = cls(_round_up(size)) if reader is None else POOL.take(size)
+        seg = POOL.take(size)
         seg.write(parts, size)
-        if reader is not None:
+        if reader is None:
+            POOL.hold(seg)
+        else:
             POOL.lend(seg, reader)
         return seg
 
@@ -121,10 +126,10 @@ def _close(fd: int, mapping: mmap.mmap) -> None:
     os.close(fd)
 
 
-def _alive(pid: int | None) -> bool:
+def _alive(pid: int) -> bool:
     from corral.procs import pid_alive
 
-    return pid is not None and pid_alive(pid)
+    return pid_alive(pid)
 
 
 def _round_up(size: int) -> int:
@@ -132,12 +137,13 @@ def _round_up(size: int) -> int:
 
 
 class SegmentPool:
-    """Warm segments of this process. A lent segment is written again only after its
-    reader said (header ``x-corral-shm-released``) that its mapping is gone."""
+    """Warm segments of this process. A segment is written again only when the ref store
+    no longer holds it and every reader said (header ``x-corral-shm-released``) that its
+    mapping is gone, or died."""
 
     def __init__(self) -> None:
         self.idle: list[Segment] = []
-        self.lent: OrderedDict[str, Segment] = OrderedDict()
+        self.busy: OrderedDict[str, Segment] = OrderedDict()
         self._lock = threading.Lock()
 
     def take(self, size: int) -> Segment:
@@ -148,22 +154,44 @@ class SegmentPool:
                     return self.idle.pop(i)
         return Segment(_round_up(size))
 
-    def lend(self, seg: Segment, reader: int) -> None:
-        seg.last_used = time.monotonic()
-        seg.reader = reader
+    def hold(self, seg: Segment) -> None:
         with self._lock:
-            self.lent[seg.name] = seg
-            while len(self.lent) > MAX_LENT:  # a reader that never answered: stop tracking
-                self.lent.popitem(last=False)[1].close()
+            seg.held = True
+            self.busy[seg.name] = seg
 
-    def returned(self, names: list[str]) -> None:
+    def unhold(self, seg: Segment) -> None:
+        with self._lock:
+            seg.held = False
+            self._settle(seg)
+
+    def lend(self, seg: Segment, reader: int) -> None:
+        with self._lock:
+            seg.last_used = time.monotonic()
+            seg.readers[reader] = seg.readers.get(reader, 0) + 1
+            self.busy[seg.name] = seg
+            self.busy.move_to_end(seg.name)
+            while len(self.busy) > MAX_BUSY:  # readers that never answered: stop tracking
+                _name, old = self.busy.popitem(last=False)
+                old.close()
+
+    def returned(self, names: list[str], reader: int | None) -> None:
+        """``reader`` reports its mappings of ``names`` gone."""
         with self._lock:
             for name in names:
-                seg = self.lent.pop(name, None)
-                if seg is not None:
-                    seg.last_used = time.monotonic()
-                    self.idle.append(seg)
+                seg = self.busy.get(name)
+                if seg is None or reader not in seg.readers:
+                    continue
+                seg.readers[reader] -= 1
+                if seg.readers[reader] <= 0:
+                    del seg.readers[reader]
+                self._settle(seg)
             self._trim_locked(IDLE_SECONDS)
+
+    def _settle(self, seg: Segment) -> None:
+        if seg.held or seg.readers or self.busy.pop(seg.name, None) is None:
+            return
+        seg.last_used = time.monotonic()
+        self.idle.append(seg)
 
     def trim(self, older_than: float = 0.0) -> None:
         """Close idle segments unused for ``older_than`` seconds (0: all of them)."""
@@ -171,8 +199,10 @@ class SegmentPool:
             self._trim_locked(older_than)
 
     def _trim_locked(self, older_than: float) -> None:
-        for name in [n for n, seg in self.lent.items() if not _alive(seg.reader)]:
-            self.lent.pop(name).close()  # its reader died: it will never give it back
+        for seg in list(self.busy.values()):
+            for pid in [p for p in seg.readers if not _alive(p)]:
+                del seg.readers[pid]  # that reader died: it will never answer
+            self._settle(seg)
         now = time.monotonic()
         keep, total = [], 0
         for seg in sorted(self.idle, key=lambda s: -s.last_used):
@@ -185,7 +215,7 @@ class SegmentPool:
 
     def counts(self) -> dict[str, int]:
         with self._lock:
-            return {"idle": len(self.idle), "lent": len(self.lent)}
+            return {"idle": len(self.idle), "lent": len(self.busy)}
 
 
 POOL = SegmentPool()
@@ -201,10 +231,10 @@ def released_for(pid: int | None) -> str | None:
     return ",".join(names) if names else None
 
 
-def take_released(value: str | None) -> None:
-    """A peer's ``x-corral-shm-released`` header: put those segments back in the pool."""
+def take_released(value: str | None, reader: int | None) -> None:
+    """Process ``reader``'s ``x-corral-shm-released`` header: its mappings are gone."""
     if value:
-        POOL.returned(value.split(","))
+        POOL.returned(value.split(","), reader)
 
 
 def open_segment(descriptor: str, max_bytes: int) -> memoryview:
@@ -237,6 +267,13 @@ def open_segment(descriptor: str, max_bytes: int) -> memoryview:
 
 def _released(pid: int, name: str) -> None:
     _RELEASED.setdefault(pid, []).append(name)
+    if NOTIFY is not None:
+        NOTIFY.put(pid)  # SimpleQueue.put is safe in a finalizer (reentrant)
+
+
+#: a queue.SimpleQueue that hears the owner pid of each mapping that goes away, so that a
+#: process that rarely talks to that owner can tell it promptly (see data.fetch)
+NOTIFY = None
 
 
 def wants_segment(parts: list, local: bool) -> bool:
