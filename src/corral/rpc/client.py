@@ -122,20 +122,24 @@ class SharedMemoryPeers:
         self.local: dict[str, int] = {}  # address -> the server's pid
         self.remote: set[str] = set()
 
-    def prepare(self, address: str, headers: dict[str, str], parts: list) -> list:
-        """Set the offer header; a large body to a local peer moves into a segment (kept
-        alive by the returned list, which is sent instead of ``parts``)."""
-        headers.pop(shm.SEGMENT_HEADER, None)
-        headers.pop(shm.RELEASED_HEADER, None)
+    def prepare(self, address: str, headers: dict[str, str], parts: list, fresh: bool) -> list:
+        """Set the shared-memory headers; a large body to a local peer moves into a segment
+        (kept alive by the returned list, which is sent instead of ``parts``). The offer
+        rides only on a connection's first request (``fresh``): the server remembers it."""
+        for name in (shm.SEGMENT_HEADER, shm.RELEASED_HEADER, shm.OFFER_HEADER):
+            headers.pop(name, None)
         if not self.token or address in self.remote:
-            headers.pop(shm.OFFER_HEADER, None)
             return parts
-        headers[shm.OFFER_HEADER] = self.offer
-        released = shm.released_for(self.local.get(address))
+        if fresh:
+            headers[shm.OFFER_HEADER] = self.offer
+        pid = self.local.get(address)
+        if pid is None:
+            return parts
+        released = shm.released_for(pid)
         if released:
             headers[shm.RELEASED_HEADER] = released
-        if address in self.local and shm.wants_segment(parts, True):
-            segment = shm.Segment.from_parts(parts, self.local[address])
+        if shm.wants_segment(parts, True):
+            segment = shm.Segment.from_parts(parts, pid)
             headers[shm.SEGMENT_HEADER] = segment.descriptor()
             return _SegmentParts(segment)
         return parts
@@ -175,6 +179,8 @@ class _SegmentParts(list):
 
 
 class _Conn:
+    offered = False  # has this connection carried the shared-memory offer yet?
+
     def __init__(self, address: str):
         host, port = split_address(address)
         self.sock = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT)
@@ -245,7 +251,6 @@ class RPCClient:
         request_id = request_id or new_request_id()
         parts = wire.encode(payload) if method == "POST" else []
         headers = _request_headers(self.secret, request_id, identity)
-        send = self.shm.prepare(address, headers, parts)
         retried = False
         while True:
             try:
@@ -254,6 +259,8 @@ class RPCClient:
                 raise
             except OSError as exc:
                 raise WorkerUnreachableError(address, exc) from None
+            send = self.shm.prepare(address, headers, parts, not conn.offered)
+            conn.offered = True
             try:
                 conn.sock.settimeout(timeout)
                 send_message(conn.sock, f"{method} {path} HTTP/1.1", headers, send)
@@ -283,7 +290,6 @@ class RPCClient:
             else:
                 conn.close()
             if self.shm.refused(address, reply, body):
-                send = self.shm.prepare(address, headers, parts)
                 continue
             return interpret_reply(address, reply)
 
@@ -333,8 +339,6 @@ class AsyncRPCClient:
         headers = _request_headers(self.secret, request_id, identity)
         retried = False
         while True:
-            send = self.shm.prepare(address, headers, parts)
-            head = render_head(f"POST {path} HTTP/1.1", headers, wire.frame_size(send))
             pool = self._pool(address)
             reused = bool(pool)
             try:
@@ -345,6 +349,9 @@ class AsyncRPCClient:
                 ) from None
             except OSError as exc:
                 raise WorkerUnreachableError(address, exc) from None
+            send = self.shm.prepare(address, headers, parts, not getattr(writer, "_offered", False))
+            writer._offered = True
+            head = render_head(f"POST {path} HTTP/1.1", headers, wire.frame_size(send))
             try:
                 reply, body = await asyncio.wait_for(
                     self._exchange(address, reader, writer, head, send), timeout

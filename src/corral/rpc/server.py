@@ -105,6 +105,7 @@ class RPCServer:
         reader = SocketReader(conn)
         answered: str | None = None
         held: list = []  # a reply's segment, kept until the client has mapped it
+        peer: int | None = None  # the client's pid once it offered shared memory
         try:
             while not self._closed.is_set():
                 msg = reader.read_head()
@@ -140,7 +141,11 @@ class RPCServer:
                         False,
                     )
                     return
-                shm.take_released(msg.headers.get(shm.RELEASED_HEADER), local_peer(msg))
+                offered = shm.OFFER_HEADER in msg.headers
+                if offered:
+                    peer = local_peer(msg)
+                if peer is not None and shm.RELEASED_HEADER in msg.headers:
+                    shm.take_released(msg.headers[shm.RELEASED_HEADER], peer)
                 descriptor = msg.headers.get(shm.SEGMENT_HEADER)
                 if descriptor is not None:
                     try:
@@ -151,10 +156,10 @@ class RPCServer:
                         continue
                 else:
                     msg.body = reader.read_body(length)
+                msg.peer = peer
                 reply = self._handler(msg)
                 msg.body = bytearray()
-                peer = local_peer(msg)
-                segment = self._reply(conn, reply, msg.keep_alive, peer)
+                segment = self._reply(conn, reply, msg.keep_alive, peer, announce=offered)
                 if segment is not None:
                     held.append((segment, peer))
                 answered = msg.headers.get(REQUEST_ID_HEADER)
@@ -179,6 +184,7 @@ class RPCServer:
         keep_alive: bool,
         local: int | None = None,
         refused: bool = False,
+        announce: bool = False,
     ) -> shm.Segment | None:
         """Send ``reply``; a large one to a local peer goes in a segment, which is returned
         so that the caller holds it until the client acknowledges it."""
@@ -190,7 +196,8 @@ class RPCServer:
         status_line = f"HTTP/1.1 {reply.status} {REASONS.get(reply.status, 'Status')}"
         parts, segment = reply.parts, None
         if local is not None:
-            headers[shm.LOCAL_HEADER] = str(os.getpid())
+            if announce:  # answers the offer: the client now knows we share a host
+                headers[shm.LOCAL_HEADER] = str(os.getpid())
             released = shm.released_for(local)
             if released:
                 headers[shm.RELEASED_HEADER] = released

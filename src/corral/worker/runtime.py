@@ -22,7 +22,7 @@ from corral.errors import CorralError, ProtocolError
 from corral.procs import pid_alive
 from corral.rpc import shm, wire
 from corral.rpc.http import FRAME_TYPE, REQUEST_ID_HEADER, Message
-from corral.rpc.server import Reply, RPCServer, local_peer
+from corral.rpc.server import Reply, RPCServer
 from corral.worker import env as E
 from corral.worker.engines import EngineHost
 from corral.worker.env import WorkerSettings, advertise_host, node_name, read_secret
@@ -275,7 +275,7 @@ class WorkerRuntime:
             return failure(400, ProtocolError(f"bad /data/get request: {exc}"))
         except CorralError as exc:
             return failure(500, exc)
-        if local_peer(msg) is None:
+        if msg.peer is None:
             return ok(values)
 
         def build() -> Reply:
