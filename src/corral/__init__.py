@@ -23,12 +23,16 @@ from corral.errors import (
     EngineCallError,
     EngineCreationError,
     EngineImportError,
+    PlacementError,
     RefError,
     RefLostError,
+    ResourceLimitError,
     SchedulerError,
+    TrialInUseError,
     WorkerCreationError,
     WorkerFailedError,
     WorkerNotFoundError,
+    WorkerPreemptedError,
     WorkerTimeoutError,
 )
 from corral.spec import Job, SchedulingSpec, SchedulingStrategy, Worker
@@ -58,5 +62,6 @@ __all__ = [
     "Worker", "Scheduler", "LocalScheduler", "RayScheduler", "SlurmScheduler",
     "CorralError", "ConfigError", "SchedulerError", "WorkerCreationError", "WorkerTimeoutError",
     "WorkerFailedError", "WorkerNotFoundError", "EngineCreationError", "EngineImportError",
-    "EngineCallError", "Ref", "RefError", "RefLostError",
+    "EngineCallError", "TrialInUseError", "PlacementError", "ResourceLimitError", "WorkerPreemptedError",
+    "Ref", "RefError", "RefLostError",
 ]  # fmt: skip
