@@ -107,7 +107,7 @@ MUTANTS: list[Mutant] = [
       f"{ENGINES} -k call_error",
       why="an engine's exception comes back without its type and traceback"),
     M("client-stale-pooled-connection", "rpc/client.py",
-      "                conn.close()\n                if reused and attempt == 0:",
+      "                conn.close()\n                if reused and not retried:",
       "                conn.close()\n                if False:", f"{RPC} -k pooled",
       why="a pooled connection the worker closed fails the call instead of being redialled"),
     # ------------------------------------------------------------------ worker/runtime.py
@@ -166,7 +166,8 @@ MUTANTS: list[Mutant] = [
       why="forked children do not ask for the parent-death signal"),
     # ------------------------------------------------------------------ worker/engines.py
     M("engines-one-thread", "worker/engines.py",
-      "max_workers=1, thread_name_prefix", "max_workers=4, thread_name_prefix",
+      "        self._thread.submit(task)\n",
+      "        threading.Thread(target=task.run, name='corral-engine_0').start()\n",
       f"{ENGINES} -k one_engine_thread",
       why="synchronous engine methods run on several threads"),
     M("engines-import-path-check", "worker/engines.py",
@@ -205,7 +206,7 @@ MUTANTS: list[Mutant] = [
       "            if False:\n                kind = (", f"{FAIL} -k exits",
       why="a worker that died mid-call is reported as a broken connection"),
     M("delete-destroys-engines-first", "scheduler.py",
-      "self._fan_out(self._destroy_engines_quietly, state.workers)", "pass",
+      'await asyncio.gather(*(quietly(w, "/destroy_engines", 5.0) for w in workers))', "pass",
       f"{LIFE} tests/faults/test_teardown_order.py -k 'destroyed or slow_destroy'", why="engines are not destroyed before workers stop"),
     M("delete-takes-forks-along", "scheduler.py",
       "for dependent in [r for r, s in self._roles.items() if s.target == role]:",
