@@ -37,6 +37,7 @@ from corral.errors import (
 )
 from corral.fdlimit import ensure_fds, is_fd_exhaustion, too_many_files
 from corral.health import DEFAULT_INTERVAL, HealthMonitor, WorkerHealth, health_key
+from corral.ioloop import IOLoop
 from corral.launcher import Launcher, LaunchRequest, WorkerExit
 from corral.leftovers import clean_dead_run
 from corral.logs import log_dir_for, replica_log_path, tail
@@ -132,7 +133,10 @@ class Scheduler:
         self._lock = threading.RLock()
         self._restart_hooks: dict[str, Callable[[Scheduler, str], Any]] = {}
         self._unrestartable: dict[str, str] = {}
-        self._pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="corral-fanout")
+        # Blocking launcher work (Ray forks) fans out on a few threads; requests to many
+        # workers at once (rendezvous, teardown) run as coroutines on one loop thread.
+        self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="corral-fanout")
+        self._io = IOLoop()
         self.monitor = HealthMonitor(
             self._watched_roles, launcher.poll, self._record_health, self.progress, health_interval
         )
@@ -445,7 +449,16 @@ class Scheduler:
         pairs = list(zip(workers, envs, strict=True))
         if only is not None:
             pairs = [pairs[i] for i in only]
-        self._fan_out(lambda pair: self._request(pair[0], "/set_env", {"env": pair[1]}), pairs)
+
+        async def set_all() -> None:
+            try:
+                await asyncio.gather(
+                    *(self._arequest(w, "/set_env", {"env": env}) for w, env in pairs)
+                )
+            finally:
+                self._async_client.forget_all()
+
+        self._io.run(set_all())
 
     # -------------------------------------------------------------- fork
     def fork_workers(self, role: str, target_role: str, command: str | None = None) -> list[str]:
@@ -707,6 +720,7 @@ class Scheduler:
             except TimeoutError as exc:
                 raise _no_answer(worker, path, timeout, exc) from None
             except WorkerUnreachableError as exc:
+                self._async_client.forget(worker.address)
                 problem = await asyncio.to_thread(self._diagnose, worker, exc)
                 if problem is not None:
                     raise problem from None
@@ -849,6 +863,7 @@ class Scheduler:
                     self._delete_role(name)
             if not self._roles:
                 self._drop_lease()
+            self._async_client.prune()
 
     def _delete_role(self, role: str) -> None:
         state = self._roles.pop(role, None)
@@ -864,8 +879,7 @@ class Scheduler:
         if state.kind == "forked":
             self._fan_out(lambda w: self._kill_forked(w, state.target), state.workers)
         else:
-            self._fan_out(self._destroy_engines_quietly, state.workers)
-            self._fan_out(self._ask_to_exit, state.workers)
+            self._io.run(self._retire(state.workers))
             self._stop_launched(role)
         try:
             self.name_resolve.clear_subtree(self._key(keys.role_prefix, role))
@@ -883,16 +897,25 @@ class Scheduler:
             log.debug("destroying engines of %s: %s", worker.id, exc)
         self._client.forget(worker.address)
 
-    def _ask_to_exit(self, worker: Worker) -> None:
-        """Let the worker end on its own before the backend stops it (Slurm jobs then
-        complete without scancel's SIGTERM/SIGKILL sequence)."""
+    async def _retire(self, workers: list[Worker]) -> None:
+        """Destroy every worker's engines, then ask each to exit; failures are only logged
+        (the backend stops whatever is left)."""
+
+        async def quietly(worker: Worker, path: str, timeout: float) -> None:
+            try:
+                await self._async_client.request(
+                    worker.address, path, {}, timeout=timeout, identity=worker.identity
+                )
+            except Exception as exc:
+                log.debug("%s on %s: %s", path, worker.id, exc)
+
         try:
-            self._client.request(
-                worker.address, "/shutdown", {}, timeout=2.0, identity=worker.identity
-            )
-        except Exception as exc:
-            log.debug("asking %s to exit: %s", worker.id, exc)
-        self._client.forget(worker.address)
+            await asyncio.gather(*(quietly(w, "/destroy_engines", 5.0) for w in workers))
+            await asyncio.gather(*(quietly(w, "/shutdown", 2.0) for w in workers))
+        finally:
+            for w in workers:
+                self._async_client.forget(w.address)
+                self._client.forget(w.address)
 
     def _kill_forked(self, worker: Worker, target_role: str | None) -> None:
         self._destroy_engines_quietly(worker)
@@ -928,6 +951,7 @@ class Scheduler:
             self.monitor.stop()
             self._client.close()
             self._pool.shutdown(wait=False)
+            self._io.close()
             self.launcher.close()
             _live_schedulers.discard(self)
 
