@@ -23,6 +23,8 @@ from typing import Any
 
 from corral import keys
 from corral.config import cluster_field, scheduler_field
+from corral.data.plane import DataPlane
+from corral.data.store import parse_keep
 from corral.discovery import NameResolve, make_name_resolve
 from corral.errors import (
     ConfigError,
@@ -145,6 +147,12 @@ class Scheduler:
         self._closed = False
         self._calls = make_call_stats()  # per-role call figures for corral dashboard / top
         self._stats = StatsPublisher(self, self._calls)
+        self._data = DataPlane(
+            f"{self.experiment_name}/{self.trial_name}",
+            self._ids.get,
+            lambda w, path, payload, timeout: self._request(w, path, payload, timeout, 0),
+            lambda w, path, payload, timeout: self._arequest(w, path, payload, timeout, 0),
+        )
         _live_schedulers.add(self)
 
     # ------------------------------------------------------------------ setup
@@ -781,8 +789,10 @@ class Scheduler:
     ) -> Any:
         """Call ``method`` on an engine of the worker and return its result.
 
-        ``rpc_meta``: ``timeout`` (seconds, default none) and ``max_retries`` (retries after
-        a dropped connection; the worker runs the method at most once either way).
+        ``rpc_meta``: ``timeout`` (seconds, default none), ``max_retries`` (retries after
+        a dropped connection; the worker runs the method at most once either way) and
+        ``keep`` (True, or a byte threshold: arrays/tensors of the result stay on the
+        worker and come back as ``corral.Ref``; see docs/data-plane.md).
         """
         worker = self._worker(worker_id)
         meta = rpc_meta or {}
@@ -792,6 +802,8 @@ class Scheduler:
             "args": list(args),
             "kwargs": kwargs,
         }
+        if meta.get("keep") is not None:
+            payload["keep"] = parse_keep(meta["keep"])
         started, ok = self._calls.begin(worker.role), False
         try:
             result = self._request(
@@ -819,6 +831,8 @@ class Scheduler:
             "args": list(args),
             "kwargs": kwargs,
         }
+        if meta.get("keep") is not None:
+            payload["keep"] = parse_keep(meta["keep"])
         started, ok = self._calls.begin(worker.role), False
         try:
             result = await self._arequest(
@@ -872,6 +886,7 @@ class Scheduler:
         for w in state.workers:
             if state.kind != "reused":
                 self._ids.pop(w.id, None)
+                self._data.owner_gone(w, f"was deleted with delete_workers({role!r})")
                 self._unrestartable.pop(w.id, None)
                 self.monitor.forget(w.id)
         if state.kind == "reused":
@@ -948,6 +963,7 @@ class Scheduler:
             self.delete_workers()
         finally:
             self._closed = True
+            self._data.close()
             self.monitor.stop()
             self._client.close()
             self._pool.shutdown(wait=False)
