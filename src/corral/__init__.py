@@ -16,6 +16,7 @@ from corral.config import (
     load_expr_config,
     make_scheduler,
 )
+from corral.data.ref import Ref
 from corral.errors import (
     ConfigError,
     CorralError,
@@ -23,6 +24,8 @@ from corral.errors import (
     EngineCreationError,
     EngineImportError,
     PlacementError,
+    RefError,
+    RefLostError,
     ResourceLimitError,
     SchedulerError,
     TrialInUseError,
@@ -60,4 +63,5 @@ __all__ = [
     "CorralError", "ConfigError", "SchedulerError", "WorkerCreationError", "WorkerTimeoutError",
     "WorkerFailedError", "WorkerNotFoundError", "EngineCreationError", "EngineImportError",
     "EngineCallError", "TrialInUseError", "PlacementError", "ResourceLimitError", "WorkerPreemptedError",
+    "Ref", "RefError", "RefLostError",
 ]  # fmt: skip

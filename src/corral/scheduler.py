@@ -23,6 +23,8 @@ from typing import Any
 
 from corral import keys
 from corral.config import cluster_field, scheduler_field
+from corral.data.plane import DataPlane
+from corral.data.store import parse_keep
 from corral.discovery import NameResolve, make_name_resolve
 from corral.errors import (
     ConfigError,
@@ -38,6 +40,7 @@ from corral.errors import (
 )
 from corral.fdlimit import ensure_fds, is_fd_exhaustion, too_many_files
 from corral.health import DEFAULT_INTERVAL, HealthMonitor, WorkerHealth, health_key
+from corral.ioloop import IOLoop
 from corral.launcher import Launcher, LaunchRequest, WorkerExit
 from corral.leftovers import clean_dead_run
 from corral.logs import log_dir_for, replica_log_path, tail
@@ -133,7 +136,10 @@ class Scheduler:
         self._lock = threading.RLock()
         self._restart_hooks: dict[str, Callable[[Scheduler, str], Any]] = {}
         self._unrestartable: dict[str, str] = {}
-        self._pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="corral-fanout")
+        # Blocking launcher work (Ray forks) fans out on a few threads; requests to many
+        # workers at once (rendezvous, teardown) run as coroutines on one loop thread.
+        self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="corral-fanout")
+        self._io = IOLoop()
         self.monitor = HealthMonitor(
             self._watched_roles, launcher.poll, self._record_health, self.progress, health_interval
         )
@@ -142,6 +148,12 @@ class Scheduler:
         self._closed = False
         self._calls = make_call_stats()  # per-role call figures for corral dashboard / top
         self._stats = StatsPublisher(self, self._calls)
+        self._data = DataPlane(
+            f"{self.experiment_name}/{self.trial_name}",
+            self._ids.get,
+            lambda w, path, payload, timeout: self._request(w, path, payload, timeout, 0),
+            lambda w, path, payload, timeout: self._arequest(w, path, payload, timeout, 0),
+        )
         _live_schedulers.add(self)
 
     # ------------------------------------------------------------------ setup
@@ -459,7 +471,16 @@ class Scheduler:
         pairs = list(zip(workers, envs, strict=True))
         if only is not None:
             pairs = [pairs[i] for i in only]
-        self._fan_out(lambda pair: self._request(pair[0], "/set_env", {"env": pair[1]}), pairs)
+
+        async def set_all() -> None:
+            try:
+                await asyncio.gather(
+                    *(self._arequest(w, "/set_env", {"env": env}) for w, env in pairs)
+                )
+            finally:
+                self._async_client.forget_all()
+
+        self._io.run(set_all())
 
     # -------------------------------------------------------------- fork
     def fork_workers(self, role: str, target_role: str, command: str | None = None) -> list[str]:
@@ -721,6 +742,7 @@ class Scheduler:
             except TimeoutError as exc:
                 raise _no_answer(worker, path, timeout, exc) from None
             except WorkerUnreachableError as exc:
+                self._async_client.forget(worker.address)
                 problem = await asyncio.to_thread(self._diagnose, worker, exc)
                 if problem is not None:
                     raise problem from None
@@ -781,8 +803,10 @@ class Scheduler:
     ) -> Any:
         """Call ``method`` on an engine of the worker and return its result.
 
-        ``rpc_meta``: ``timeout`` (seconds, default none) and ``max_retries`` (retries after
-        a dropped connection; the worker runs the method at most once either way).
+        ``rpc_meta``: ``timeout`` (seconds, default none), ``max_retries`` (retries after
+        a dropped connection; the worker runs the method at most once either way) and
+        ``keep`` (True, or a byte threshold: arrays/tensors of the result stay on the
+        worker and come back as ``corral.Ref``; see docs/data-plane.md).
         """
         worker = self._worker(worker_id)
         meta = rpc_meta or {}
@@ -792,6 +816,8 @@ class Scheduler:
             "args": list(args),
             "kwargs": kwargs,
         }
+        if meta.get("keep") is not None:
+            payload["keep"] = parse_keep(meta["keep"])
         started, ok = self._calls.begin(worker.role), False
         try:
             result = self._request(
@@ -819,6 +845,8 @@ class Scheduler:
             "args": list(args),
             "kwargs": kwargs,
         }
+        if meta.get("keep") is not None:
+            payload["keep"] = parse_keep(meta["keep"])
         started, ok = self._calls.begin(worker.role), False
         try:
             result = await self._arequest(
@@ -863,6 +891,7 @@ class Scheduler:
                     self._delete_role(name)
             if not self._roles:
                 self._drop_lease()
+            self._async_client.prune()
 
     def _delete_role(self, role: str) -> None:
         state = self._roles.pop(role, None)
@@ -871,6 +900,7 @@ class Scheduler:
         for w in state.workers:
             if state.kind != "reused":
                 self._ids.pop(w.id, None)
+                self._data.owner_gone(w, f"was deleted with delete_workers({role!r})")
                 self._unrestartable.pop(w.id, None)
                 self.monitor.forget(w.id)
         if state.kind == "reused":
@@ -878,8 +908,7 @@ class Scheduler:
         if state.kind == "forked":
             self._fan_out(lambda w: self._kill_forked(w, state.target), state.workers)
         else:
-            self._fan_out(self._destroy_engines_quietly, state.workers)
-            self._fan_out(self._ask_to_exit, state.workers)
+            self._io.run(self._retire(state.workers))
             self._stop_launched(role)
         try:
             self.name_resolve.clear_subtree(self._key(keys.role_prefix, role))
@@ -897,16 +926,25 @@ class Scheduler:
             log.debug("destroying engines of %s: %s", worker.id, exc)
         self._client.forget(worker.address)
 
-    def _ask_to_exit(self, worker: Worker) -> None:
-        """Let the worker end on its own before the backend stops it (Slurm jobs then
-        complete without scancel's SIGTERM/SIGKILL sequence)."""
+    async def _retire(self, workers: list[Worker]) -> None:
+        """Destroy every worker's engines, then ask each to exit; failures are only logged
+        (the backend stops whatever is left)."""
+
+        async def quietly(worker: Worker, path: str, timeout: float) -> None:
+            try:
+                await self._async_client.request(
+                    worker.address, path, {}, timeout=timeout, identity=worker.identity
+                )
+            except Exception as exc:
+                log.debug("%s on %s: %s", path, worker.id, exc)
+
         try:
-            self._client.request(
-                worker.address, "/shutdown", {}, timeout=2.0, identity=worker.identity
-            )
-        except Exception as exc:
-            log.debug("asking %s to exit: %s", worker.id, exc)
-        self._client.forget(worker.address)
+            await asyncio.gather(*(quietly(w, "/destroy_engines", 5.0) for w in workers))
+            await asyncio.gather(*(quietly(w, "/shutdown", 2.0) for w in workers))
+        finally:
+            for w in workers:
+                self._async_client.forget(w.address)
+                self._client.forget(w.address)
 
     def _kill_forked(self, worker: Worker, target_role: str | None) -> None:
         self._destroy_engines_quietly(worker)
@@ -939,9 +977,11 @@ class Scheduler:
             self.delete_workers()
         finally:
             self._closed = True
+            self._data.close()
             self.monitor.stop()
             self._client.close()
             self._pool.shutdown(wait=False)
+            self._io.close()
             self.launcher.close()
             _live_schedulers.discard(self)
 

@@ -127,3 +127,28 @@ def test_a_counted_restart_without_a_new_generation_reads_restarting():
     assert builder._restart_state("r/0", 1, "g1") == "restarting"  # old record, new count
     assert builder._restart_state("r/0", 1, "g2") == "running"  # the new process registered
     assert builder._restart_state("r/0", 1, "g2") == "running"
+
+
+def test_call_stats_lose_no_call_while_threads_record_and_the_sampler_drains():
+    stats = CallStats()
+    per_thread, threads = 5000, 8
+    go = threading.Event()
+
+    def record():
+        go.wait()
+        for _ in range(per_thread):
+            stats.end("r", stats.begin("r"))
+
+    workers = [threading.Thread(target=record) for _ in range(threads)]
+    for t in workers:
+        t.start()
+    go.set()
+    samples = 0
+    while any(t.is_alive() for t in workers):
+        assert stats.sample().get("r", {"in_flight": 0})["in_flight"] >= 0
+        samples += 1
+    for t in workers:
+        t.join()
+    out = stats.sample()
+    assert out["r"]["total"] == per_thread * threads and out["r"]["in_flight"] == 0
+    assert samples > 1  # the sampler really ran while calls were being recorded
