@@ -60,11 +60,11 @@ def scale(sched: Scheduler, role: str, replicas: int) -> list[str]:
                 sched._ids[worker.id] = worker
         elif replicas < n:
             doomed = state.workers[replicas:]
-            sched._fan_out(sched._destroy_engines_quietly, doomed)
-            sched._fan_out(sched._ask_to_exit, doomed)
+            sched._io.run(sched._retire(doomed))  # destroy engines, ask to exit (drain)
             sched.launcher.shrink(role, [w.index for w in doomed])
             for worker in doomed:
                 sched._ids.pop(worker.id, None)
+                sched._data.owner_gone(worker, f"was removed by scale({role!r}, {replicas})")
                 sched.monitor.forget(worker.id)
                 state.engines.pop(worker.id, None)
                 for fn in (keys.worker_address_key, keys.worker_info_key):
