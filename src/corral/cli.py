@@ -21,24 +21,50 @@ def _name_resolve(args: argparse.Namespace) -> NameResolve:
     return FileNameResolve(os.path.join(args.fileroot, "name_resolve"))
 
 
-def _secret(fileroot: str, experiment: str, trial: str) -> str | None:
+def _secret(fileroot: str, experiment: str, trial: str, nr: NameResolve) -> str | None:
+    """The secret of the trial's running controller: the one whose key verifies the
+    controller's lease record (or the only one on disk)."""
+    from corral.discovery.signed import SignedNameResolve
+    from corral.secretfile import candidate_secrets
+
+    found = candidate_secrets(fileroot, experiment, trial)
+    for secret in found:
+        try:
+            if SignedNameResolve(nr, secret).get(keys.controller_key(experiment, trial)):
+                return secret
+        except Exception:
+            continue
+    return found[0] if len(found) == 1 else None
+
+
+def _trials(nr: NameResolve) -> dict[tuple[str, str], list[str]]:
+    """(experiment, trial) -> worker ids (``role/index``) that have an address record."""
+    found: dict[tuple[str, str], list[str]] = {}
+    for key in nr.get_all():
+        parts = key.split("/")
+        if len(parts) == 4 and not parts[2].startswith("_"):
+            found.setdefault((parts[0], parts[1]), []).append(f"{parts[2]}/{parts[3]}")
+        elif len(parts) == 3 and parts[2] == "_controller":
+            found.setdefault((parts[0], parts[1]), [])
+    return found
+
+
+def _verified(nr: NameResolve, secret: str | None, key: str) -> str | None:
+    """A record's value, only if it is signed with the trial's secret."""
+    from corral.discovery.signed import SignedNameResolve
+
+    if not secret:
+        return None
     try:
-        with open(os.path.join(fileroot, "secrets", experiment, trial, "secret")) as fh:
-            return fh.read().strip()
-    except OSError:
+        return SignedNameResolve(nr, secret).get(key)
+    except Exception as exc:
+        print(f"{key}: {exc}", file=sys.stderr)
         return None
 
 
-def _trials(nr: NameResolve) -> dict[tuple[str, str], dict[str, str]]:
-    """(experiment, trial) -> {role/index: address}, from name-resolve entries."""
-    found: dict[tuple[str, str], dict[str, str]] = {}
-    for key, value in nr.get_all().items():
-        parts = key.split("/")
-        if len(parts) == 4 and not parts[2].startswith("_"):
-            found.setdefault((parts[0], parts[1]), {})[f"{parts[2]}/{parts[3]}"] = value
-        elif len(parts) == 3 and parts[2] == "_controller":
-            found.setdefault((parts[0], parts[1]), {})
-    return found
+def _address(nr: NameResolve, secret: str | None, exp: str, trial: str, wid: str) -> str | None:
+    role, _, index = wid.partition("/")
+    return _verified(nr, secret, keys.worker_address_key(exp, trial, role, int(index)))
 
 
 def cmd_ps(args: argparse.Namespace) -> int:
@@ -51,23 +77,22 @@ def cmd_ps(args: argparse.Namespace) -> int:
         return 0
     print(f"{'EXPERIMENT':<16} {'TRIAL':<24} {'WORKER':<16} {'ADDRESS':<22} {'PID':>7}  HEALTH")
     for (exp, trial), workers in sorted(trials.items()):
-        secret = _secret(args.fileroot, exp, trial)
+        secret = _secret(args.fileroot, exp, trial, nr)
         client = RPCClient(secret) if secret else None
         if not workers:
             print(f"{exp:<16} {trial:<24} {'-':<16} {'(controller only)':<22}")
-        for wid, address in sorted(
-            workers.items(), key=lambda kv: (kv[0].split("/")[0], int(kv[0].split("/")[1]))
-        ):
+        for wid in sorted(workers, key=lambda w: (w.split("/")[0], int(w.split("/")[1]))):
             role, index = wid.split("/")
-            raw = nr.get(keys.worker_info_key(exp, trial, role, int(index)))
+            address = _address(nr, secret, exp, trial, wid)
+            raw = _verified(nr, secret, keys.worker_info_key(exp, trial, role, int(index)))
             pid = json.loads(raw).get("pid", "") if raw else ""
-            health = "no secret"
-            if client is not None:
+            health = "no secret" if secret is None else "record not verified"
+            if client is not None and address is not None:
                 try:
                     health = client.request(address, "/health", method="GET", timeout=2.0)["status"]
                 except Exception as exc:
                     health = f"unreachable ({type(exc).__name__})"
-            print(f"{exp:<16} {trial:<24} {wid:<16} {address:<22} {pid!s:>7}  {health}")
+            print(f"{exp:<16} {trial:<24} {wid:<16} {address or '?':<22} {pid!s:>7}  {health}")
     return 0
 
 
@@ -121,12 +146,15 @@ def cmd_stop(args: argparse.Namespace) -> int:
     from corral.rpc.client import RPCClient
 
     nr = _name_resolve(args)
-    workers = _trials(nr).get((args.experiment, args.trial), {})
-    secret = _secret(args.fileroot, args.experiment, args.trial)
+    workers = _trials(nr).get((args.experiment, args.trial), [])
+    secret = _secret(args.fileroot, args.experiment, args.trial, nr)
     stopped = 0
     if secret:
         client = RPCClient(secret)
-        for wid, address in workers.items():
+        for wid in workers:
+            address = _address(nr, secret, args.experiment, args.trial, wid)
+            if address is None:
+                continue
             try:
                 client.request(address, "/shutdown", {}, timeout=5.0)
                 stopped += 1

@@ -11,7 +11,6 @@ import atexit
 import json
 import logging
 import os
-import secrets
 import socket
 import threading
 import time
@@ -24,6 +23,7 @@ from typing import Any
 from corral import keys
 from corral.config import cluster_field, scheduler_field
 from corral.discovery import NameResolve, make_name_resolve
+from corral.discovery.signed import SignedNameResolve
 from corral.errors import (
     ConfigError,
     CorralError,
@@ -37,6 +37,8 @@ from corral.errors import (
 from corral.launcher import Launcher, LaunchRequest, WorkerExit
 from corral.logs import log_dir_for, replica_log_path, tail
 from corral.rpc.client import AsyncRPCClient, RPCClient, WorkerUnreachableError, new_request_id
+from corral.safedirs import ensure_private_dir
+from corral.secretfile import TrialSecret
 from corral.spec import NormalizedJob, SchedulingSpec, Worker, normalize_job, validate_role_name
 from corral.worker import env as E
 
@@ -100,16 +102,20 @@ class Scheduler:
             else scheduler_field(exp_config, "startup_timeout")
         )
         self.fileroot = os.path.abspath(fileroot or cluster_field(exp_config, "fileroot"))
-        self._ensure_dir(self.fileroot, "cluster.fileroot")
+        ensure_private_dir(self.fileroot, "cluster.fileroot")
         self.log_dir = log_dir_for(self.fileroot, self.experiment_name, self.trial_name)
-        self.name_resolve = name_resolve or make_name_resolve(
-            cluster_field(exp_config, "name_resolve"), self.fileroot
+        self._secret = TrialSecret(self.fileroot, self.experiment_name, self.trial_name)
+        self.secret = self._secret.value
+        # records are signed with the trial secret; unsigned or forged ones are refused
+        self.name_resolve = SignedNameResolve(
+            name_resolve
+            or make_name_resolve(cluster_field(exp_config, "name_resolve"), self.fileroot),
+            self.secret,
         )
         self.lease_timeout = lease_timeout
         self.launcher = launcher
+        launcher.trial_secret = self.secret
         self.progress = progress or (lambda text: log.info(text))
-        self.secret = secrets.token_hex(32)
-        self.secret_file = self._write_secret()
         self._client = RPCClient(self.secret)
         self._async_client = AsyncRPCClient(self.secret)
         self._roles: dict[str, RoleState] = {}
@@ -137,16 +143,10 @@ class Scheduler:
         if not os.access(path, os.W_OK | os.X_OK):
             raise ConfigError(field_name, path, "it is not writable; use a writable directory")
 
-    def _write_secret(self) -> str:
-        directory = os.path.join(self.fileroot, "secrets", self.experiment_name, self.trial_name)
-        os.makedirs(directory, mode=0o700, exist_ok=True)
-        os.chmod(directory, 0o700)
-        path = os.path.join(directory, "secret")
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(self.secret)
-        os.chmod(path, 0o600)
-        return path
+    @property
+    def secret_file(self) -> str:
+        """This run's secret file, written (exclusively, 0600) on first use."""
+        return self._secret.file()
 
     def _key(self, fn, *args) -> str:
         return fn(self.experiment_name, self.trial_name, *args)
@@ -198,9 +198,7 @@ class Scheduler:
             E.CONTROLLER_HOST: socket.gethostname(),
             "PYTHONUNBUFFERED": "1",
         }
-        if self.launcher.share_secret_by_env():
-            env[E.SECRET] = self.secret
-        else:
+        if not self.launcher.share_secret_by_env():  # else the launcher hands it over
             env[E.SECRET_FILE] = self.secret_file
         if spec.engines:
             env[E.ENGINES] = json.dumps(spec.engines)
@@ -805,6 +803,7 @@ class Scheduler:
             self._client.close()
             self._pool.shutdown(wait=False)
             self.launcher.close()
+            self._secret.remove()
             _live_schedulers.discard(self)
 
     def __enter__(self) -> Scheduler:

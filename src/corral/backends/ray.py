@@ -37,8 +37,8 @@ from Ray's ledger and rely on the target's devices instead.
 ``MASTER_ADDR``/``MASTER_PORT`` come from the actor on bundle 0 of the role's first
 placement group: it binds port 0 on its node's IP, closes it and reports both.
 
-Workers receive the trial secret in their environment (``CORRAL_SECRET``), because Ray
-nodes need not share a filesystem; their output goes to Ray's worker log and to corral's
+Workers receive the trial secret as an argument of the actor's constructor (Ray nodes need
+not share a filesystem), never in ``runtime_env`` or an environment variable; their output goes to Ray's worker log and to corral's
 per-replica, per-role and merged logs (when the log directory is writable on the node).
 ``SchedulingSpec.cmd`` and containers are not supported on Ray. ``max_restarts``: the
 core restarts a dead worker through ``restart``, as a new actor on the old one's bundle.
@@ -140,6 +140,7 @@ class RayWorkerActor:
         env_keys: list[str],
         advertise_host: str | None = None,
         visible_devices: dict[str, str] | None = None,
+        secret: str = "",
     ):
         import ray
 
@@ -158,8 +159,7 @@ class RayWorkerActor:
         for key, value in (visible_devices or {}).items():
             os.environ[key] = value
         settings = WorkerSettings.from_env(os.environ)
-        secret = read_secret(os.environ)
-        os.environ.pop(E.SECRET, None)
+        secret = secret or read_secret(os.environ)
         self._tee = _start_tee(settings.log_dir, settings.role, settings.index)
         self.runtime = WorkerRuntime(
             settings, secret, on_shutdown=lambda: self._stop_now("exited on request")
@@ -570,7 +570,7 @@ class RayLauncher(Launcher):
                 runtime_env={"env_vars": env},
                 **options,
             )
-            .remote(sorted(env), env.get(E.ADVERTISE_HOST), visible_devices)
+            .remote(sorted(env), env.get(E.ADVERTISE_HOST), visible_devices, self.trial_secret)
         )
         return _Replica(
             role=role,

@@ -15,6 +15,7 @@ import uuid
 from typing import Any
 
 from corral import errors
+from corral.auth import AUTH_HEADER, RequestSigner, TrialKeys
 from corral.errors import AuthenticationError, ProtocolError
 from corral.rpc import wire
 from corral.rpc.http import (
@@ -22,7 +23,6 @@ from corral.rpc.http import (
     IDENTITY_HEADER,
     LARGE_BODY,
     REQUEST_ID_HEADER,
-    SECRET_HEADER,
     Message,
     SocketReader,
     parse_head,
@@ -32,6 +32,7 @@ from corral.rpc.http import (
 )
 
 CONNECT_TIMEOUT = 5.0
+MAX_REPLY = 8 * 1024**3
 _REMOTE_ERRORS = {
     name: getattr(errors, name)
     for name in (
@@ -78,11 +79,6 @@ def interpret_reply(address: str, msg: Message) -> Any:
     if msg.status == 409:
         text = bytes(msg.body[:300]).decode("utf-8", "replace")
         raise WorkerUnreachableError(address, ConnectionRefusedError(text))
-    if msg.status == 401:
-        raise AuthenticationError(
-            f"worker at {address} refused the request (401): the trial secret is missing or "
-            "wrong; connect with the scheduler that started the worker"
-        )
     if msg.headers.get("content-type") != FRAME_TYPE:
         text = bytes(msg.body[:500]).decode("utf-8", "replace")
         if msg.status == 200:
@@ -96,16 +92,56 @@ def interpret_reply(address: str, msg: Message) -> Any:
     return envelope.get("result")
 
 
-def _request_headers(secret: str, request_id: str, identity: str | None = None) -> dict[str, str]:
+def _request_headers(
+    signer: RequestSigner, method: str, path: str, request_id: str, identity: str | None,
+    parts: list, length: int,
+) -> tuple[dict[str, str], str]:  # fmt: skip
+    """Headers of one request, signed; and the nonce its reply must answer to."""
+    auth, nonce = signer.sign(method, path, request_id, identity or "", parts, length)
     headers = {
         "Host": "corral",
-        SECRET_HEADER: secret,
+        AUTH_HEADER: auth,
         REQUEST_ID_HEADER: request_id,
         "Content-Type": FRAME_TYPE,
     }
     if identity:
         headers[IDENTITY_HEADER] = identity
-    return headers
+    return headers, nonce
+
+
+def check_reply_head(
+    signer: RequestSigner, address: str, msg: Message, nonce: str, max_reply: int
+) -> str:
+    """Refuse a reply head before its body is read: a 401, a head not signed by the
+    trial's worker, or a body over ``max_reply``. Returns the body digest to check."""
+    if msg.status == 401:
+        raise AuthenticationError(
+            f"worker at {address} refused the request (401): the trial secret is missing or "
+            "wrong; connect with the scheduler that started the worker"
+        )
+    length = msg.content_length
+    digest = signer.verify_reply_head(
+        address,
+        msg.headers.get(AUTH_HEADER),
+        msg.status,
+        nonce,
+        msg.headers.get("content-type", ""),
+        length,
+    )
+    if length > max_reply:
+        raise ProtocolError(
+            f"worker at {address} announced a reply of {length} bytes, over the client's limit "
+            f"of {max_reply}; raise max_reply if such replies are expected"
+        )
+    return digest
+
+
+def check_reply_body(signer: RequestSigner, address: str, digest: str, body) -> None:
+    if not signer.keys.body_matches(digest, body):
+        raise AuthenticationError(
+            f"the reply body from {address} does not match its signed digest: it was altered "
+            "on the way"
+        )
 
 
 class _Conn:
@@ -125,8 +161,9 @@ class _Conn:
 class RPCClient:
     """Blocking client. Thread-safe: each thread takes its own pooled connection."""
 
-    def __init__(self, secret: str):
-        self.secret = secret
+    def __init__(self, secret: str, max_reply: int = MAX_REPLY):
+        self._signer = RequestSigner(TrialKeys(secret))
+        self.max_reply = max_reply
         self._idle: dict[str, list[_Conn]] = {}
         self._lock = threading.Lock()
 
@@ -175,8 +212,11 @@ class RPCClient:
         """
         request_id = request_id or new_request_id()
         parts = wire.encode(payload) if method == "POST" else []
-        headers = _request_headers(self.secret, request_id, identity)
+        length = wire.frame_size(parts) if parts else 0
         for attempt in range(2):
+            headers, nonce = _request_headers(
+                self._signer, method, path, request_id, identity, parts, length
+            )
             try:
                 conn, reused = self._take(address)
             except TimeoutError:
@@ -189,7 +229,9 @@ class RPCClient:
                 reply = conn.reader.read_head()
                 if reply is None:
                     raise ConnectionResetError("worker closed the connection")
+                digest = check_reply_head(self._signer, address, reply, nonce, self.max_reply)
                 reply.body = conn.reader.read_body(reply.content_length)
+                check_reply_body(self._signer, address, digest, reply.body)
             except TimeoutError:
                 conn.close()
                 raise TimeoutError(f"no reply from {address}{path} within {timeout}s") from None
@@ -198,6 +240,9 @@ class RPCClient:
                 if reused and attempt == 0:
                     continue
                 raise WorkerUnreachableError(address, exc) from None
+            except (AuthenticationError, ProtocolError):
+                conn.close()
+                raise
             if reply.keep_alive:
                 self._give_back(address, conn)
             else:
@@ -209,8 +254,9 @@ class RPCClient:
 class AsyncRPCClient:
     """asyncio client with the same wire and semantics as RPCClient."""
 
-    def __init__(self, secret: str):
-        self.secret = secret
+    def __init__(self, secret: str, max_reply: int = MAX_REPLY):
+        self._signer = RequestSigner(TrialKeys(secret))
+        self.max_reply = max_reply
         self._pools: dict[
             asyncio.AbstractEventLoop,
             dict[str, list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]],
@@ -247,9 +293,6 @@ class AsyncRPCClient:
         request_id = request_id or new_request_id()
         parts = wire.encode(payload)
         length = wire.frame_size(parts)
-        head = render_head(
-            f"POST {path} HTTP/1.1", _request_headers(self.secret, request_id, identity), length
-        )
         for attempt in range(2):
             pool = self._pool(address)
             reused = bool(pool)
@@ -261,8 +304,14 @@ class AsyncRPCClient:
                 ) from None
             except OSError as exc:
                 raise WorkerUnreachableError(address, exc) from None
+            headers, nonce = _request_headers(
+                self._signer, "POST", path, request_id, identity, parts, length
+            )
+            head = render_head(f"POST {path} HTTP/1.1", headers, length)
             try:
-                reply = await asyncio.wait_for(self._exchange(reader, writer, head, parts), timeout)
+                reply = await asyncio.wait_for(
+                    self._exchange(address, reader, writer, head, parts, nonce), timeout
+                )
             except TimeoutError:
                 writer.close()
                 raise TimeoutError(f"no reply from {address}{path} within {timeout}s") from None
@@ -271,6 +320,9 @@ class AsyncRPCClient:
                 if reused and attempt == 0:
                     continue
                 raise WorkerUnreachableError(address, exc) from None
+            except BaseException:
+                writer.close()
+                raise
             if reply.keep_alive:
                 pool.append((reader, writer))
             else:
@@ -278,14 +330,20 @@ class AsyncRPCClient:
             return interpret_reply(address, reply)
         raise AssertionError("unreachable")
 
-    @staticmethod
-    async def _exchange(reader, writer, head: bytes, parts: list) -> Message:
+    async def _exchange(
+        self, address: str, reader, writer, head: bytes, parts: list, nonce: str
+    ) -> Message:
         writer.write(head)
         writer.writelines(parts)
         await writer.drain()
-        raw = await reader.readuntil(b"\r\n\r\n")
+        try:
+            raw = await reader.readuntil(b"\r\n\r\n")
+        except asyncio.LimitOverrunError:
+            raise ProtocolError(f"worker at {address} sent an HTTP head over 1 MiB") from None
         msg = parse_head(raw[:-4])
+        digest = check_reply_head(self._signer, address, msg, nonce, self.max_reply)
         msg.body = await _read_exactly_into(reader, msg.content_length)
+        check_reply_body(self._signer, address, digest, msg.body)
         return msg
 
     async def aclose(self) -> None:
