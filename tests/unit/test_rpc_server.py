@@ -14,6 +14,7 @@ import zlib
 import psutil
 import pytest
 
+from corral.auth import AUTH_HEADER, sign_request_head
 from corral.errors import (
     AuthenticationError,
     EngineCallError,
@@ -24,7 +25,6 @@ from corral.errors import (
 )
 from corral.rpc import wire
 from corral.rpc.client import RPCClient
-from corral.auth import AUTH_HEADER, sign_request_head
 from corral.rpc.http import REQUEST_ID_HEADER, SocketReader
 from corral.worker.env import WorkerSettings
 from corral.worker.runtime import WorkerRuntime

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import torch
 
+from corral.auth import AUTH_HEADER, sign_request_head
 from corral.errors import ProtocolError
 from corral.rpc import wire
-from corral.auth import AUTH_HEADER, sign_request_head
 from corral.rpc.http import MAX_HEAD_BYTES, SocketReader
 from corral.rpc.server import Reply, RPCServer
 from corral.rpc.wire import MAX_BUFFERS, MAX_HEADER_BYTES, TAG, DataclassRecord
@@ -454,8 +454,7 @@ def test_content_length_at_max_body_is_served(server) -> None:
     with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
         body = b"z" * (1 << 20)
         sock.sendall(
-            f"POST /x HTTP/1.1\r\n{_auth(body)}\r\nContent-Length: {len(body)}"
-            "\r\n\r\n".encode()
+            f"POST /x HTTP/1.1\r\n{_auth(body)}\r\nContent-Length: {len(body)}\r\n\r\n".encode()
             + body
         )
         assert _read_reply(sock).status == 200
@@ -478,10 +477,7 @@ def test_head_over_max_head_bytes_gets_400(server) -> None:
 @pytest.mark.parametrize("length", ["-1", "abc", "1e9", "0x10", " "])
 def test_bad_content_length_gets_400(server, length: str) -> None:
     with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
-        sock.sendall(
-            f"POST /x HTTP/1.1\r\n{_auth()}\r\nContent-Length: {length}"
-            "\r\n\r\n".encode()
-        )
+        sock.sendall(f"POST /x HTTP/1.1\r\n{_auth()}\r\nContent-Length: {length}\r\n\r\n".encode())
         reply = _read_reply(sock)
         assert reply.status == 400
         assert "Content-Length" in bytes(reply.body).decode()

@@ -102,8 +102,7 @@ def check_engine_factory(path: str, factory: Any) -> None:
         )
     if _top(module) == "corral" and not module.startswith(_CORRAL_ENGINE_MODULES):
         raise EngineImportError(
-            f"engine import path {path!r} resolves to corral's own {module}, not an engine; "
-            f"{fix}"
+            f"engine import path {path!r} resolves to corral's own {module}, not an engine; {fix}"
         )
 
 
