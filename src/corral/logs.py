@@ -8,6 +8,8 @@ import selectors
 import threading
 from typing import IO
 
+from corral.safedirs import make_private_subdir, open_private_append
+
 
 def log_dir_for(fileroot: str, experiment: str, trial: str) -> str:
     try:
@@ -50,10 +52,10 @@ class LogSink:
         self.pipe = pipe
         self.prefix = f"[{role}/{index}] ".encode()
         self.partial = b""
-        os.makedirs(os.path.join(log_dir, role), exist_ok=True)
-        self.replica = open(replica_log_path(log_dir, role, index), "ab", buffering=0)
-        self.role = open(role_log_path(log_dir, role), "ab", buffering=0)
-        self.merged = open(merged_log_path(log_dir), "ab", buffering=0)
+        make_private_subdir(os.path.join(log_dir, role))  # logs: 0600 files in 0700 dirs
+        self.replica = open_private_append(replica_log_path(log_dir, role, index))
+        self.role = open_private_append(role_log_path(log_dir, role))
+        self.merged = open_private_append(merged_log_path(log_dir))
 
     def feed(self, data: bytes) -> None:
         self.replica.write(data)

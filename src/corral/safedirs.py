@@ -16,10 +16,16 @@ from corral.errors import ConfigError
 
 
 def user_name() -> str:
+    """The name of the real user this process runs as (not $USER, which may lie)."""
     try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return str(os.getuid())
+        import pwd
+
+        return pwd.getpwuid(os.getuid()).pw_name
+    except (KeyError, ImportError):
+        try:
+            return getpass.getuser()
+        except (KeyError, OSError):
+            return str(os.getuid())
 
 
 def default_fileroot() -> str:
@@ -100,3 +106,17 @@ def make_private_subdir(path: str) -> str:
         except FileExistsError:
             pass
     return path
+
+
+def write_private(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` readable by its owner only (0600), replacing it."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    os.fchmod(fd, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+
+
+def open_private_append(path: str):
+    """``open(path, "ab", buffering=0)``, creating the file with mode 0600."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    return os.fdopen(fd, "ab", buffering=0)

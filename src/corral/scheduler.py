@@ -37,7 +37,7 @@ from corral.errors import (
 from corral.launcher import Launcher, LaunchRequest, WorkerExit
 from corral.logs import log_dir_for, replica_log_path, tail
 from corral.rpc.client import AsyncRPCClient, RPCClient, WorkerUnreachableError, new_request_id
-from corral.safedirs import ensure_private_dir
+from corral.safedirs import ensure_private_dir, make_private_subdir
 from corral.secretfile import TrialSecret
 from corral.spec import NormalizedJob, SchedulingSpec, Worker, normalize_job, validate_role_name
 from corral.worker import env as E
@@ -135,7 +135,7 @@ class Scheduler:
     @staticmethod
     def _ensure_dir(path: str, field_name: str) -> None:
         try:
-            os.makedirs(path, exist_ok=True)
+            make_private_subdir(path)
         except OSError as exc:
             raise ConfigError(
                 field_name, path, f"cannot create it ({exc.strerror}); use a writable directory"
@@ -199,7 +199,7 @@ class Scheduler:
             "PYTHONUNBUFFERED": "1",
         }
         if not self.launcher.share_secret_by_env():  # else the launcher hands it over
-            env[E.SECRET_FILE] = self.secret_file
+            env[E.SECRET_FILE] = self._secret.path  # written by create_workers, not here
         if spec.engines:
             env[E.ENGINES] = json.dumps(spec.engines)
         env.update(thread_env(spec.cpu))
@@ -261,10 +261,12 @@ class Scheduler:
             return self._launch_role(nj)
 
     def _launch_role(self, job: NormalizedJob) -> list[str]:
+        if not self.launcher.share_secret_by_env():
+            self._secret.file()  # the workers read it; written at the first launch only
         self._ensure_lease()
         self.name_resolve.clear_subtree(self._key(keys.role_prefix, job.role))
         envs = [self.worker_env(job.role, i, spec) for i, spec in enumerate(job.tasks)]
-        os.makedirs(self.log_dir, exist_ok=True)
+        make_private_subdir(self.log_dir)  # 0700, like every directory below
         self.progress(
             f"starting {job.replicas} {job.role} worker(s) on {self.backend}; logs in {self.log_dir}"
         )

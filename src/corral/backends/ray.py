@@ -64,6 +64,7 @@ from corral.errors import ConfigError, WorkerCreationError
 from corral.launcher import Launcher, LaunchRequest, WorkerExit
 from corral.logs import replica_log_path
 from corral.procs import pid_alive
+from corral.safedirs import make_private_subdir
 from corral.scheduler import Scheduler
 from corral.spec import NormalizedJob, Worker
 from corral.worker import env as E
@@ -252,7 +253,7 @@ def _start_tee(log_dir: str | None, role: str, index: int) -> tuple[subprocess.P
     if not log_dir:
         return None
     try:
-        os.makedirs(os.path.join(log_dir, role), exist_ok=True)
+        make_private_subdir(os.path.join(log_dir, role))
     except OSError:
         return None  # no shared filesystem on this node: Ray's worker log only
     sys.stdout.flush()
