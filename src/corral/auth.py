@@ -93,7 +93,7 @@ class TrialKeys:
         return hmac.compare_digest(self._gmac(iv, [body]), tag)
 
     def sign(self, key: bytes, fields: Iterable[str]) -> str:
-        return hmac.new(key, "\n".join(fields).encode("utf-8"), hashlib.sha256).hexdigest()
+        return hmac.digest(key, "\n".join(fields).encode("utf-8"), "sha256").hex()
 
 
 def _request_fields(
