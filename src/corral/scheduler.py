@@ -36,6 +36,7 @@ from corral.errors import (
 )
 from corral.launcher import Launcher, LaunchRequest, WorkerExit
 from corral.logs import log_dir_for, replica_log_path, tail
+from corral.observe.publisher import StatsPublisher, make_call_stats
 from corral.rpc.client import AsyncRPCClient, RPCClient, WorkerUnreachableError, new_request_id
 from corral.safedirs import ensure_private_dir, make_private_subdir
 from corral.secretfile import TrialSecret
@@ -125,6 +126,8 @@ class Scheduler:
         self._restart_hooks: dict[str, Callable[[Scheduler, str], Any]] = {}
         self._pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="corral-fanout")
         self._closed = False
+        self._calls = make_call_stats()  # per-role call figures for corral dashboard / top
+        self._stats = StatsPublisher(self, self._calls)
         _live_schedulers.add(self)
 
     # ------------------------------------------------------------------ setup
@@ -155,6 +158,7 @@ class Scheduler:
     def _ensure_lease(self) -> None:
         if self._lease_stop is not None:
             return
+        self._stats.start()  # the stats file for corral dashboard / top (checks its env first)
         self._lease_stop = threading.Event()
         key = self._key(keys.controller_key)
         beat = {"pid": os.getpid(), "host": socket.gethostname(), "n": 0}
@@ -177,6 +181,7 @@ class Scheduler:
             return
         self._lease_stop.set()
         self._lease_stop = None
+        self._stats.stop()
         try:
             self.name_resolve.delete(self._key(keys.controller_key))
         except Exception:
@@ -670,9 +675,15 @@ class Scheduler:
             "args": list(args),
             "kwargs": kwargs,
         }
-        return self._request(
-            worker, "/call", payload, meta.get("timeout"), int(meta.get("max_retries", 2))
-        )
+        started, ok = self._calls.begin(worker.role), False
+        try:
+            result = self._request(
+                worker, "/call", payload, meta.get("timeout"), int(meta.get("max_retries", 2))
+            )
+            ok = True
+            return result
+        finally:
+            self._calls.end(worker.role, started, ok)
 
     async def async_call_engine(
         self,
@@ -691,9 +702,15 @@ class Scheduler:
             "args": list(args),
             "kwargs": kwargs,
         }
-        return await self._arequest(
-            worker, "/call", payload, meta.get("timeout"), int(meta.get("max_retries", 2))
-        )
+        started, ok = self._calls.begin(worker.role), False
+        try:
+            result = await self._arequest(
+                worker, "/call", payload, meta.get("timeout"), int(meta.get("max_retries", 2))
+            )
+            ok = True
+            return result
+        finally:
+            self._calls.end(worker.role, started, ok)
 
     def health(self, worker_id: str, timeout: float = 5.0) -> dict:
         worker = self._worker(worker_id)
