@@ -147,6 +147,11 @@ class Scheduler:
             raise ConfigError(field_name, path, "it is not writable; use a writable directory")
 
     @property
+    def secrets_dir(self) -> str:
+        """``<fileroot>/secrets/<experiment>/<trial>`` (not created here)."""
+        return self._secret.directory
+
+    @property
     def secret_file(self) -> str:
         """This run's secret file, written (exclusively, 0600) on first use."""
         return self._secret.file()
