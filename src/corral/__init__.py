@@ -16,16 +16,23 @@ from corral.config import (
     load_expr_config,
     make_scheduler,
 )
+from corral.data.ref import Ref
 from corral.errors import (
     ConfigError,
     CorralError,
     EngineCallError,
     EngineCreationError,
     EngineImportError,
+    PlacementError,
+    RefError,
+    RefLostError,
+    ResourceLimitError,
     SchedulerError,
+    TrialInUseError,
     WorkerCreationError,
     WorkerFailedError,
     WorkerNotFoundError,
+    WorkerPreemptedError,
     WorkerTimeoutError,
 )
 from corral.spec import Job, SchedulingSpec, SchedulingStrategy, Worker
@@ -55,5 +62,6 @@ __all__ = [
     "Worker", "Scheduler", "LocalScheduler", "RayScheduler", "SlurmScheduler",
     "CorralError", "ConfigError", "SchedulerError", "WorkerCreationError", "WorkerTimeoutError",
     "WorkerFailedError", "WorkerNotFoundError", "EngineCreationError", "EngineImportError",
-    "EngineCallError",
+    "EngineCallError", "TrialInUseError", "PlacementError", "ResourceLimitError", "WorkerPreemptedError",
+    "Ref", "RefError", "RefLostError",
 ]  # fmt: skip

@@ -98,14 +98,19 @@ class TrialKeys:
 
 def _request_fields(
     method: str, path: str, request_id: str, identity: str, length: int, nonce: str, ts: str,
-    digest: str,
+    digest: str, segment: str = "",
 ) -> list[str]:  # fmt: skip
     return ["corral-request", VERSION, method, path, request_id, identity, str(length), nonce,
-            ts, digest]  # fmt: skip
+            ts, digest, segment]  # fmt: skip
 
 
-def _reply_fields(status: int, nonce: str, content_type: str, length: int, digest: str) -> list:
-    return ["corral-reply", VERSION, str(status), nonce, content_type, str(length), digest]
+def _reply_fields(
+    status: int, nonce: str, content_type: str, length: int, digest: str, segment: str = ""
+) -> list:
+    """``segment``: the shared-memory descriptor of a body sent that way (same host; the
+    memfd is 0600), signed so that it cannot be swapped for another."""
+    return ["corral-reply", VERSION, str(status), nonce, content_type, str(length), digest,
+            segment]  # fmt: skip
 
 
 class RequestSigner:
@@ -117,26 +122,29 @@ class RequestSigner:
         self._counter = itertools.count(1)
 
     def sign(
-        self, method: str, path: str, request_id: str, identity: str, parts: list, length: int
-    ) -> tuple[str, str]:
+        self, method: str, path: str, request_id: str, identity: str, parts: list, length: int,
+        segment: str = "",
+    ) -> tuple[str, str]:  # fmt: skip
         """(header value, nonce) for one request."""
         nonce = f"{self.client_id}-{next(self._counter)}"
         ts = f"{time.time():.3f}"
         digest = self.keys.body_digest(parts, length)
-        fields = _request_fields(method, path, request_id, identity, length, nonce, ts, digest)
+        fields = _request_fields(
+            method, path, request_id, identity, length, nonce, ts, digest, segment
+        )
         sig = self.keys.sign(self.keys.request, fields)
         return f"{VERSION} {nonce} {ts} {digest} {sig}", nonce
 
     def verify_reply_head(
         self, address: str, header: str | None, status: int, nonce: str, content_type: str,
-        length: int,
+        length: int, segment: str = "",
     ) -> str:  # fmt: skip
         """The reply's body digest, once the head is proven to come from the trial's worker.
         Raises AuthenticationError otherwise."""
         parts = (header or "").split(" ")
         if len(parts) == 3 and parts[0] == VERSION:
             digest, sig = parts[1], parts[2]
-            fields = _reply_fields(status, nonce, content_type, length, digest)
+            fields = _reply_fields(status, nonce, content_type, length, digest, segment)
             if hmac.compare_digest(self.keys.sign(self.keys.reply, fields), sig):
                 return digest
         raise AuthenticationError(
@@ -216,24 +224,28 @@ class RequestVerifier:
 
     def verify_head(
         self, header: str | None, method: str, path: str, request_id: str, identity: str,
-        length: int,
+        length: int, segment: str = "",
     ) -> tuple[str | None, str, str]:  # fmt: skip
         """(why refused or None, nonce, body digest)."""
         parts = (header or "").split(" ")
         if len(parts) != 5 or parts[0] != VERSION:
             return "unsigned request", "", ""
         _v, nonce, ts, digest, sig = parts
-        fields = _request_fields(method, path, request_id, identity, length, nonce, ts, digest)
+        fields = _request_fields(
+            method, path, request_id, identity, length, nonce, ts, digest, segment
+        )
         if not hmac.compare_digest(self.keys.sign(self.keys.request, fields), sig):
             return "wrong signature (another trial's secret, or an altered request)", "", ""
         why = self.guard.check(nonce, ts)
         return why, nonce, digest
 
-    def sign_reply(self, status: int, nonce: str, content_type: str, parts: list) -> str:
+    def sign_reply(
+        self, status: int, nonce: str, content_type: str, parts: list, segment: str = ""
+    ) -> str:
         length = sum(p.nbytes if isinstance(p, memoryview) else len(p) for p in parts)
         digest = self.keys.body_digest(parts, length)
-        sig = self.keys.sign(self.keys.reply, _reply_fields(status, nonce, content_type, length,
-                                                             digest))  # fmt: skip
+        fields = _reply_fields(status, nonce, content_type, length, digest, segment)
+        sig = self.keys.sign(self.keys.reply, fields)
         return f"{VERSION} {digest} {sig}"
 
 
@@ -254,3 +266,10 @@ def open_record(keys: TrialKeys, key: str, stored: str) -> str | None:
     if hmac.compare_digest(keys.sign(keys.record, ["record", key, value]), sig):
         return value
     return None
+
+
+def unverified_value(stored: str) -> str:
+    """A record's value without checking its signature (for display only)."""
+    if stored.startswith(RECORD_PREFIX):
+        return stored[len(RECORD_PREFIX) :].partition(" ")[2]
+    return stored

@@ -10,9 +10,11 @@ import sys
 import time
 
 from corral import keys
+from corral.auth import unverified_value
 from corral.config import ClusterSpecConfig
 from corral.discovery import FileNameResolve, NameResolve, make_name_resolve
 from corral.logs import log_dir_for
+from corral.runs import read_lease
 
 
 def _name_resolve(args: argparse.Namespace) -> NameResolve:
@@ -21,36 +23,17 @@ def _name_resolve(args: argparse.Namespace) -> NameResolve:
     return FileNameResolve(os.path.join(args.fileroot, "name_resolve"))
 
 
-def _secret(fileroot: str, experiment: str, trial: str, nr: NameResolve) -> str | None:
-    """The secret of the trial's running controller: the one whose key verifies the
-    controller's lease record (or the only one on disk)."""
-    from corral.discovery.signed import SignedNameResolve
-    from corral.secretfile import candidate_secrets
-
-    found = candidate_secrets(fileroot, experiment, trial)
-    for secret in found:
-        try:
-            if SignedNameResolve(nr, secret).get(keys.controller_key(experiment, trial)):
-                return secret
-        except Exception:
-            continue
-    return found[0] if len(found) == 1 else None
-
-
-def _trials(nr: NameResolve) -> dict[tuple[str, str], list[str]]:
-    """(experiment, trial) -> worker ids (``role/index``) that have an address record."""
-    found: dict[tuple[str, str], list[str]] = {}
-    for key in nr.get_all():
-        parts = key.split("/")
-        if len(parts) == 4 and not parts[2].startswith("_"):
-            found.setdefault((parts[0], parts[1]), []).append(f"{parts[2]}/{parts[3]}")
-        elif len(parts) == 3 and parts[2] == "_controller":
-            found.setdefault((parts[0], parts[1]), [])
-    return found
+def _secret(fileroot: str, experiment: str, trial: str) -> str | None:
+    try:
+        with open(os.path.join(fileroot, "secrets", experiment, trial, "secret")) as fh:
+            return fh.read().strip()
+    except OSError:
+        return None
 
 
 def _verified(nr: NameResolve, secret: str | None, key: str) -> str | None:
-    """A record's value, only if it is signed with the trial's secret."""
+    """A record's value, only if it is signed with the trial's secret (a forged record
+    is reported and never contacted)."""
     from corral.discovery.signed import SignedNameResolve
 
     if not secret:
@@ -67,6 +50,20 @@ def _address(nr: NameResolve, secret: str | None, exp: str, trial: str, wid: str
     return _verified(nr, secret, keys.worker_address_key(exp, trial, role, int(index)))
 
 
+def _trials(nr: NameResolve) -> dict[tuple[str, str], dict[str, str]]:
+    """(experiment, trial) -> {role/index: address}, from name-resolve entries."""
+    found: dict[tuple[str, str], dict[str, str]] = {}
+    for key in nr.get_all():
+        parts = key.split("/")
+        if len(parts) == 4 and not parts[2].startswith("_"):
+            found.setdefault((parts[0], parts[1]), {})[f"{parts[2]}/{parts[3]}"] = "?"
+        elif (len(parts) == 3 and parts[2] == "_controller") or (
+            len(parts) == 5 and parts[2] == "_health"
+        ):
+            found.setdefault((parts[0], parts[1]), {})
+    return found
+
+
 def cmd_ps(args: argparse.Namespace) -> int:
     from corral.rpc.client import RPCClient
 
@@ -77,23 +74,49 @@ def cmd_ps(args: argparse.Namespace) -> int:
         return 0
     print(f"{'EXPERIMENT':<16} {'TRIAL':<24} {'WORKER':<16} {'ADDRESS':<22} {'PID':>7}  HEALTH")
     for (exp, trial), workers in sorted(trials.items()):
-        secret = _secret(args.fileroot, exp, trial, nr)
+        secret = _secret(args.fileroot, exp, trial)
         client = RPCClient(secret) if secret else None
-        if not workers:
-            print(f"{exp:<16} {trial:<24} {'-':<16} {'(controller only)':<22}")
-        for wid in sorted(workers, key=lambda w: (w.split("/")[0], int(w.split("/")[1]))):
+        lease = read_lease(nr, exp, trial)
+        if lease is not None:
+            alive = "alive" if lease.alive(5.0) else "NOT RENEWED"
+            print(f"{exp:<16} {trial:<24} {'(controller)':<16} {lease.describe()}: {alive}")
+        deaths = _deaths(nr, exp, trial)
+        for wid in deaths:
+            workers.setdefault(wid, "-")
+        if not workers and lease is None:
+            print(f"{exp:<16} {trial:<24} {'-':<16} {'(no workers)':<22}")
+        for wid, address in sorted(
+            workers.items(), key=lambda kv: (kv[0].split("/")[0], int(kv[0].split("/")[1]))
+        ):
             role, index = wid.split("/")
-            address = _address(nr, secret, exp, trial, wid)
+            if address != "-":
+                address = _address(nr, secret, exp, trial, wid) or "?"
             raw = _verified(nr, secret, keys.worker_info_key(exp, trial, role, int(index)))
             pid = json.loads(raw).get("pid", "") if raw else ""
             health = "no secret" if secret is None else "record not verified"
-            if client is not None and address is not None:
+            if wid in deaths:
+                health = f"dead ({deaths[wid]})"
+            elif client is not None and address not in ("-", "?"):
                 try:
                     health = client.request(address, "/health", method="GET", timeout=2.0)["status"]
                 except Exception as exc:
                     health = f"unreachable ({type(exc).__name__})"
-            print(f"{exp:<16} {trial:<24} {wid:<16} {address or '?':<22} {pid!s:>7}  {health}")
+            print(f"{exp:<16} {trial:<24} {wid:<16} {address:<22} {pid!s:>7}  {health}")
     return 0
+
+
+def _deaths(nr: NameResolve, experiment: str, trial: str) -> dict[str, str]:
+    """``role/index`` -> why, for deaths the controller's health monitor recorded."""
+    found = {}
+    for key, value in nr.get_subtree(f"{experiment}/{trial}/_health").items():
+        parts = key.split("/")
+        try:
+            record = json.loads(unverified_value(value))  # shown, never acted on
+        except ValueError:
+            continue
+        if len(parts) == 5 and record.get("state") == "dead":
+            found[f"{parts[3]}/{parts[4]}"] = record.get("reason", "?")
+    return found
 
 
 def _latest_trial(log_root: str) -> tuple[str, str] | None:
@@ -146,8 +169,8 @@ def cmd_stop(args: argparse.Namespace) -> int:
     from corral.rpc.client import RPCClient
 
     nr = _name_resolve(args)
-    workers = _trials(nr).get((args.experiment, args.trial), [])
-    secret = _secret(args.fileroot, args.experiment, args.trial, nr)
+    workers = _trials(nr).get((args.experiment, args.trial), {})
+    secret = _secret(args.fileroot, args.experiment, args.trial)
     stopped = 0
     if secret:
         client = RPCClient(secret)
@@ -175,33 +198,45 @@ def cmd_stop(args: argparse.Namespace) -> int:
 
 
 def cmd_dashboard(args: argparse.Namespace) -> int:
+    from corral.errors import ConfigError
     from corral.observe.dashboard import run_dashboard
+    from corral.observe.source import TrialSource
 
     if bool(args.experiment) != bool(args.trial):
         print("corral dashboard: give both EXPERIMENT and TRIAL, or neither", file=sys.stderr)
         return 2
     secret = _secret(args.fileroot, args.experiment, args.trial) if args.trial else None
-    run_dashboard(
-        args.fileroot,
-        args.experiment,
-        args.trial,
-        host=args.host,
-        port=args.port,
-        max_age=args.max_age,
-        trial_secret=secret,
-        print_fn=lambda text: print(text, flush=True),
-    )
+    try:
+        run_dashboard(
+            TrialSource(
+                args.fileroot, args.experiment, args.trial, args.max_age, _name_resolve(args)
+            ),
+            host=args.host,
+            port=args.port,
+            trial_secret=secret,
+            print_fn=lambda text: print(text, flush=True),
+        )
+    except ConfigError as exc:
+        print(f"corral dashboard: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 
 def cmd_top(args: argparse.Namespace) -> int:
+    from corral.errors import ConfigError
     from corral.observe.source import TrialSource
     from corral.observe.top import run_top
 
     if bool(args.experiment) != bool(args.trial):
         print("corral top: give both EXPERIMENT and TRIAL, or neither", file=sys.stderr)
         return 2
-    source = TrialSource(args.fileroot, args.experiment, args.trial, max_age=args.max_age)
+    try:
+        source = TrialSource(
+            args.fileroot, args.experiment, args.trial, args.max_age, _name_resolve(args)
+        )
+    except ConfigError as exc:
+        print(f"corral top: {exc}", file=sys.stderr)
+        return 2
     return run_top(source, once=args.once, interval=args.interval)
 
 

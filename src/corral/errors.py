@@ -96,3 +96,42 @@ class AuthenticationError(CorralError):
 
 class NameResolveError(CorralError):
     """Name-resolve could not be reached or refused an operation."""
+
+
+class TrialInUseError(SchedulerError):
+    """Another live controller runs this experiment/trial; names that run and how to proceed."""
+
+    def __init__(self, message: str, holder: object = None):
+        self.holder = holder
+        super().__init__(message)
+
+
+class PlacementError(ConfigError, WorkerCreationError):
+    """A request that can never be placed on this cluster (more than it has in total, or a
+    queue reason that cannot clear). Raised within seconds, never after a timeout."""
+
+
+class WorkerPreemptedError(WorkerFailedError):
+    """The worker was preempted (its Slurm job requeued, its Ray node lost). Calls to it
+    fail with this error until the role is back; ``Scheduler.wait_role(role)`` waits."""
+
+
+class ResourceLimitError(WorkerCreationError):
+    """The controller's own limits (open files, ...) cannot hold the workers asked for;
+    names the limit, its value and how to raise it."""
+
+
+class RefError(CorralError):
+    """A ``corral.Ref`` that cannot be used: freed, from another trial, or unknown to its
+    owner (never made there, or forged)."""
+
+
+class RefLostError(RefError):
+    """The worker that owns a ``corral.Ref`` died, was restarted or deleted: the value is gone."""
+
+    def __init__(self, message: str, owner: str = ""):
+        self.owner = owner
+        super().__init__(message)
+
+    def __reduce__(self):
+        return (type(self), (self.args[0] if self.args else "", self.owner))

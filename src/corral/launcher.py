@@ -34,6 +34,11 @@ class Launcher(abc.ABC):
     # Set by the scheduler. A launcher whose workers cannot read the controller's fileroot
     # (share_secret_by_env) hands it to each worker itself, never in an environment.
     trial_secret: str = ""
+    fds_per_worker: int = 1
+    """Open files the controller holds per worker of this backend (see corral.fdlimit)."""
+
+    def progress(self, text: str) -> None:
+        """Progress lines (pending reasons while waiting); the Scheduler replaces this."""
 
     def check(self, job: NormalizedJob) -> None:
         """Backend-specific validation; raise ConfigError before anything starts."""
@@ -48,6 +53,11 @@ class Launcher(abc.ABC):
 
     def pending_reason(self, role: str) -> str | None:
         """Why the role's workers have not started yet, if the backend knows (queue reasons)."""
+        return None
+
+    def hopeless(self, role: str) -> str | None:
+        """Why the role's queued workers can never start (a queue reason that cannot
+        clear), if so; the backend has then withdrawn the request."""
         return None
 
     @abc.abstractmethod
@@ -84,6 +94,11 @@ class Launcher(abc.ABC):
         """True if workers cannot read the controller's fileroot (no shared filesystem): the
         launcher then hands ``trial_secret`` to each worker itself (Ray: actor arguments)."""
         return False
+
+    def remove_leftovers(self, experiment: str, trial: str) -> list[str]:
+        """Remove what a dead controller of this trial left in the backend (jobs, actors,
+        groups named after the trial); one line per thing removed."""
+        return []
 
     def close(self) -> None:
         """Release backend resources (runtimes this launcher started)."""

@@ -120,3 +120,16 @@ def open_private_append(path: str):
     """``open(path, "ab", buffering=0)``, creating the file with mode 0600."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     return os.fdopen(fd, "ab", buffering=0)
+
+
+def write_exclusive(path: str, text: str) -> None:
+    """Create ``path`` (0600) holding ``text``; a file already there (a dead run's) is
+    removed first, and ``O_EXCL | O_NOFOLLOW`` keep a planted file or link from being used."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    fd = os.open(path, flags, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)

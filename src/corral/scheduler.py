@@ -11,6 +11,7 @@ import atexit
 import json
 import logging
 import os
+import secrets
 import socket
 import threading
 import time
@@ -22,11 +23,14 @@ from typing import Any
 
 from corral import keys
 from corral.config import cluster_field, scheduler_field
+from corral.data.plane import DataPlane
+from corral.data.store import parse_keep
 from corral.discovery import NameResolve, make_name_resolve
 from corral.discovery.signed import SignedNameResolve
 from corral.errors import (
     ConfigError,
     CorralError,
+    PlacementError,
     SchedulerError,
     WorkerConnectionError,
     WorkerCreationError,
@@ -34,19 +38,22 @@ from corral.errors import (
     WorkerNotFoundError,
     WorkerTimeoutError,
 )
+from corral.fdlimit import ensure_fds, is_fd_exhaustion, too_many_files
+from corral.health import DEFAULT_INTERVAL, HealthMonitor, WorkerHealth, health_key
+from corral.ioloop import IOLoop
 from corral.launcher import Launcher, LaunchRequest, WorkerExit
+from corral.leftovers import clean_dead_run
 from corral.logs import log_dir_for, replica_log_path, tail
 from corral.observe.publisher import StatsPublisher, make_call_stats
 from corral.rpc.client import AsyncRPCClient, RPCClient, WorkerUnreachableError, new_request_id
-from corral.safedirs import ensure_private_dir, make_private_subdir
-from corral.secretfile import TrialSecret
+from corral.runs import ControllerLease, Lease, new_run_id
+from corral.safedirs import ensure_private_dir, make_private_subdir, write_exclusive
 from corral.spec import NormalizedJob, SchedulingSpec, Worker, normalize_job, validate_role_name
 from corral.worker import env as E
 
 log = logging.getLogger("corral")
 DEAD_CHECK_SECONDS = 1.5
 STATUS_POLL_SECONDS = 0.25
-LEASE_BEAT_SECONDS = 1.0
 
 
 @dataclass
@@ -82,6 +89,8 @@ class Scheduler:
         name_resolve: NameResolve | None = None,
         lease_timeout: float = E.DEFAULT_LEASE_TIMEOUT,
         progress: Callable[[str], None] | None = None,
+        on_worker_death: Callable[[str, WorkerExit], Any] | None = None,
+        health_interval: float = DEFAULT_INTERVAL,
     ):
         self.exp_config = exp_config
         self.experiment_name = validate_role_name(
@@ -105,8 +114,7 @@ class Scheduler:
         self.fileroot = os.path.abspath(fileroot or cluster_field(exp_config, "fileroot"))
         ensure_private_dir(self.fileroot, "cluster.fileroot")
         self.log_dir = log_dir_for(self.fileroot, self.experiment_name, self.trial_name)
-        self._secret = TrialSecret(self.fileroot, self.experiment_name, self.trial_name)
-        self.secret = self._secret.value
+        self.secret = secrets.token_hex(32)  # in memory; the file is written at claim
         # records are signed with the trial secret; unsigned or forged ones are refused
         self.name_resolve = SignedNameResolve(
             name_resolve
@@ -115,19 +123,46 @@ class Scheduler:
         )
         self.lease_timeout = lease_timeout
         self.launcher = launcher
-        launcher.trial_secret = self.secret
         self.progress = progress or (lambda text: log.info(text))
+        launcher.progress = self.progress
+        launcher.trial_secret = self.secret
+        self.secret_file = os.path.join(
+            self.fileroot, "secrets", self.experiment_name, self.trial_name, "secret"
+        )
+        self.run_id = new_run_id()
+        self.removed_leftovers: list[str] = []
+        self._lease = ControllerLease(
+            SignedNameResolve(self.name_resolve.inner, self.secret, lenient=True),
+            self.experiment_name,
+            self.trial_name,
+            self.run_id,
+            lease_timeout,
+        )
         self._client = RPCClient(self.secret)
         self._async_client = AsyncRPCClient(self.secret)
         self._roles: dict[str, RoleState] = {}
         self._ids: dict[str, Worker] = {}
         self._lock = threading.RLock()
-        self._lease_stop: threading.Event | None = None
         self._restart_hooks: dict[str, Callable[[Scheduler, str], Any]] = {}
-        self._pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="corral-fanout")
+        self._unrestartable: dict[str, str] = {}
+        # Blocking launcher work (Ray forks) fans out on a few threads; requests to many
+        # workers at once (rendezvous, teardown) run as coroutines on one loop thread.
+        self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="corral-fanout")
+        self._io = IOLoop()
+        self.monitor = HealthMonitor(
+            self._watched_roles, launcher.poll, self._record_health, self.progress, health_interval
+        )
+        if on_worker_death is not None:
+            self.monitor.callbacks.append(on_worker_death)
         self._closed = False
         self._calls = make_call_stats()  # per-role call figures for corral dashboard / top
         self._stats = StatsPublisher(self, self._calls)
+        self._data = DataPlane(
+            f"{self.experiment_name}/{self.trial_name}",
+            self._ids.get,
+            lambda w, path, payload, timeout: self._request(w, path, payload, timeout, 0),
+            lambda w, path, payload, timeout: self._arequest(w, path, payload, timeout, 0),
+        )
         _live_schedulers.add(self)
 
     # ------------------------------------------------------------------ setup
@@ -149,48 +184,97 @@ class Scheduler:
     @property
     def secrets_dir(self) -> str:
         """``<fileroot>/secrets/<experiment>/<trial>`` (not created here)."""
-        return self._secret.directory
+        return os.path.dirname(self.secret_file)
 
-    @property
-    def secret_file(self) -> str:
-        """This run's secret file, written (exclusively, 0600) on first use."""
-        return self._secret.file()
+    def _read_secret_file(self) -> str | None:
+        try:
+            with open(self.secret_file) as fh:
+                return fh.read().strip() or None
+        except OSError:
+            return None
+
+    def _write_secret(self) -> str:
+        """Written when the run claims its trial (never by a dry run): a second live
+        controller is refused before it gets here, a dead run's file is replaced, and
+        the file is created exclusively (0600, no symlink followed) in a 0700 directory.
+        """
+        make_private_subdir(os.path.dirname(self.secret_file))
+        write_exclusive(self.secret_file, self.secret)
+        self._wrote_secret = True
+        return self.secret_file
+
+    def _remove_secret(self) -> None:
+        """At close: delete the secret file if it is still this run's."""
+        if getattr(self, "_wrote_secret", False) and self._read_secret_file() == self.secret:
+            try:
+                os.unlink(self.secret_file)
+            except OSError:
+                pass
 
     def _key(self, fn, *args) -> str:
         return fn(self.experiment_name, self.trial_name, *args)
 
     # ------------------------------------------------------------ controller lease
     def _ensure_lease(self) -> None:
-        if self._lease_stop is not None:
+        """Claim the trial for this run before anything starts (see corral.runs)."""
+        if self._lease.held:
             return
+        old_secret = self._read_secret_file()
+
+        def cleanup(old: Lease) -> list[str]:
+            old_records = self.name_resolve.inner  # the dead run's records: its own key
+            removed = clean_dead_run(
+                SignedNameResolve(old_records, old_secret) if old_secret else old_records,
+                self.experiment_name,
+                self.trial_name,
+                old,
+                old_secret,
+                self.launcher.remove_leftovers,
+            )
+            if removed:
+                self.progress(
+                    f"cleaned up after the dead controller of {self.experiment_name}/"
+                    f"{self.trial_name} ({old.describe()}): " + "; ".join(removed)
+                )
+            return removed
+
+        self.removed_leftovers = self._lease.claim(cleanup)
+        self._write_secret()
         self._stats.start()  # the stats file for corral dashboard / top (checks its env first)
-        self._lease_stop = threading.Event()
-        key = self._key(keys.controller_key)
-        beat = {"pid": os.getpid(), "host": socket.gethostname(), "n": 0}
-        self.name_resolve.add(key, json.dumps(beat), replace=True)
-
-        def renew(stop: threading.Event) -> None:
-            while not stop.wait(LEASE_BEAT_SECONDS):
-                beat["n"] += 1
-                try:
-                    self.name_resolve.add(key, json.dumps(beat), replace=True)
-                except Exception as exc:
-                    log.warning("could not renew the controller lease: %s", exc)
-
-        threading.Thread(
-            target=renew, args=(self._lease_stop,), name="corral-lease", daemon=True
-        ).start()
+        self.monitor.start()
 
     def _drop_lease(self) -> None:
-        if self._lease_stop is None:
-            return
-        self._lease_stop.set()
-        self._lease_stop = None
-        self._stats.stop()
-        try:
-            self.name_resolve.delete(self._key(keys.controller_key))
-        except Exception:
-            pass
+        self.monitor.stop()
+        if self._lease.held:
+            self._stats.stop()
+        self._lease.release()
+
+    # ------------------------------------------------------------ health monitor
+    def _watched_roles(self) -> dict[str, list[str]]:
+        return {
+            role: [w.id for w in state.workers]
+            for role, state in list(self._roles.items())
+            if state.kind != "reused"
+        }
+
+    def _record_health(self, role: str, index: int, health: WorkerHealth) -> None:
+        key = health_key(self.experiment_name, self.trial_name, role, index)
+        self.name_resolve.add(key, health.dump(self.run_id), replace=True)
+
+    def on_worker_death(self, callback: Callable[[str, WorkerExit], Any]) -> None:
+        """Call ``callback(worker_id, exit)`` from the health monitor's thread when a
+        worker is found dead (within ``health_interval`` plus the backend's own delay),
+        whether or not a call to it is in flight."""
+        self.monitor.callbacks.append(callback)
+
+    def worker_status(self) -> dict[str, str]:
+        """``worker_id -> "alive"`` or ``"dead: <reason>"``, as the health monitor knows."""
+        status = {}
+        for ids in self._watched_roles().values():
+            for worker_id in ids:
+                dead = self.monitor.dead.get(worker_id)
+                status[worker_id] = f"dead: {dead.reason}" if dead else "alive"
+        return status
 
     # ----------------------------------------------------------- worker env
     def worker_env(self, role: str, index: int, spec: SchedulingSpec) -> dict[str, str]:
@@ -206,10 +290,11 @@ class Scheduler:
             E.LEASE_TIMEOUT: str(self.lease_timeout),
             E.CONTROLLER_PID: str(os.getpid()),
             E.CONTROLLER_HOST: socket.gethostname(),
+            E.RUN_ID: self.run_id,
             "PYTHONUNBUFFERED": "1",
         }
         if not self.launcher.share_secret_by_env():  # else the launcher hands it over
-            env[E.SECRET_FILE] = self._secret.path  # written by create_workers, not here
+            env[E.SECRET_FILE] = self.secret_file  # written when the run claims the trial
         if spec.engines:
             env[E.ENGINES] = json.dumps(spec.engines)
         env.update(thread_env(spec.cpu))
@@ -241,7 +326,7 @@ class Scheduler:
             return
         for i, spec in enumerate(job.tasks):
             if spec.gpu > self._n_gpus_per_node:
-                raise ConfigError(
+                raise PlacementError(
                     f"job.tasks[{i}].gpu",
                     spec.gpu,
                     f"a worker cannot use more GPUs than a node has (n_gpus_per_node={self._n_gpus_per_node})",
@@ -271,8 +356,7 @@ class Scheduler:
             return self._launch_role(nj)
 
     def _launch_role(self, job: NormalizedJob) -> list[str]:
-        if not self.launcher.share_secret_by_env():
-            self._secret.file()  # the workers read it; written at the first launch only
+        ensure_fds(job.replicas * self.launcher.fds_per_worker, f"role {job.role!r}")
         self._ensure_lease()
         self.name_resolve.clear_subtree(self._key(keys.role_prefix, job.role))
         envs = [self.worker_env(job.role, i, spec) for i, spec in enumerate(job.tasks)]
@@ -287,9 +371,14 @@ class Scheduler:
             self._roles[job.role] = state
             state.workers = self._await_registration(job.role, job.replicas, self.startup_timeout)
             self._rendezvous(job.role, state.workers)
-        except BaseException:
+        except BaseException as exc:
             self._roles.pop(job.role, None)
             self._stop_launched(job.role)
+            if is_fd_exhaustion(exc):
+                import resource
+
+                soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+                raise too_many_files(f"role {job.role!r}", job.replicas * 5, soft, hard) from exc
             raise
         for w in state.workers:
             self._ids[w.id] = w
@@ -301,7 +390,9 @@ class Scheduler:
     def _await_registration(self, role: str, replicas: int, timeout: float) -> list[Worker]:
         deadline = time.monotonic() + timeout
         found: dict[int, Worker] = {}
-        next_poll = next_report = 0.0
+        next_poll = next_report = next_reason = 0.0
+        started = time.monotonic()
+        last_reason: str | None = None
         interval = 0.005
         while True:
             now = time.monotonic()
@@ -317,7 +408,21 @@ class Scheduler:
                 if dead:
                     index, exit_ = sorted(dead.items())[0]
                     raise self._failure(f"{role}/{index}", exit_, role, index, "while starting")
+                hopeless = self.launcher.hopeless(role)
+                if hopeless:
+                    raise PlacementError(
+                        f"{role}: placement",
+                        f"{replicas} worker(s)",
+                        f"{role} can never be placed: {hopeless}. Lower replicas or "
+                        "resources, or pick another partition",
+                    )
                 next_poll = now + STATUS_POLL_SECONDS
+            if now >= next_reason and len(found) < replicas:
+                reason = self.launcher.pending_reason(role)
+                if reason and reason != last_reason and now - started > 1.0:
+                    self.progress(f"waiting for {role} ({len(found)}/{replicas} ready): {reason}")
+                    last_reason = reason
+                next_reason = now + 1.0
             if now >= deadline:
                 reason = self.launcher.pending_reason(role)
                 missing = [f"{role}/{i}" for i in range(replicas) if i not in found]
@@ -371,7 +476,16 @@ class Scheduler:
         pairs = list(zip(workers, envs, strict=True))
         if only is not None:
             pairs = [pairs[i] for i in only]
-        self._fan_out(lambda pair: self._request(pair[0], "/set_env", {"env": pair[1]}), pairs)
+
+        async def set_all() -> None:
+            try:
+                await asyncio.gather(
+                    *(self._arequest(w, "/set_env", {"env": env}) for w, env in pairs)
+                )
+            finally:
+                self._async_client.forget_all()
+
+        self._io.run(set_all())
 
     # -------------------------------------------------------------- fork
     def fork_workers(self, role: str, target_role: str, command: str | None = None) -> list[str]:
@@ -465,6 +579,9 @@ class Scheduler:
                 raise self._failure(f"{owner.job.role}/{index}", exit_, owner.job.role, index, "")
 
     def _worker(self, worker_id: str) -> Worker:
+        why = self._unrestartable.get(worker_id)
+        if why is not None:
+            raise WorkerFailedError(worker_id, f"died and could not be restarted: {why}")
         worker = self._ids.get(worker_id)
         if worker is None:
             raise WorkerNotFoundError(
@@ -530,10 +647,17 @@ class Scheduler:
         with self._lock:
             self.name_resolve.delete(self._key(keys.worker_address_key, worker.role, worker.index))
             env = self.worker_env(worker.role, worker.index, spec)
-            self.launcher.restart(worker.role, worker.index, env)
-            new = self._await_one(worker.role, worker.index, self.startup_timeout)
+            try:
+                self.launcher.restart(worker.role, worker.index, env)
+                new = self._await_one(worker.role, worker.index, self.startup_timeout)
+            except CorralError as exc:
+                # later calls get this, not a misleading connection error
+                self._unrestartable[worker.id] = str(exc)
+                failure.args = (failure.args[0] + f"\nrestarting it failed: {exc}",)
+                return
             state.workers[worker.index] = new
             self._ids[new.id] = new
+            self.monitor.forget(new.id)
             self._rendezvous(worker.role, state.workers, only=[worker.index])
         hook = self._restart_hooks.get(worker.role)
         if hook is not None:
@@ -547,6 +671,7 @@ class Scheduler:
 
     def _await_one(self, role: str, index: int, timeout: float) -> Worker:
         deadline = time.monotonic() + timeout
+        next_reason, last_reason = time.monotonic() + 1.0, None
         while time.monotonic() < deadline:
             worker = self._read_worker(role, index)
             if worker is not None:
@@ -554,8 +679,21 @@ class Scheduler:
             dead = self.launcher.poll(role)
             if index in dead:
                 raise self._failure(f"{role}/{index}", dead[index], role, index, "while restarting")
+            hopeless = self.launcher.hopeless(role)
+            if hopeless:
+                raise WorkerCreationError(f"restarting {role}/{index} is impossible: {hopeless}")
+            if time.monotonic() >= next_reason:
+                reason = self.launcher.pending_reason(role)
+                if reason and reason != last_reason:
+                    self.progress(f"waiting for the restart of {role}/{index}: {reason}")
+                    last_reason = reason
+                next_reason = time.monotonic() + 1.0
             time.sleep(0.02)
-        raise WorkerTimeoutError(f"restarted worker {role}/{index} not ready after {timeout:.0f}s")
+        reason = self.launcher.pending_reason(role)
+        raise WorkerTimeoutError(
+            f"restarted worker {role}/{index} not ready after {timeout:.0f}s"
+            + (f"; backend says: {reason}" if reason else "")
+        )
 
     # -------------------------------------------------------------- calls
     def _request(
@@ -609,6 +747,7 @@ class Scheduler:
             except TimeoutError as exc:
                 raise _no_answer(worker, path, timeout, exc) from None
             except WorkerUnreachableError as exc:
+                self._async_client.forget(worker.address)
                 problem = await asyncio.to_thread(self._diagnose, worker, exc)
                 if problem is not None:
                     raise problem from None
@@ -669,8 +808,10 @@ class Scheduler:
     ) -> Any:
         """Call ``method`` on an engine of the worker and return its result.
 
-        ``rpc_meta``: ``timeout`` (seconds, default none) and ``max_retries`` (retries after
-        a dropped connection; the worker runs the method at most once either way).
+        ``rpc_meta``: ``timeout`` (seconds, default none), ``max_retries`` (retries after
+        a dropped connection; the worker runs the method at most once either way) and
+        ``keep`` (True, or a byte threshold: arrays/tensors of the result stay on the
+        worker and come back as ``corral.Ref``; see docs/data-plane.md).
         """
         worker = self._worker(worker_id)
         meta = rpc_meta or {}
@@ -680,6 +821,8 @@ class Scheduler:
             "args": list(args),
             "kwargs": kwargs,
         }
+        if meta.get("keep") is not None:
+            payload["keep"] = parse_keep(meta["keep"])
         started, ok = self._calls.begin(worker.role), False
         try:
             result = self._request(
@@ -707,6 +850,8 @@ class Scheduler:
             "args": list(args),
             "kwargs": kwargs,
         }
+        if meta.get("keep") is not None:
+            payload["keep"] = parse_keep(meta["keep"])
         started, ok = self._calls.begin(worker.role), False
         try:
             result = await self._arequest(
@@ -751,6 +896,7 @@ class Scheduler:
                     self._delete_role(name)
             if not self._roles:
                 self._drop_lease()
+            self._async_client.prune()
 
     def _delete_role(self, role: str) -> None:
         state = self._roles.pop(role, None)
@@ -759,19 +905,22 @@ class Scheduler:
         for w in state.workers:
             if state.kind != "reused":
                 self._ids.pop(w.id, None)
+                self._data.owner_gone(w, f"was deleted with delete_workers({role!r})")
+                self._unrestartable.pop(w.id, None)
+                self.monitor.forget(w.id)
         if state.kind == "reused":
             return
         if state.kind == "forked":
             self._fan_out(lambda w: self._kill_forked(w, state.target), state.workers)
         else:
-            self._fan_out(self._destroy_engines_quietly, state.workers)
-            self._fan_out(self._ask_to_exit, state.workers)
+            self._io.run(self._retire(state.workers))
             self._stop_launched(role)
         try:
             self.name_resolve.clear_subtree(self._key(keys.role_prefix, role))
-            self.name_resolve.clear_subtree(
-                f"{self.experiment_name}/{self.trial_name}/_info/{role}"
-            )
+            for kind in ("_info", "_health"):
+                self.name_resolve.clear_subtree(
+                    f"{self.experiment_name}/{self.trial_name}/{kind}/{role}"
+                )
         except Exception as exc:
             log.warning("could not clear name-resolve entries of %s: %s", role, exc)
 
@@ -782,16 +931,25 @@ class Scheduler:
             log.debug("destroying engines of %s: %s", worker.id, exc)
         self._client.forget(worker.address)
 
-    def _ask_to_exit(self, worker: Worker) -> None:
-        """Let the worker end on its own before the backend stops it (Slurm jobs then
-        complete without scancel's SIGTERM/SIGKILL sequence)."""
+    async def _retire(self, workers: list[Worker]) -> None:
+        """Destroy every worker's engines, then ask each to exit; failures are only logged
+        (the backend stops whatever is left)."""
+
+        async def quietly(worker: Worker, path: str, timeout: float) -> None:
+            try:
+                await self._async_client.request(
+                    worker.address, path, {}, timeout=timeout, identity=worker.identity
+                )
+            except Exception as exc:
+                log.debug("%s on %s: %s", path, worker.id, exc)
+
         try:
-            self._client.request(
-                worker.address, "/shutdown", {}, timeout=2.0, identity=worker.identity
-            )
-        except Exception as exc:
-            log.debug("asking %s to exit: %s", worker.id, exc)
-        self._client.forget(worker.address)
+            await asyncio.gather(*(quietly(w, "/destroy_engines", 5.0) for w in workers))
+            await asyncio.gather(*(quietly(w, "/shutdown", 2.0) for w in workers))
+        finally:
+            for w in workers:
+                self._async_client.forget(w.address)
+                self._client.forget(w.address)
 
     def _kill_forked(self, worker: Worker, target_role: str | None) -> None:
         self._destroy_engines_quietly(worker)
@@ -824,10 +982,13 @@ class Scheduler:
             self.delete_workers()
         finally:
             self._closed = True
+            self._data.close()
+            self.monitor.stop()
             self._client.close()
             self._pool.shutdown(wait=False)
+            self._io.close()
             self.launcher.close()
-            self._secret.remove()
+            self._remove_secret()
             _live_schedulers.discard(self)
 
     def __enter__(self) -> Scheduler:

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from corral import BaseExperimentConfig, Job, SchedulingSpec
-from corral.secretfile import secrets_dir
+from corral.errors import TrialInUseError
 from tests.conftest import BACKENDS
 from tests.security.support import MALLORY, as_mallory, environ_of, mallory
 
@@ -77,31 +77,26 @@ def test_logs_and_scripts_are_private_to_the_user(sched) -> None:
 
 def test_secret_file_is_per_run_exclusive_and_removed_at_close(backend, sched) -> None:
     sched.create_workers(Job(role="first", replicas=1))
+    path = sched.secret_file
+    assert _mode(path) == 0o600 and _mode(os.path.dirname(path)) == 0o700
+    with open(path) as fh:
+        assert fh.read() == sched.secret
     cfg = BaseExperimentConfig(experiment_name=sched.experiment_name, trial_name=sched.trial_name)
     cfg.cluster.n_gpus_per_node = backend.gpus_per_node
-    directory = secrets_dir(sched.fileroot, sched.experiment_name, sched.trial_name)
-    if sched.launcher.share_secret_by_env():  # Ray: no secret file at all
-        assert glob.glob(os.path.join(directory, "*.secret")) == []
-        return
-    (mine,) = glob.glob(os.path.join(directory, "*.secret"))
-    assert _mode(mine) == 0o600 and _mode(directory) == 0o700
-    with open(mine) as fh:
-        assert fh.read() == sched.secret
-    second = backend.make(cfg)
+    second = backend.make(cfg)  # a second controller run of the same trial
     try:
-        other = second.secret_file  # a second controller run of the same trial
-        assert other != mine and sorted(glob.glob(os.path.join(directory, "*.secret"))) == sorted(
-            [mine, other]
-        )
-        with open(mine) as fh:
+        assert not os.path.exists(path) or second.secret != sched.secret
+        with pytest.raises(TrialInUseError):
+            second.create_workers(Job(role="second", replicas=1))
+        with open(path) as fh:
             assert fh.read() == sched.secret  # the running trial's secret is untouched
     finally:
         second.close()
-    assert not os.path.exists(other) and os.path.exists(mine)
+    assert os.path.exists(path)  # closing the refused run did not remove it
     (child,) = sched.fork_workers("firstchild", "first")  # the running trial still works
     assert sched.health(child)["status"] == "ok"
     sched.close()
-    assert not os.path.exists(mine)
+    assert not os.path.exists(path)
 
 
 @pytest.fixture

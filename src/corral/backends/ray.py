@@ -59,8 +59,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from corral.backends.ray_placement import infeasible, node_totals, remove_trial_leftovers
 from corral.config import scheduler_field
-from corral.errors import ConfigError, WorkerCreationError
+from corral.errors import ConfigError, PlacementError, WorkerCreationError
 from corral.launcher import Launcher, LaunchRequest, WorkerExit
 from corral.logs import replica_log_path
 from corral.procs import pid_alive
@@ -138,11 +139,18 @@ class RayWorkerActor:
 
     def __init__(
         self,
-        env_keys: list[str],
+        env: dict[str, str],
         advertise_host: str | None = None,
         visible_devices: dict[str, str] | None = None,
         secret: str = "",
     ):
+        # The environment comes as an argument, not as a per-actor runtime_env: an actor
+        # without a runtime_env of its own runs in one of the worker processes Ray has
+        # already started, instead of a fresh one per actor. Set it before anything that
+        # reads it is imported (thread counts, visible devices).
+        env = dict(env)
+        env.pop(E.SECRET, None)  # never in the environment (read_secret refuses it)
+        apply_worker_env(env)
         import ray
 
         from corral.worker.env import WorkerSettings, read_secret
@@ -151,8 +159,6 @@ class RayWorkerActor:
         self._done = threading.Event()
         self._stop_lock = threading.Lock()
         self._reason = "stopped"
-        for key in [k for k in os.environ if k.startswith("CORRAL_") and k not in env_keys]:
-            del os.environ[key]  # inherited from the raylet's environment, not ours
         ctx = ray.get_runtime_context()
         node_ip = ray.util.get_node_ip_address()
         os.environ[E.BACKEND_ID] = ctx.get_actor_id()
@@ -186,7 +192,8 @@ class RayWorkerActor:
         self._info = {
             "address": self.runtime.address,
             "pid": os.getpid(),
-            "host": socket.gethostname(),
+            "host": os.environ[E.NODE],  # as the registration says (LOCAL_RANK counts per node)
+            "hostname": socket.gethostname(),
             "node_ip": node_ip,
             "node_id": ctx.get_node_id(),
             "actor_id": ctx.get_actor_id(),
@@ -242,6 +249,43 @@ class RayWorkerActor:
     def _controller_lost(self, why: str) -> None:
         self._stop_now(f"exited: {why}")
         threading.Timer(0.5, os._exit, (0,)).start()
+
+
+def apply_worker_env(env: dict[str, str]) -> None:
+    """Make this (possibly reused) Ray worker process carry exactly the worker's environment.
+
+    ``CORRAL_*`` variables not in ``env`` (inherited from the raylet) are removed. Thread-count
+    variables only take effect in libraries loaded after this point, so libraries already
+    loaded in the process (torch, a BLAS behind numpy) are told the count directly.
+    """
+    for key in [k for k in os.environ if k.startswith("CORRAL_") and k not in env]:
+        del os.environ[key]
+    os.environ.update(env)
+    if env.get("PYTHONUNBUFFERED"):
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.reconfigure(line_buffering=True)
+            except (AttributeError, ValueError, OSError):
+                pass
+    threads = env.get("OMP_NUM_THREADS", "")
+    if threads.isdigit() and int(threads) > 0:
+        limit_loaded_thread_pools(int(threads))
+
+
+def limit_loaded_thread_pools(n: int) -> None:
+    """Set the thread count of numerical libraries that are already loaded (best effort)."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        try:
+            torch.set_num_threads(n)
+        except Exception:
+            pass
+    if "numpy" in sys.modules:
+        try:
+            from threadpoolctl import threadpool_limits
+        except ImportError:
+            return
+        threadpool_limits(limits=n)
 
 
 def _start_tee(log_dir: str | None, role: str, index: int) -> tuple[subprocess.Popen, int] | None:
@@ -317,7 +361,12 @@ def _finish_tee(tee: tuple[subprocess.Popen, int] | None, timeout: float = 2.0) 
 _TEE_CODE = """
 import os, sys
 from corral.logs import LogSink
-stream = LogSink(open(os.devnull, "rb"), sys.argv[1], sys.argv[2], int(sys.argv[3]))
+def report(text):
+    try:
+        os.write(1, ("corral: " + text + "\\n").encode())
+    except OSError:
+        pass
+stream = LogSink(open(os.devnull, "rb"), sys.argv[1], sys.argv[2], int(sys.argv[3]), report)
 os.write(int(sys.argv[4]), b"1")
 os.close(int(sys.argv[4]))
 while True:
@@ -448,6 +497,16 @@ class RayLauncher(Launcher):
                     f"{format_resources(self.ray.cluster_resources())}); use gpu=0, join a "
                     "cluster with GPUs, or declare them with ray.init(num_gpus=N)",
                 )
+        bundles = [self._bundle(spec, kind) for spec in job.tasks]
+        why = infeasible(bundles, node_totals(self.ray), format_resources)
+        if why:
+            raise PlacementError(
+                f"{job.role}: placement",
+                f"{job.replicas} worker(s)",
+                f"it can never be placed: {why} (available now: "
+                f"{format_resources(self.ray.available_resources())}). Lower cpu/gpu or "
+                "replicas, or add nodes",
+            )
 
     # ----------------------------------------------------------------- launch
     def launch(self, request: LaunchRequest) -> None:
@@ -569,10 +628,9 @@ class RayLauncher(Launcher):
                 scheduling_strategy=PlacementGroupSchedulingStrategy(
                     placement_group=pg, placement_group_bundle_index=bundle_index
                 ),
-                runtime_env={"env_vars": env},
                 **options,
             )
-            .remote(sorted(env), env.get(E.ADVERTISE_HOST), visible_devices, self.trial_secret)
+            .remote(env, env.get(E.ADVERTISE_HOST), visible_devices, self.trial_secret)
         )
         return _Replica(
             role=role,
@@ -595,7 +653,19 @@ class RayLauncher(Launcher):
         from ray.util.placement_group import remove_placement_group
 
         refs = {pg.ready(): pg for pg in record.pgs}
-        ready, pending = ray.wait(list(refs), num_returns=len(refs), timeout=self.startup_timeout)
+        deadline = time.monotonic() + self.startup_timeout
+        pending = list(refs)
+        last = None
+        while pending:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            _, pending = ray.wait(pending, num_returns=len(pending), timeout=min(left, 1.0))
+            if pending:  # waiting for busy resources: say so while it waits
+                reason = self.pending_reason(job.role)
+                if reason and reason != last:
+                    self.progress(f"waiting for {job.role}: {reason}")
+                    last = reason
         if not pending:
             return
         waiting = [refs[r] for r in pending]
@@ -687,6 +757,9 @@ class RayLauncher(Launcher):
         if starting:
             return f"placement groups placed; Ray actors still starting: {', '.join(starting[:4])}"
         return None
+
+    def remove_leftovers(self, experiment: str, trial: str) -> list[str]:
+        return remove_trial_leftovers(self.ray, name_prefix(experiment, trial))
 
     def backend_id(self, role: str, index: int) -> str | None:
         for r in self._records(role):
@@ -782,6 +855,7 @@ class RayLauncher(Launcher):
             index,
             child_info["address"],
             child_info,
+            host=child_info.get("node_id") or child_info.get("host", ""),  # as workers report it
             backend_id=child_info["actor_id"],
             forked=True,
         )
@@ -840,7 +914,7 @@ class RayLauncher(Launcher):
             if ready:
                 try:
                     info = ray.get(r.info_ref, timeout=1)
-                    if info.get("host") == socket.gethostname():
+                    if info.get("hostname") == socket.gethostname():
                         pids.append(info["pid"])
                 except Exception:
                     pass

@@ -9,7 +9,7 @@ the key and the store. A forged address is therefore never connected to.
 
 from __future__ import annotations
 
-from corral.auth import TrialKeys, open_record, sign_record
+from corral.auth import TrialKeys, open_record, sign_record, unverified_value
 from corral.discovery.base import NameResolve
 from corral.errors import NameResolveError
 
@@ -21,12 +21,18 @@ class ForgedRecordError(NameResolveError):
 class SignedNameResolve(NameResolve):
     """Wraps ``inner``; values are signed on ``add`` and checked on every read."""
 
-    def __init__(self, inner: NameResolve, secret: str):
+    def __init__(self, inner: NameResolve, secret: str, lenient: bool = False):
+        """``lenient``: reads return a record's value even if it is not signed with this
+        key (for the controller lease, which a new run reads to decide whether the trial is
+        still held; workers read it strictly)."""
         self.inner = inner
         self._keys = TrialKeys(secret)
+        self._lenient = lenient
 
     def _open(self, key: str, stored: str) -> str:
         value = open_record(self._keys, key, stored)
+        if value is None and self._lenient:
+            return unverified_value(stored)
         if value is None:
             where = self.inner.describe() if _describable(self.inner) else type(self.inner)
             state = "unsigned" if not stored.startswith("corral-signed") else "wrongly signed"

@@ -37,6 +37,8 @@ class Message:
     method: str = ""
     path: str = ""
     status: int = 0
+    #: (server side) the client's pid when it runs on this host and reads shared memory
+    peer: int | None = None
 
     @property
     def content_length(self) -> int:

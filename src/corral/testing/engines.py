@@ -14,6 +14,10 @@ class EchoEngine:
         self.tag = tag
         self.calls = 0
         self.destroyed_marker: str | None = None
+        self.destroy_delay = 0.0
+        self._inside = 0
+        self.max_overlap = 0
+        self._overlap_lock = threading.Lock()
 
     def noop(self) -> None:
         return None
@@ -31,6 +35,20 @@ class EchoEngine:
     def thread_name(self) -> str:
         return threading.current_thread().name
 
+    def slow_thread_name(self, seconds: float) -> str:
+        """The thread name, after holding it for ``seconds``; ``max_overlap`` records how
+        many of these ever ran at once."""
+        with self._overlap_lock:
+            self._inside += 1
+            self.max_overlap = max(self.max_overlap, self._inside)
+        time.sleep(seconds)
+        with self._overlap_lock:
+            self._inside -= 1
+        return threading.current_thread().name
+
+    def overlap(self) -> int:
+        return self.max_overlap
+
     async def async_echo(self, value: Any, delay: float = 0.0) -> Any:
         await asyncio.sleep(delay)
         return value
@@ -47,10 +65,30 @@ class EchoEngine:
     def pid(self) -> int:
         return os.getpid()
 
+    def torch_threads(self) -> int:
+        """torch's intra-op thread count, importing torch now if it is not loaded yet."""
+        import torch
+
+        return torch.get_num_threads()
+
+    def ray_runtime_env(self) -> dict:
+        """The runtime_env Ray gave the process this engine runs in (Ray workers only)."""
+        import ray
+
+        return dict(ray.get_runtime_context().runtime_env)
+
     def sleep(self, seconds: float) -> float:
         time.sleep(seconds)
         self.calls += 1
         return seconds
+
+    def chatter(self, lines: int, width: int = 100) -> int:
+        """Print ``lines`` lines of ``width`` characters (a chatty worker); bytes printed."""
+        line = "x" * (width - 1)
+        for _ in range(lines):
+            print(line, flush=False)
+        print("", flush=True)
+        return lines * width
 
     def say(self, text: str) -> str:
         """Print ``text`` to the worker's output (its log), flushed."""
@@ -63,11 +101,14 @@ class EchoEngine:
     def exit_now(self, code: int = 3) -> None:
         os._exit(code)
 
-    def mark_destroy(self, path: str) -> None:
+    def mark_destroy(self, path: str, delay: float = 0.0) -> None:
+        """Make ``destroy()`` write ``path``, after ``delay`` seconds of work."""
         self.destroyed_marker = path
+        self.destroy_delay = delay
 
     def destroy(self) -> None:
         if self.destroyed_marker:
+            time.sleep(self.destroy_delay)
             with open(self.destroyed_marker, "w") as fh:
                 fh.write(f"destroyed {self.tag}\n")
 

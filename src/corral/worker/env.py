@@ -28,6 +28,7 @@ ADVERTISE_HOST = "CORRAL_ADVERTISE_HOST"
 BACKEND_ID = "CORRAL_BACKEND_ID"
 FORKED = "CORRAL_FORKED"
 ENGINES = "CORRAL_ENGINES"
+RUN_ID = "CORRAL_RUN_ID"
 NODE = "CORRAL_NODE"
 
 DEFAULT_LEASE_TIMEOUT = 5.0
@@ -94,6 +95,7 @@ class WorkerSettings:
     backend_id: str | None
     forked: bool
     engines: dict
+    run_id: str = ""
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> WorkerSettings:
@@ -125,6 +127,7 @@ class WorkerSettings:
             backend_id=env.get(BACKEND_ID) or None,
             forked=env.get(FORKED) == "1",
             engines=json.loads(env.get(ENGINES) or "{}"),
+            run_id=env.get(RUN_ID, ""),
         )
 
     @property
