@@ -277,9 +277,13 @@ NOTIFY = None
 
 
 def wants_segment(parts: list, local: bool) -> bool:
+    """Whether a body of ``parts`` goes through shared memory (1 MiB or more, local peer)."""
     if not local:
         return False
-    return sum(p.nbytes if isinstance(p, memoryview) else len(p) for p in parts) >= MIN_BYTES
+    total = 0
+    for part in parts:
+        total += part.nbytes if type(part) is memoryview else len(part)
+    return total >= MIN_BYTES
 
 
 def in_segment(buffer) -> bool:
