@@ -23,6 +23,7 @@ _SMALL = 64 * 1024
 REASONS = {
     200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
     409: "Conflict", 413: "Payload Too Large", 500: "Internal Server Error",
+    503: "Service Unavailable",
 }  # fmt: skip
 
 

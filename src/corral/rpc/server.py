@@ -37,7 +37,19 @@ class Reply:
     segment: Any = None
 
 
-Handler = Callable[[Message], Reply]
+class Deferred:
+    """A reply made on another thread: the handler returns it, the server calls
+    ``start(send)`` and goes on reading the connection; ``send(reply)`` is then called
+    exactly once, on that other thread, and writes the reply. Only for keep-alive
+    requests: the client sends its next request after it has read this reply."""
+
+    __slots__ = ("start",)
+
+    def __init__(self, start: Callable[[Callable[[Reply], None]], None]):
+        self.start = start
+
+
+Handler = Callable[[Message], "Reply | Deferred"]
 
 
 class RPCServer:
@@ -159,9 +171,16 @@ class RPCServer:
                 msg.peer = peer
                 reply = self._handler(msg)
                 msg.body = bytearray()
-                segment = self._reply(conn, reply, msg.keep_alive, peer, announce=offered)
-                if segment is not None:
-                    held.append((segment, peer))
+                if isinstance(reply, Deferred):
+                    # held before it is sent: the client's ACK may come at once
+                    hold = lambda seg, p=peer: held.append((seg, p))  # noqa: E731
+                    reply.start(
+                        lambda r, c=conn, p=peer, o=offered, h=hold: self._send_later(c, r, p, o, h)
+                    )
+                else:
+                    segment = self._reply(conn, reply, msg.keep_alive, peer, announce=offered)
+                    if segment is not None:
+                        held.append((segment, peer))
                 answered = msg.headers.get(REQUEST_ID_HEADER)
                 if not msg.keep_alive:
                     return
@@ -178,6 +197,20 @@ class RPCServer:
             conn.close()
 
     @staticmethod
+    def _send_later(
+        conn: socket.socket, reply: Reply, peer: int | None, offered: bool, hold
+    ) -> None:
+        """Write a deferred reply (on the engine thread); if that fails, end the connection
+        (its own thread then sees it)."""
+        try:
+            RPCServer._reply(conn, reply, True, peer, announce=offered, hold=hold)
+        except OSError:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    @staticmethod
     def _reply(
         conn: socket.socket,
         reply: Reply,
@@ -185,9 +218,11 @@ class RPCServer:
         local: int | None = None,
         refused: bool = False,
         announce: bool = False,
+        hold=None,
     ) -> shm.Segment | None:
         """Send ``reply``; a large one to a local peer goes in a segment, which is returned
-        so that the caller holds it until the client acknowledges it."""
+        so that the caller holds it until the client acknowledges it (``hold(segment)``, if
+        given, is called with it before anything is sent)."""
         headers = {"Content-Type": reply.content_type}
         if not keep_alive:
             headers["Connection"] = "close"
@@ -209,6 +244,8 @@ class RPCServer:
             if segment is not None:
                 headers[shm.SEGMENT_HEADER] = segment.descriptor()
                 parts = []
+                if hold is not None:
+                    hold(segment)
         send_message(conn, status_line, headers, parts)
         return segment
 

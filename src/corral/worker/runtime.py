@@ -22,7 +22,7 @@ from corral.errors import CorralError, ProtocolError
 from corral.procs import pid_alive
 from corral.rpc import shm, wire
 from corral.rpc.http import FRAME_TYPE, REQUEST_ID_HEADER, Message
-from corral.rpc.server import Reply, RPCServer
+from corral.rpc.server import Deferred, Reply, RPCServer
 from corral.worker import env as E
 from corral.worker.engines import EngineHost
 from corral.worker.env import WorkerSettings, advertise_host, node_name, read_secret
@@ -234,12 +234,27 @@ class WorkerRuntime:
             if cached is not None:
                 return cached
         try:
+            if msg.path == "/call" and msg.keep_alive and not _uses_refs(payload):
+                run = self._prepare_call(payload)
+                if run is not None:  # a synchronous method: reply from the engine thread
+                    return Deferred(
+                        lambda send: self.engines.submit(_Call(self, request_id, run, send))
+                    )
             reply = ok(route(payload))
         except Exception as exc:
             reply = failure(500, exc)
+        return self._finish(request_id, reply)
+
+    def _finish(self, request_id: str | None, reply: Reply) -> Reply:
         if request_id:
             self.cache.finish(request_id, reply)
         return reply
+
+    def _prepare_call(self, p: dict):
+        name = p.get("engine_name") or self.settings.worker_id
+        return self.engines.prepare(
+            name, p["method"], list(p.get("args", [])), dict(p.get("kwargs", {}))
+        )
 
     def _health(self, _payload: Any) -> Reply:
         s = self.settings
@@ -330,6 +345,32 @@ class WorkerRuntime:
     def _shutdown_soon(self) -> None:
         time.sleep(0.05)
         self._on_shutdown()
+
+
+def _uses_refs(payload: dict) -> bool:
+    """Refs in the arguments (resolved, maybe fetched, first) or a result to keep: such
+    calls take the ordinary path through ``_call``."""
+    return bool(payload.get("_refs")) or payload.get("keep") is not None
+
+
+class _Call:
+    """A synchronous engine call queued on the engine thread; it replies itself."""
+
+    __slots__ = ("runtime", "request_id", "fn", "send")
+
+    def __init__(self, runtime: WorkerRuntime, request_id: str | None, fn, send):
+        self.runtime, self.request_id, self.fn, self.send = runtime, request_id, fn, send
+
+    def run(self) -> None:
+        try:
+            reply = ok(self.fn())
+        except Exception as exc:
+            reply = failure(500, exc)
+        self.send(self.runtime._finish(self.request_id, reply))
+
+    def cancel(self) -> None:
+        stopping = CorralError("the worker is stopping; the call did not run")
+        self.send(self.runtime._finish(self.request_id, failure(503, stopping)))
 
 
 def _reserve_ports(count: int) -> list[int]:
