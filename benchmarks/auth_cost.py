@@ -25,7 +25,7 @@ import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PRE_SIGNING = "64056be"  # main before issue 11: bearer secret in x-corral-secret
+PRE_SIGNING = "24e69e1"  # main just before signed requests landed (bearer secret header)
 
 
 def measure(noop_calls: int, payload_reps: int) -> dict:
