@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from corral.backends import lazy_exports
 from corral.config import (
     BaseExperimentConfig,
     ClusterSpecConfig,
@@ -32,12 +33,7 @@ from corral.spec import Job, SchedulingSpec, SchedulingStrategy, Worker
 
 __version__ = "0.1.0"
 
-_LAZY = {
-    "Scheduler": "corral.scheduler",
-    "LocalScheduler": "corral.backends.local",
-    "RayScheduler": "corral.backends.ray",
-    "SlurmScheduler": "corral.backends.slurm",
-}
+_LAZY = {"Scheduler": "corral.scheduler", **lazy_exports()}
 
 
 def __getattr__(name: str) -> Any:

@@ -1,66 +1,48 @@
-"""The shared controller: roles, colocation, fork, engines, calls, health and teardown.
+"""The shared controller: one API over every backend.
 
-A backend contributes only a ``Launcher``; everything that happens once a worker is
-reachable is written here once.
+A backend contributes only a ``Launcher``. This class wires the pieces that are written
+once for all backends and answers the public API with them:
+
+- ``corral.roles``: the table of roles and workers, and the checks a new role passes;
+- ``corral.watch``: waiting for registration, deaths, diagnosis after a broken call;
+- ``corral.calls``: every request to a worker (one retry policy, sync and async);
+- ``corral.teardown``: retiring roles in order;
+- ``corral.lease``: the controller's heartbeat that workers watch;
+- ``corral.worker.env``: the environment contract with the worker process;
+- ``corral.paths``: where the trial's files are.
 """
 
 from __future__ import annotations
 
-import asyncio
 import atexit
-import json
 import logging
 import os
 import secrets
-import socket
 import threading
 import time
 import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any
 
 from corral import keys
+from corral.calls import Caller
 from corral.config import cluster_field, scheduler_field
 from corral.discovery import NameResolve, make_name_resolve
-from corral.errors import (
-    ConfigError,
-    CorralError,
-    SchedulerError,
-    WorkerConnectionError,
-    WorkerCreationError,
-    WorkerFailedError,
-    WorkerNotFoundError,
-    WorkerTimeoutError,
-)
-from corral.launcher import Launcher, LaunchRequest, WorkerExit
-from corral.logs import log_dir_for, replica_log_path, tail
-from corral.rpc.client import AsyncRPCClient, RPCClient, WorkerUnreachableError, new_request_id
+from corral.errors import ConfigError, WorkerCreationError, WorkerFailedError, WorkerNotFoundError
+from corral.launcher import Launcher, LaunchRequest
+from corral.lease import ControllerLease
+from corral.paths import TrialPaths
+from corral.roles import FORKED, LAUNCHED, REUSED, RoleState, RoleTable
 from corral.spec import NormalizedJob, SchedulingSpec, Worker, normalize_job, validate_role_name
+from corral.teardown import Teardown
+from corral.watch import Watch
 from corral.worker import env as E
 
 log = logging.getLogger("corral")
-DEAD_CHECK_SECONDS = 1.5
-STATUS_POLL_SECONDS = 0.25
-LEASE_BEAT_SECONDS = 1.0
+thread_env = E.thread_env  # kept importable from here
 
-
-@dataclass
-class RoleState:
-    job: NormalizedJob
-    workers: list[Worker]
-    kind: str  # "launched" | "forked" | "reused"
-    target: str | None = None
-    engines: dict[str, set[str]] = field(default_factory=dict)
-    restarts: dict[int, int] = field(default_factory=dict)
-
-
-def thread_env(cpu: int) -> dict[str, str]:
-    """Thread-count variables so numerical libraries use the worker's own CPUs."""
-    n = str(max(1, cpu))
-    names = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS")
-    return {name: n for name in names}
+__all__ = ["Scheduler", "RoleState", "WorkerCreationError", "thread_env"]
 
 
 class Scheduler:
@@ -101,7 +83,8 @@ class Scheduler:
         )
         self.fileroot = os.path.abspath(fileroot or cluster_field(exp_config, "fileroot"))
         self._ensure_dir(self.fileroot, "cluster.fileroot")
-        self.log_dir = log_dir_for(self.fileroot, self.experiment_name, self.trial_name)
+        self.paths = TrialPaths.of(self.fileroot, self.experiment_name, self.trial_name)
+        self.log_dir = self.paths.log_dir
         self.name_resolve = name_resolve or make_name_resolve(
             cluster_field(exp_config, "name_resolve"), self.fileroot
         )
@@ -110,14 +93,36 @@ class Scheduler:
         self.progress = progress or (lambda text: log.info(text))
         self.secret = secrets.token_hex(32)
         self.secret_file = self._write_secret()
-        self._client = RPCClient(self.secret)
-        self._async_client = AsyncRPCClient(self.secret)
-        self._roles: dict[str, RoleState] = {}
-        self._ids: dict[str, Worker] = {}
+        self._table = RoleTable()
+        self._roles = self._table.roles  # role -> RoleState (read by tests and tools)
         self._lock = threading.RLock()
-        self._lease_stop: threading.Event | None = None
+        self._lease = ControllerLease(
+            self.name_resolve, keys.controller_key(self.experiment_name, self.trial_name)
+        )
         self._restart_hooks: dict[str, Callable[[Scheduler, str], Any]] = {}
         self._pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="corral-fanout")
+        self._watch = Watch(
+            experiment=self.experiment_name,
+            trial=self.trial_name,
+            name_resolve=self.name_resolve,
+            launcher=launcher,
+            roles=self._table,
+            paths=self.paths,
+            backend=self.backend,
+            progress=self.progress,
+        )
+        self._calls = Caller(self.secret, self._watch.diagnose)
+        self._watch.probe = lambda w: self._calls.health(w, 0.3)
+        self._watch.on_death = self._maybe_restart
+        self._teardown = Teardown(
+            experiment=self.experiment_name,
+            trial=self.trial_name,
+            name_resolve=self.name_resolve,
+            launcher=launcher,
+            roles=self._table,
+            caller=self._calls,
+            fan_out=self._fan_out,
+        )
         self._closed = False
         _live_schedulers.add(self)
 
@@ -125,6 +130,10 @@ class Scheduler:
     @property
     def n_gpus_per_node(self) -> int:
         return self._n_gpus_per_node
+
+    @property
+    def roles(self) -> list[str]:
+        return self._table.names()
 
     @staticmethod
     def _ensure_dir(path: str, field_name: str) -> None:
@@ -138,10 +147,10 @@ class Scheduler:
             raise ConfigError(field_name, path, "it is not writable; use a writable directory")
 
     def _write_secret(self) -> str:
-        directory = os.path.join(self.fileroot, "secrets", self.experiment_name, self.trial_name)
+        path = self.paths.secret_file
+        directory = os.path.dirname(path)
         os.makedirs(directory, mode=0o700, exist_ok=True)
         os.chmod(directory, 0o700)
-        path = os.path.join(directory, "secret")
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as fh:
             fh.write(self.secret)
@@ -151,100 +160,24 @@ class Scheduler:
     def _key(self, fn, *args) -> str:
         return fn(self.experiment_name, self.trial_name, *args)
 
-    # ------------------------------------------------------------ controller lease
-    def _ensure_lease(self) -> None:
-        if self._lease_stop is not None:
-            return
-        self._lease_stop = threading.Event()
-        key = self._key(keys.controller_key)
-        beat = {"pid": os.getpid(), "host": socket.gethostname(), "n": 0}
-        self.name_resolve.add(key, json.dumps(beat), replace=True)
-
-        def renew(stop: threading.Event) -> None:
-            while not stop.wait(LEASE_BEAT_SECONDS):
-                beat["n"] += 1
-                try:
-                    self.name_resolve.add(key, json.dumps(beat), replace=True)
-                except Exception as exc:
-                    log.warning("could not renew the controller lease: %s", exc)
-
-        threading.Thread(
-            target=renew, args=(self._lease_stop,), name="corral-lease", daemon=True
-        ).start()
-
-    def _drop_lease(self) -> None:
-        if self._lease_stop is None:
-            return
-        self._lease_stop.set()
-        self._lease_stop = None
-        try:
-            self.name_resolve.delete(self._key(keys.controller_key))
-        except Exception:
-            pass
-
-    # ----------------------------------------------------------- worker env
     def worker_env(self, role: str, index: int, spec: SchedulingSpec) -> dict[str, str]:
         """The environment every backend gives a worker process."""
-        env = {
-            E.EXPERIMENT: self.experiment_name,
-            E.TRIAL: self.trial_name,
-            E.ROLE: role,
-            E.INDEX: str(index),
-            E.NAME_RESOLVE: json.dumps(self.name_resolve.describe()),
-            E.LOG_DIR: self.log_dir,
-            E.PORT_COUNT: str(spec.port_count),
-            E.LEASE_TIMEOUT: str(self.lease_timeout),
-            E.CONTROLLER_PID: str(os.getpid()),
-            E.CONTROLLER_HOST: socket.gethostname(),
-            "PYTHONUNBUFFERED": "1",
-        }
-        if self.launcher.share_secret_by_env():
-            env[E.SECRET] = self.secret
-        else:
-            env[E.SECRET_FILE] = self.secret_file
-        if spec.engines:
-            env[E.ENGINES] = json.dumps(spec.engines)
-        env.update(thread_env(spec.cpu))
-        env.update(spec.env_vars)
-        return env
-
-    # ------------------------------------------------------------- validation
-    def _check_job(self, job: NormalizedJob) -> None:
-        if job.role in self._roles:
-            raise ConfigError(
-                "job.role",
-                job.role,
-                "this role already exists; delete_workers(role) first or use another name",
-            )
-        if job.is_colocated:
-            target = job.strategy.target
-            if target not in self._roles:
-                known = ", ".join(self._roles) or "none"
-                raise ConfigError(
-                    "scheduling_strategy.target", target, f"create that role first (roles: {known})"
-                )
-            n_target = len(self._roles[target].workers)
-            if job.replicas != n_target:
-                raise ConfigError(
-                    "job.replicas",
-                    job.replicas,
-                    f"a role colocated with {target!r} needs replicas={n_target}, one per target worker",
-                )
-            return
-        for i, spec in enumerate(job.tasks):
-            if spec.gpu > self._n_gpus_per_node:
-                raise ConfigError(
-                    f"job.tasks[{i}].gpu",
-                    spec.gpu,
-                    f"a worker cannot use more GPUs than a node has (n_gpus_per_node={self._n_gpus_per_node})",
-                )
-        if any(spec.max_restarts for spec in job.tasks) and not self.launcher.supports_restart():
-            raise ConfigError(
-                "SchedulingSpec.max_restarts",
-                max(spec.max_restarts for spec in job.tasks),
-                f"the {self.backend} backend cannot restart workers; use 0 (fail fast)",
-            )
-        self.launcher.check(job)
+        by_env = self.launcher.share_secret_by_env()
+        return E.worker_environment(
+            experiment=self.experiment_name,
+            trial=self.trial_name,
+            role=role,
+            index=index,
+            name_resolve=self.name_resolve.describe(),
+            log_dir=self.log_dir,
+            port_count=spec.port_count,
+            lease_timeout=self.lease_timeout,
+            cpu=spec.cpu,
+            secret=self.secret if by_env else None,
+            secret_file=None if by_env else self.secret_file,
+            engines=spec.engines,
+            env_vars=spec.env_vars,
+        )
 
     # ------------------------------------------------------------ create
     def create_workers(self, job: Any, *args: Any, **kwargs: Any) -> list[str]:
@@ -255,15 +188,18 @@ class Scheduler:
             if nj.is_colocated and not nj.strategy.fork:
                 target = self._roles[nj.strategy.target]
                 self._roles[nj.role] = RoleState(
-                    nj, list(target.workers), "reused", nj.strategy.target
+                    nj, list(target.workers), REUSED, nj.strategy.target
                 )
                 return [w.id for w in target.workers]
             if nj.is_colocated:
                 return self._fork_role(nj, nj.strategy.target)
             return self._launch_role(nj)
 
+    def _check_job(self, job: NormalizedJob) -> None:
+        self._table.check_new(job, self._n_gpus_per_node, self.launcher, self.backend)
+
     def _launch_role(self, job: NormalizedJob) -> list[str]:
-        self._ensure_lease()
+        self._lease.hold()
         self.name_resolve.clear_subtree(self._key(keys.role_prefix, job.role))
         envs = [self.worker_env(job.role, i, spec) for i, spec in enumerate(job.tasks)]
         os.makedirs(self.log_dir, exist_ok=True)
@@ -273,74 +209,21 @@ class Scheduler:
         started = time.monotonic()
         try:
             self.launcher.launch(LaunchRequest(job=job, envs=envs, log_dir=self.log_dir))
-            state = RoleState(job, [], "launched")
+            state = RoleState(job, [], LAUNCHED)
             self._roles[job.role] = state
-            state.workers = self._await_registration(job.role, job.replicas, self.startup_timeout)
+            state.workers = self._watch.await_registration(
+                job.role, job.replicas, self.startup_timeout
+            )
             self._rendezvous(job.role, state.workers)
         except BaseException:
             self._roles.pop(job.role, None)
-            self._stop_launched(job.role)
+            self._teardown.stop_launched(job.role)
             raise
-        for w in state.workers:
-            self._ids[w.id] = w
+        self._table.add_workers(state.workers)
         self.progress(
             f"{job.replicas} {job.role} worker(s) ready in {time.monotonic() - started:.2f}s"
         )
         return [w.id for w in state.workers]
-
-    def _await_registration(self, role: str, replicas: int, timeout: float) -> list[Worker]:
-        deadline = time.monotonic() + timeout
-        found: dict[int, Worker] = {}
-        next_poll = next_report = 0.0
-        interval = 0.005
-        while True:
-            now = time.monotonic()
-            for index in range(replicas):
-                if index not in found:
-                    worker = self._read_worker(role, index)
-                    if worker is not None:
-                        found[index] = worker
-            if len(found) == replicas:
-                return [found[i] for i in range(replicas)]
-            if now >= next_poll:
-                dead = self.launcher.poll(role)
-                if dead:
-                    index, exit_ = sorted(dead.items())[0]
-                    raise self._failure(f"{role}/{index}", exit_, role, index, "while starting")
-                next_poll = now + STATUS_POLL_SECONDS
-            if now >= deadline:
-                reason = self.launcher.pending_reason(role)
-                missing = [f"{role}/{i}" for i in range(replicas) if i not in found]
-                raise WorkerTimeoutError(
-                    f"{len(missing)} of {replicas} {role} worker(s) not ready after {timeout:.0f}s "
-                    f"({', '.join(missing[:8])})"
-                    + (f"; backend says: {reason}" if reason else "")
-                    + f". Check the logs in {self.log_dir} or raise startup_timeout."
-                )
-            if now >= next_report and now - (deadline - timeout) > 5:
-                self.progress(f"waiting for {role}: {len(found)}/{replicas} ready")
-                next_report = now + 5
-            time.sleep(interval)
-            interval = min(interval * 1.5, 0.05)
-
-    def _read_worker(self, role: str, index: int) -> Worker | None:
-        address = self.name_resolve.get(self._key(keys.worker_address_key, role, index))
-        if address is None:
-            return None
-        raw = self.name_resolve.get(self._key(keys.worker_info_key, role, index))
-        info = json.loads(raw) if raw else {}
-        worker = Worker.from_registration(role, index, address, info)
-        worker.backend_id = worker.backend_id or self.launcher.backend_id(role, index)
-        return worker
-
-    def _failure(
-        self, worker_id: str, exit_: WorkerExit, role: str, index: int, when: str
-    ) -> WorkerFailedError:
-        log_path = exit_.log_path or replica_log_path(self.log_dir, role, index)
-        time.sleep(0.05)
-        return WorkerFailedError(
-            worker_id, f"{exit_.reason} {when}", exit_.exit_code, tail(log_path), log_path
-        )
 
     def _rendezvous(self, role: str, workers: list[Worker], only: list[int] | None = None) -> None:
         """Give each worker its torch.distributed variables (``only``: just these ranks)."""
@@ -361,7 +244,7 @@ class Scheduler:
         pairs = list(zip(workers, envs, strict=True))
         if only is not None:
             pairs = [pairs[i] for i in only]
-        self._fan_out(lambda pair: self._request(pair[0], "/set_env", {"env": pair[1]}), pairs)
+        self._fan_out(lambda pair: self._calls.call(pair[0], "/set_env", {"env": pair[1]}), pairs)
 
     # -------------------------------------------------------------- fork
     def fork_workers(self, role: str, target_role: str, command: str | None = None) -> list[str]:
@@ -385,11 +268,11 @@ class Scheduler:
     def _fork_role(
         self, job: NormalizedJob, target_role: str, command: str | None = None
     ) -> list[str]:
-        self._ensure_lease()
+        self._lease.hold()
         targets = self._roles[target_role].workers
         self.name_resolve.clear_subtree(self._key(keys.role_prefix, job.role))
         self.progress(f"forking {len(targets)} {job.role} worker(s) next to {target_role}")
-        state = RoleState(job, [], "forked", target_role)
+        state = RoleState(job, [], FORKED, target_role)
         self._roles[job.role] = state
 
         def fork_one(index: int) -> Worker:
@@ -398,7 +281,7 @@ class Scheduler:
             made = self.launcher.fork(job.role, target, index, env, command)
             if made is not None:
                 return made
-            reply = self._request(
+            reply = self._calls.call(
                 target,
                 "/fork",
                 {
@@ -424,10 +307,9 @@ class Scheduler:
             state.workers = self._fan_out(fork_one, list(range(len(targets))))
             self._rendezvous(job.role, state.workers)
         except BaseException:
-            self._delete_role(job.role)
+            self._teardown.delete_role(job.role)
             raise
-        for w in state.workers:
-            self._ids[w.id] = w
+        self._table.add_workers(state.workers)
         return [w.id for w in state.workers]
 
     # -------------------------------------------------------------- lookup
@@ -436,71 +318,9 @@ class Scheduler:
 
         Workers are ready when ``create_workers`` returns, so ``timeout`` (kept for
         compatibility with the specification's signature) never needs to wait."""
-        state = self._roles.get(role)
-        if state is None:
-            known = ", ".join(self._roles) or "none"
-            raise WorkerNotFoundError(f"no role {role!r} (roles: {known})")
-        self._raise_if_dead(state)
+        state = self._table.state(role)
+        self._watch.raise_if_dead(state)
         return list(state.workers)
-
-    def _owner_role(self, state: RoleState) -> RoleState:
-        return self._roles.get(state.target, state) if state.kind == "reused" else state
-
-    def _raise_if_dead(self, state: RoleState) -> None:
-        owner = self._owner_role(state)
-        if owner.kind == "launched":
-            dead = self.launcher.poll(owner.job.role)
-            if dead:
-                index, exit_ = sorted(dead.items())[0]
-                raise self._failure(f"{owner.job.role}/{index}", exit_, owner.job.role, index, "")
-
-    def _worker(self, worker_id: str) -> Worker:
-        worker = self._ids.get(worker_id)
-        if worker is None:
-            raise WorkerNotFoundError(
-                f"no worker {worker_id!r}; known roles: {', '.join(self._roles) or 'none'}"
-            )
-        return worker
-
-    def _diagnose(self, worker: Worker, cause: BaseException) -> SchedulerError | None:
-        """After a broken connection: within about a second, tell a dead worker (an error
-        to raise) from a live one that answers again (None: the call may be retried)."""
-        state = self._roles.get(worker.role)
-        owner_role = state.target if state is not None and state.kind != "launched" else worker.role
-        index = worker.index
-        deadline = time.monotonic() + DEAD_CHECK_SECONDS
-        while True:
-            dead = self.launcher.poll(owner_role) if owner_role in self._roles else {}
-            if index not in dead and owner_role != worker.role:
-                own = self.launcher.poll(worker.role)
-                if index in own:
-                    return self._failure(worker.id, own[index], worker.role, index, "during a call")
-            if index in dead:
-                kind = (
-                    ""
-                    if owner_role == worker.role
-                    else f" (its host worker {owner_role}/{index} died)"
-                )
-                failure = self._failure(
-                    worker.id, dead[index], worker.role, index, "during a call" + kind
-                )
-                self._maybe_restart(worker, failure)
-                return failure
-            try:
-                self._client.request(
-                    worker.address, "/health", method="GET", timeout=0.3, identity=worker.identity
-                )
-                return None
-            except (OSError, TimeoutError, SchedulerError, CorralError):
-                pass
-            if time.monotonic() >= deadline:
-                break
-            time.sleep(0.05)
-        log_path = replica_log_path(self.log_dir, worker.role, worker.index)
-        return WorkerConnectionError(
-            f"worker {worker.id} at {worker.address} does not answer ({cause}) although the "
-            f"{self.backend} backend does not report it dead; see {log_path}"
-        )
 
     # -------------------------------------------------------------- restarts
     def set_restart_hook(self, role: str, hook: Callable[[Scheduler, str], Any]) -> None:
@@ -510,7 +330,7 @@ class Scheduler:
 
     def _maybe_restart(self, worker: Worker, failure: WorkerFailedError) -> None:
         state = self._roles.get(worker.role)
-        if state is None or state.kind != "launched":
+        if state is None or state.kind != LAUNCHED:
             return
         spec = state.job.tasks[worker.index]
         done = state.restarts.get(worker.index, 0)
@@ -521,9 +341,9 @@ class Scheduler:
             self.name_resolve.delete(self._key(keys.worker_address_key, worker.role, worker.index))
             env = self.worker_env(worker.role, worker.index, spec)
             self.launcher.restart(worker.role, worker.index, env)
-            new = self._await_one(worker.role, worker.index, self.startup_timeout)
+            new = self._watch.await_one(worker.role, worker.index, self.startup_timeout)
             state.workers[worker.index] = new
-            self._ids[new.id] = new
+            self._table.add_workers([new])
             self._rendezvous(worker.role, state.workers, only=[worker.index])
         hook = self._restart_hooks.get(worker.role)
         if hook is not None:
@@ -535,76 +355,7 @@ class Scheduler:
         )
         self.progress(f"restarted {worker.id} after: {failure.reason}")
 
-    def _await_one(self, role: str, index: int, timeout: float) -> Worker:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            worker = self._read_worker(role, index)
-            if worker is not None:
-                return worker
-            dead = self.launcher.poll(role)
-            if index in dead:
-                raise self._failure(f"{role}/{index}", dead[index], role, index, "while restarting")
-            time.sleep(0.02)
-        raise WorkerTimeoutError(f"restarted worker {role}/{index} not ready after {timeout:.0f}s")
-
     # -------------------------------------------------------------- calls
-    def _request(
-        self,
-        worker: Worker,
-        path: str,
-        payload: Any,
-        timeout: float | None = None,
-        retries: int = 2,
-    ) -> Any:
-        request_id = new_request_id()
-        for attempt in range(retries + 1):
-            try:
-                return self._client.request(
-                    worker.address,
-                    path,
-                    payload,
-                    timeout=timeout,
-                    request_id=request_id,
-                    identity=worker.identity,
-                )
-            except TimeoutError as exc:
-                raise _no_answer(worker, path, timeout, exc) from None
-            except WorkerUnreachableError as exc:
-                self._client.forget(worker.address)
-                problem = self._diagnose(worker, exc)
-                if problem is not None:
-                    raise problem from None
-                if attempt == retries:
-                    raise _still_broken(worker, path, retries, exc) from None
-
-    async def _arequest(
-        self,
-        worker: Worker,
-        path: str,
-        payload: Any,
-        timeout: float | None = None,
-        retries: int = 2,
-    ) -> Any:
-        request_id = new_request_id()
-        for attempt in range(retries + 1):
-            try:
-                return await self._async_client.request(
-                    worker.address,
-                    path,
-                    payload,
-                    timeout=timeout,
-                    request_id=request_id,
-                    identity=worker.identity,
-                )
-            except TimeoutError as exc:
-                raise _no_answer(worker, path, timeout, exc) from None
-            except WorkerUnreachableError as exc:
-                problem = await asyncio.to_thread(self._diagnose, worker, exc)
-                if problem is not None:
-                    raise problem from None
-                if attempt == retries:
-                    raise _still_broken(worker, path, retries, exc) from None
-
     @staticmethod
     def _engine_path(engine: Any) -> str:
         if isinstance(engine, str):
@@ -632,19 +383,21 @@ class Scheduler:
             "args": list(args),
             "kwargs": kwargs,
         }
-        name = await self._arequest(worker, "/create_engine", payload, retries=1)
-        self._roles[worker.role].engines.setdefault(worker.id, set()).add(name)
+        name = await self._calls.acall(worker, "/create_engine", payload, retries=1)
+        self._table.roles[worker.role].engines.setdefault(worker.id, set()).add(name)
         return name
 
     async def set_worker_env(self, worker_id: str, env: dict[str, str]) -> None:
         worker = self._worker(worker_id)
-        await self._arequest(worker, "/set_env", {"env": {str(k): str(v) for k, v in env.items()}})
+        await self._calls.acall(
+            worker, "/set_env", {"env": {str(k): str(v) for k, v in env.items()}}
+        )
 
     def configure_worker(
         self, worker_id: str, config: Any = None, role: str | None = None, rank: int | None = None
     ) -> None:
         worker = self._worker(worker_id)
-        self._request(
+        self._calls.call(
             worker, "/configure", {"config": config, "role": role or worker.role, "rank": rank}
         )
 
@@ -670,7 +423,7 @@ class Scheduler:
             "args": list(args),
             "kwargs": kwargs,
         }
-        return self._request(
+        return self._calls.call(
             worker, "/call", payload, meta.get("timeout"), int(meta.get("max_retries", 2))
         )
 
@@ -691,15 +444,15 @@ class Scheduler:
             "args": list(args),
             "kwargs": kwargs,
         }
-        return await self._arequest(
+        return await self._calls.acall(
             worker, "/call", payload, meta.get("timeout"), int(meta.get("max_retries", 2))
         )
 
     def health(self, worker_id: str, timeout: float = 5.0) -> dict:
-        worker = self._worker(worker_id)
-        return self._client.request(
-            worker.address, "/health", method="GET", timeout=timeout, identity=worker.identity
-        )
+        return self._calls.health(self._worker(worker_id), timeout)
+
+    def _worker(self, worker_id: str) -> Worker:
+        return self._table.worker(worker_id)
 
     def _fan_out(self, fn: Callable[[Any], Any], items: list) -> list:
         if len(items) <= 1:
@@ -714,85 +467,9 @@ class Scheduler:
     def delete_workers(self, role: str | None = None, reverse_order: bool = False) -> None:
         """Destroy engines, then stop the workers of ``role`` (or of every role)."""
         with self._lock:
-            if role is not None:
-                if role not in self._roles:
-                    raise WorkerNotFoundError(f"no role {role!r} to delete")
-                for dependent in [r for r, s in self._roles.items() if s.target == role]:
-                    self._delete_role(dependent)
-                self._delete_role(role)
-            else:
-                order = list(self._roles)
-                if reverse_order:
-                    order.reverse()
-                dependents = [r for r in order if self._roles[r].kind != "launched"]
-                for name in dependents + [r for r in order if r not in dependents]:
-                    self._delete_role(name)
+            self._teardown.delete(role, reverse_order)
             if not self._roles:
-                self._drop_lease()
-
-    def _delete_role(self, role: str) -> None:
-        state = self._roles.pop(role, None)
-        if state is None:
-            return
-        for w in state.workers:
-            if state.kind != "reused":
-                self._ids.pop(w.id, None)
-        if state.kind == "reused":
-            return
-        if state.kind == "forked":
-            self._fan_out(lambda w: self._kill_forked(w, state.target), state.workers)
-        else:
-            self._fan_out(self._destroy_engines_quietly, state.workers)
-            self._fan_out(self._ask_to_exit, state.workers)
-            self._stop_launched(role)
-        try:
-            self.name_resolve.clear_subtree(self._key(keys.role_prefix, role))
-            self.name_resolve.clear_subtree(
-                f"{self.experiment_name}/{self.trial_name}/_info/{role}"
-            )
-        except Exception as exc:
-            log.warning("could not clear name-resolve entries of %s: %s", role, exc)
-
-    def _destroy_engines_quietly(self, worker: Worker) -> None:
-        try:
-            self._client.request(worker.address, "/destroy_engines", {}, timeout=5.0)
-        except Exception as exc:
-            log.debug("destroying engines of %s: %s", worker.id, exc)
-        self._client.forget(worker.address)
-
-    def _ask_to_exit(self, worker: Worker) -> None:
-        """Let the worker end on its own before the backend stops it (Slurm jobs then
-        complete without scancel's SIGTERM/SIGKILL sequence)."""
-        try:
-            self._client.request(
-                worker.address, "/shutdown", {}, timeout=2.0, identity=worker.identity
-            )
-        except Exception as exc:
-            log.debug("asking %s to exit: %s", worker.id, exc)
-        self._client.forget(worker.address)
-
-    def _kill_forked(self, worker: Worker, target_role: str | None) -> None:
-        self._destroy_engines_quietly(worker)
-        if self.launcher.kill_fork(worker):
-            return
-        target = self._roles.get(target_role) if target_role else None
-        if target is None or worker.index >= len(target.workers):
-            return
-        try:
-            self._client.request(
-                target.workers[worker.index].address,
-                "/kill_forked_worker",
-                {"worker_id": worker.id},
-                timeout=10.0,
-            )
-        except Exception as exc:
-            log.warning("could not stop forked worker %s: %s", worker.id, exc)
-
-    def _stop_launched(self, role: str) -> None:
-        try:
-            self.launcher.stop(role)
-        except Exception as exc:
-            raise SchedulerError(f"stopping the {role} workers failed: {exc}") from exc
+                self._lease.drop()
 
     def close(self) -> None:
         """Delete every worker and release the backend. Safe to call twice."""
@@ -802,7 +479,7 @@ class Scheduler:
             self.delete_workers()
         finally:
             self._closed = True
-            self._client.close()
+            self._calls.close()
             self._pool.shutdown(wait=False)
             self.launcher.close()
             _live_schedulers.discard(self)
@@ -812,25 +489,6 @@ class Scheduler:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-    @property
-    def roles(self) -> list[str]:
-        return list(self._roles)
-
-
-def _no_answer(
-    worker: Worker, path: str, timeout: float | None, exc: BaseException
-) -> WorkerTimeoutError:
-    return WorkerTimeoutError(f"worker {worker.id} did not answer {path} within {timeout}s: {exc}")
-
-
-def _still_broken(
-    worker: Worker, path: str, retries: int, exc: WorkerUnreachableError
-) -> WorkerConnectionError:
-    return WorkerConnectionError(
-        f"the connection to worker {worker.id} broke {retries + 1} time(s) during {path}: "
-        f"{exc.cause}; it is alive, so retry or raise rpc_meta['max_retries']"
-    )
 
 
 _live_schedulers: weakref.WeakSet[Scheduler] = weakref.WeakSet()
@@ -844,6 +502,3 @@ def _cleanup_at_exit() -> None:
             scheduler.close()
         except Exception as exc:
             log.warning("cleanup at exit failed: %s", exc)
-
-
-__all__ = ["Scheduler", "WorkerCreationError"]

@@ -38,15 +38,13 @@ from corral.backends.sbatch import (
     SbatchParams,
     check_container,
     check_homogeneous,
-    exit_code_path,
     plan_layout,
     render_sbatch_script,
-    replica_log_path,
-    sbatch_log_path,
 )
 from corral.config import scheduler_field
 from corral.errors import ConfigError, SchedulerError, WorkerCreationError
 from corral.launcher import Launcher, LaunchRequest, WorkerExit
+from corral.paths import TrialPaths, exit_code_path, replica_log_path, sbatch_log_path
 from corral.scheduler import Scheduler
 from corral.spec import NormalizedJob, SchedulingSpec, normalize_job
 from corral.worker import env as E
@@ -401,7 +399,7 @@ class SlurmLauncher(Launcher):
         os.makedirs(role_dir, exist_ok=True)
         for index in range(job.replicas):  # a role made again must not read old exits
             self._forget_exit(log_dir, job.role, index)
-        path = os.path.join(log_dir, f"{job.role}.sbatch")
+        path = TrialPaths.at(log_dir).sbatch_script(job.role)
         with open(path, "w") as fh:
             fh.write(script)
         job_id = self._submit(path, job, job.role)
@@ -424,7 +422,7 @@ class SlurmLauncher(Launcher):
         one = NormalizedJob(role, 1, (nj.tasks[index],), nj.strategy)
         params = dataclasses.replace(self.params(one, env, log_dir), index_offset=index)
         script = render_sbatch_script(params)
-        path = os.path.join(log_dir, f"{role}.{index}.restart{len(jobs)}.sbatch")
+        path = TrialPaths.at(log_dir).restart_script(role, index, len(jobs))
         with open(path, "w") as fh:
             fh.write(script)
         # the dead replica's exit file must not make the new one look dead

@@ -288,6 +288,30 @@ class AsyncRPCClient:
         msg.body = await _read_exactly_into(reader, msg.content_length)
         return msg
 
+    def forget(self, address: str) -> None:
+        """Close the running loop's idle connections to ``address`` (call from that loop)."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        for _reader, writer in self._pools.get(loop, {}).pop(address, []):
+            writer.close()
+
+    def close(self) -> None:
+        """Close every idle connection, from any thread. Loops that are still open close
+        theirs on their own thread; a closed loop's connections are dropped (their
+        sockets close when collected)."""
+        pools, self._pools = self._pools, {}
+        for loop, by_address in pools.items():
+            writers = [w for conns in by_address.values() for _r, w in conns]
+            if loop.is_closed() or not writers:
+                continue
+            for writer in writers:
+                try:
+                    loop.call_soon_threadsafe(writer.close)
+                except RuntimeError:  # closed meanwhile
+                    break
+
     async def aclose(self) -> None:
         pools, self._pools = self._pools, {}
         for by_address in pools.values():

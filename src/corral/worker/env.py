@@ -28,6 +28,57 @@ FORKED = "CORRAL_FORKED"
 ENGINES = "CORRAL_ENGINES"
 
 DEFAULT_LEASE_TIMEOUT = 5.0
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS")
+
+
+def thread_env(cpu: int) -> dict[str, str]:
+    """Thread-count variables so numerical libraries use the worker's own CPUs."""
+    n = str(max(1, cpu))
+    return {name: n for name in THREAD_VARS}
+
+
+def worker_environment(
+    *,
+    experiment: str,
+    trial: str,
+    role: str,
+    index: int,
+    name_resolve: dict,
+    log_dir: str,
+    port_count: int,
+    lease_timeout: float,
+    cpu: int,
+    secret: str | None = None,
+    secret_file: str | None = None,
+    engines: dict | None = None,
+    env_vars: dict[str, str] | None = None,
+) -> dict[str, str]:
+    """The environment a controller gives one worker (read back by ``WorkerSettings``).
+
+    The secret travels as a file path (shared filesystem) or, where workers cannot read
+    the controller's files, as the value itself. ``env_vars`` (the user's) come last."""
+    env = {
+        EXPERIMENT: experiment,
+        TRIAL: trial,
+        ROLE: role,
+        INDEX: str(index),
+        NAME_RESOLVE: json.dumps(name_resolve),
+        LOG_DIR: log_dir,
+        PORT_COUNT: str(port_count),
+        LEASE_TIMEOUT: str(lease_timeout),
+        CONTROLLER_PID: str(os.getpid()),
+        CONTROLLER_HOST: socket.gethostname(),
+        "PYTHONUNBUFFERED": "1",
+    }
+    if secret is not None:
+        env[SECRET] = secret
+    else:
+        env[SECRET_FILE] = secret_file or ""
+    if engines:
+        env[ENGINES] = json.dumps(engines)
+    env.update(thread_env(cpu))
+    env.update(env_vars or {})
+    return env
 
 
 def read_secret(env: dict[str, str] | None = None) -> str:

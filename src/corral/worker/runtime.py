@@ -43,8 +43,6 @@ def failure(status: int, exc: BaseException) -> Reply:
     if not tb and not isinstance(exc, CorralError):
         tb = traceback.format_exc()
     error["traceback"] = tb
-    if isinstance(exc, CorralError) and not isinstance(exc, ProtocolError) and status == 500:
-        status = 500
     return Reply(status, wire.encode({"ok": False, "error": error}), FRAME_TYPE)
 
 

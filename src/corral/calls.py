@@ -1,0 +1,126 @@
+"""Every request the controller sends a worker, sync or async, under one policy.
+
+The policy (:meth:`Caller.settle`) is written once: a timeout raises
+``WorkerTimeoutError``; a broken connection drops the pooled connections to that address,
+asks the diagnosis (did the worker die? then raise its ``WorkerFailedError``) and
+otherwise retries with the same request id, so the worker runs the call at most once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from corral.errors import SchedulerError, WorkerConnectionError, WorkerTimeoutError
+from corral.rpc.client import AsyncRPCClient, RPCClient, WorkerUnreachableError, new_request_id
+from corral.spec import Worker
+
+log = logging.getLogger("corral")
+
+#: ``diagnose(worker, cause)``: the error to raise for a worker whose connection broke
+#: (it died), or None if it answers again and the call may be retried.
+Diagnose = Callable[[Worker, BaseException], "SchedulerError | None"]
+
+
+class Caller:
+    def __init__(self, secret: str, diagnose: Diagnose):
+        self.client = RPCClient(secret)
+        self.async_client = AsyncRPCClient(secret)
+        self.diagnose = diagnose
+
+    def settle(
+        self,
+        worker: Worker,
+        path: str,
+        timeout: float | None,
+        retries: int,
+        attempt: int,
+        exc: Exception,
+    ) -> None:
+        """After a failed attempt: raise the error the caller sees, or return to retry."""
+        if isinstance(exc, TimeoutError):
+            raise WorkerTimeoutError(
+                f"worker {worker.id} did not answer {path} within {timeout}s: {exc}"
+            ) from None
+        problem = self.diagnose(worker, exc)
+        if problem is not None:
+            raise problem from None
+        if attempt == retries:
+            raise WorkerConnectionError(
+                f"the connection to worker {worker.id} broke {retries + 1} time(s) during {path}: "
+                f"{getattr(exc, 'cause', exc)}; it is alive, so retry or raise rpc_meta['max_retries']"
+            ) from None
+
+    def call(
+        self,
+        worker: Worker,
+        path: str,
+        payload: Any,
+        timeout: float | None = None,
+        retries: int = 2,
+    ) -> Any:
+        request_id = new_request_id()
+        for attempt in range(retries + 1):
+            try:
+                return self.client.request(
+                    worker.address,
+                    path,
+                    payload,
+                    timeout=timeout,
+                    request_id=request_id,
+                    identity=worker.identity,
+                )
+            except (TimeoutError, WorkerUnreachableError) as exc:
+                self.client.forget(worker.address)
+                self.settle(worker, path, timeout, retries, attempt, exc)
+
+    async def acall(
+        self,
+        worker: Worker,
+        path: str,
+        payload: Any,
+        timeout: float | None = None,
+        retries: int = 2,
+    ) -> Any:
+        request_id = new_request_id()
+        for attempt in range(retries + 1):
+            try:
+                return await self.async_client.request(
+                    worker.address,
+                    path,
+                    payload,
+                    timeout=timeout,
+                    request_id=request_id,
+                    identity=worker.identity,
+                )
+            except (TimeoutError, WorkerUnreachableError) as exc:
+                self.async_client.forget(worker.address)
+                # the diagnosis polls the backend and may sleep: off the event loop
+                await asyncio.to_thread(self.settle, worker, path, timeout, retries, attempt, exc)
+
+    def health(self, worker: Worker, timeout: float) -> dict:
+        return self.client.request(
+            worker.address, "/health", method="GET", timeout=timeout, identity=worker.identity
+        )
+
+    def quietly(
+        self, worker: Worker, path: str, timeout: float, what: str, identity: bool = True
+    ) -> None:
+        """A best-effort request during teardown: failures are logged, never raised."""
+        try:
+            self.client.request(
+                worker.address,
+                path,
+                {},
+                timeout=timeout,
+                identity=worker.identity if identity else None,
+            )
+        except Exception as exc:
+            log.debug("%s %s: %s", what, worker.id, exc)
+        self.client.forget(worker.address)
+
+    def close(self) -> None:
+        self.client.close()
+        self.async_client.close()
