@@ -24,6 +24,15 @@ log = logging.getLogger("corral")
 Diagnose = Callable[[Worker, BaseException], "SchedulerError | None"]
 
 
+def engine_call(
+    method: str, engine_name: str | None, args: tuple, kwargs: dict, rpc_meta: dict | None
+) -> tuple[dict, float | None, int]:
+    """The ``/call`` payload, timeout and retries of ``call_engine``/``async_call_engine``."""
+    meta = rpc_meta or {}
+    payload = {"engine_name": engine_name, "method": method, "args": list(args), "kwargs": kwargs}
+    return payload, meta.get("timeout"), int(meta.get("max_retries", 2))
+
+
 class Caller:
     def __init__(self, secret: str, diagnose: Diagnose):
         self.client = RPCClient(secret)

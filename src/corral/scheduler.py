@@ -26,15 +26,24 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from corral import keys
-from corral.calls import Caller
+from corral.calls import Caller, engine_call
 from corral.config import cluster_field, scheduler_field
 from corral.discovery import NameResolve, make_name_resolve
 from corral.errors import ConfigError, WorkerCreationError, WorkerFailedError, WorkerNotFoundError
+from corral.forking import fork_via_worker
 from corral.launcher import Launcher, LaunchRequest
 from corral.lease import ControllerLease
 from corral.paths import TrialPaths
+from corral.rendezvous import rendezvous_envs
 from corral.roles import FORKED, LAUNCHED, REUSED, RoleState, RoleTable
-from corral.spec import NormalizedJob, SchedulingSpec, Worker, normalize_job, validate_role_name
+from corral.spec import (
+    NormalizedJob,
+    SchedulingSpec,
+    Worker,
+    engine_import_path,
+    normalize_job,
+    validate_role_name,
+)
 from corral.teardown import Teardown
 from corral.watch import Watch
 from corral.worker import env as E
@@ -228,19 +237,7 @@ class Scheduler:
     def _rendezvous(self, role: str, workers: list[Worker], only: list[int] | None = None) -> None:
         """Give each worker its torch.distributed variables (``only``: just these ranks)."""
         master = self.launcher.rendezvous_master(role, workers)
-        hosts: dict[str, int] = {}
-        envs = []
-        for rank, worker in enumerate(workers):
-            local_rank = hosts.get(worker.host, 0)
-            hosts[worker.host] = local_rank + 1
-            env = {
-                "RANK": str(rank),
-                "WORLD_SIZE": str(len(workers)),
-                "LOCAL_RANK": str(local_rank),
-            }
-            if master is not None:
-                env.update(MASTER_ADDR=master[0], MASTER_PORT=str(master[1]))
-            envs.append(env)
+        envs = rendezvous_envs(workers, master)
         pairs = list(zip(workers, envs, strict=True))
         if only is not None:
             pairs = [pairs[i] for i in only]
@@ -281,26 +278,8 @@ class Scheduler:
             made = self.launcher.fork(job.role, target, index, env, command)
             if made is not None:
                 return made
-            reply = self._calls.call(
-                target,
-                "/fork",
-                {
-                    "role": job.role,
-                    "index": index,
-                    "module": command,
-                    "env": env,
-                    "timeout": self.startup_timeout,
-                },
-                timeout=self.startup_timeout + 5,
-            )
-            return Worker.from_registration(
-                job.role,
-                index,
-                reply["address"],
-                reply,
-                host=reply.get("host", target.host),
-                backend_id=target.backend_id,
-                forked=True,
+            return fork_via_worker(
+                self._calls, target, job.role, index, env, command, self.startup_timeout
             )
 
         try:
@@ -356,29 +335,13 @@ class Scheduler:
         self.progress(f"restarted {worker.id} after: {failure.reason}")
 
     # -------------------------------------------------------------- calls
-    @staticmethod
-    def _engine_path(engine: Any) -> str:
-        if isinstance(engine, str):
-            return engine
-        if isinstance(engine, type):
-            if engine.__module__ == "__main__":
-                raise ConfigError(
-                    "engine",
-                    engine.__qualname__,
-                    "define the engine class in an importable module, not in __main__",
-                )
-            return f"{engine.__module__}:{engine.__qualname__}"
-        raise ConfigError(
-            "engine", engine, "pass an import path 'pkg.module.Class' or the class itself"
-        )
-
     async def create_engine(
         self, worker_id: str, engine: Any, engine_name: str | None = None, *args: Any, **kwargs: Any
     ) -> str:
         """Import and construct ``engine`` on the worker; returns the engine's name."""
         worker = self._worker(worker_id)
         payload = {
-            "engine": self._engine_path(engine),
+            "engine": engine_import_path(engine),
             "engine_name": engine_name,
             "args": list(args),
             "kwargs": kwargs,
@@ -415,17 +378,8 @@ class Scheduler:
         ``rpc_meta``: ``timeout`` (seconds, default none) and ``max_retries`` (retries after
         a dropped connection; the worker runs the method at most once either way).
         """
-        worker = self._worker(worker_id)
-        meta = rpc_meta or {}
-        payload = {
-            "engine_name": engine_name,
-            "method": method,
-            "args": list(args),
-            "kwargs": kwargs,
-        }
-        return self._calls.call(
-            worker, "/call", payload, meta.get("timeout"), int(meta.get("max_retries", 2))
-        )
+        payload, timeout, retries = engine_call(method, engine_name, args, kwargs, rpc_meta)
+        return self._calls.call(self._worker(worker_id), "/call", payload, timeout, retries)
 
     async def async_call_engine(
         self,
@@ -436,17 +390,9 @@ class Scheduler:
         rpc_meta: dict | None = None,
         **kwargs: Any,
     ) -> Any:
-        worker = self._worker(worker_id)
-        meta = rpc_meta or {}
-        payload = {
-            "engine_name": engine_name,
-            "method": method,
-            "args": list(args),
-            "kwargs": kwargs,
-        }
-        return await self._calls.acall(
-            worker, "/call", payload, meta.get("timeout"), int(meta.get("max_retries", 2))
-        )
+        """``call_engine`` for asyncio code: the same request, retries and errors."""
+        payload, timeout, retries = engine_call(method, engine_name, args, kwargs, rpc_meta)
+        return await self._calls.acall(self._worker(worker_id), "/call", payload, timeout, retries)
 
     def health(self, worker_id: str, timeout: float = 5.0) -> dict:
         return self._calls.health(self._worker(worker_id), timeout)

@@ -261,3 +261,20 @@ def normalize_job(job: Any) -> NormalizedJob:
             "scheduling_strategy.target", strategy.target, "a role cannot colocate with itself"
         )
     return NormalizedJob(role=role, replicas=job.replicas, tasks=tasks, strategy=strategy)
+
+
+def engine_import_path(engine: Any) -> str:
+    """The import path a worker creates ``engine`` from (a path, or a class of a module)."""
+    if isinstance(engine, str):
+        return engine
+    if isinstance(engine, type):
+        if engine.__module__ == "__main__":
+            raise ConfigError(
+                "engine",
+                engine.__qualname__,
+                "define the engine class in an importable module, not in __main__",
+            )
+        return f"{engine.__module__}:{engine.__qualname__}"
+    raise ConfigError(
+        "engine", engine, "pass an import path 'pkg.module.Class' or the class itself"
+    )
