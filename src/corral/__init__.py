@@ -33,11 +33,9 @@ from corral.spec import Job, SchedulingSpec, SchedulingStrategy, Worker
 
 __version__ = "0.1.0"
 
-_LAZY = {"Scheduler": "corral.scheduler", **lazy_exports()}
-
 
 def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
+    module = {"Scheduler": "corral.scheduler", **lazy_exports()}.get(name)
     if module is None:
         raise AttributeError(f"module 'corral' has no attribute {name!r}")
     import importlib
