@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run corral's whole test suite on a fresh machine: installs what the tests need
-# (Python deps; slurm-wlm, munge, etcd via apt), starts the Slurm test cluster,
+# (Python deps; slurm-wlm, munge, etcd, chromium via apt), starts the Slurm test cluster,
 # runs pytest (which starts Ray and etcd itself), and stops what it started.
 #
 #   bash scripts/test.sh [PYTEST ARGS]     install, then test
@@ -47,6 +47,7 @@ install() {
         command -v slurmctld >/dev/null || need_apt+=(slurm-wlm)
         command -v munged >/dev/null || need_apt+=(munge)
         command -v etcd >/dev/null || need_apt+=(etcd-server etcd-client)
+        command -v chromium >/dev/null || need_apt+=(chromium)  # the dashboard's browser tests
     fi
     if ((${#need_apt[@]})); then
         command -v apt-get >/dev/null || {

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from corral.errors import SchedulerError, WorkerConnectionError, WorkerTimeoutError
@@ -34,10 +35,25 @@ def engine_call(
 
 
 class Caller:
-    def __init__(self, secret: str, diagnose: Diagnose):
+    def __init__(self, secret: str, diagnose: Diagnose, stats: Any = None):
         self.client = RPCClient(secret)
         self.async_client = AsyncRPCClient(secret)
         self.diagnose = diagnose
+        self.stats = stats
+        """Engine-call figures per role (``corral.observe.calls.CallStats``), or None."""
+
+    @contextmanager
+    def measured(self, worker: Worker, path: str) -> Iterator[None]:
+        """Count an engine call (``/call``) in ``stats``: in flight, then its time and outcome."""
+        if self.stats is None or path != "/call":
+            yield
+            return
+        started, ok = self.stats.begin(worker.role), False
+        try:
+            yield
+            ok = True
+        finally:
+            self.stats.end(worker.role, started, ok)
 
     def settle(
         self,
@@ -70,6 +86,23 @@ class Caller:
         timeout: float | None = None,
         retries: int = 2,
     ) -> Any:
+        with self.measured(worker, path):
+            return self._call(worker, path, payload, timeout, retries)
+
+    async def acall(
+        self,
+        worker: Worker,
+        path: str,
+        payload: Any,
+        timeout: float | None = None,
+        retries: int = 2,
+    ) -> Any:
+        with self.measured(worker, path):
+            return await self._acall(worker, path, payload, timeout, retries)
+
+    def _call(
+        self, worker: Worker, path: str, payload: Any, timeout: float | None, retries: int
+    ) -> Any:
         request_id = new_request_id()
         for attempt in range(retries + 1):
             try:
@@ -85,13 +118,8 @@ class Caller:
                 self.client.forget(worker.address)
                 self.settle(worker, path, timeout, retries, attempt, exc)
 
-    async def acall(
-        self,
-        worker: Worker,
-        path: str,
-        payload: Any,
-        timeout: float | None = None,
-        retries: int = 2,
+    async def _acall(
+        self, worker: Worker, path: str, payload: Any, timeout: float | None, retries: int
     ) -> Any:
         request_id = new_request_id()
         for attempt in range(retries + 1):

@@ -33,6 +33,7 @@ from corral.errors import ConfigError, WorkerCreationError, WorkerFailedError, W
 from corral.forking import fork_via_worker
 from corral.launcher import Launcher, LaunchRequest
 from corral.lease import ControllerLease
+from corral.observe.publisher import StatsPublisher, make_call_stats
 from corral.paths import TrialPaths
 from corral.rendezvous import rendezvous_envs
 from corral.roles import FORKED, LAUNCHED, REUSED, RoleState, RoleTable
@@ -110,6 +111,8 @@ class Scheduler:
         )
         self._restart_hooks: dict[str, Callable[[Scheduler, str], Any]] = {}
         self._pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="corral-fanout")
+        self._call_stats = make_call_stats()  # per-role call figures for corral dashboard / top
+        self._stats = StatsPublisher(self, self._call_stats)
         self._watch = Watch(
             experiment=self.experiment_name,
             trial=self.trial_name,
@@ -120,7 +123,7 @@ class Scheduler:
             backend=self.backend,
             progress=self.progress,
         )
-        self._calls = Caller(self.secret, self._watch.diagnose)
+        self._calls = Caller(self.secret, self._watch.diagnose, self._call_stats)
         self._watch.probe = lambda w: self._calls.health(w, 0.3)
         self._watch.on_death = self._maybe_restart
         self._teardown = Teardown(
@@ -166,6 +169,11 @@ class Scheduler:
         os.chmod(path, 0o600)
         return path
 
+    def _hold_lease(self) -> None:
+        """The lease workers watch, and the stats file for corral dashboard / top."""
+        self._stats.start()
+        self._lease.hold()
+
     def _key(self, fn, *args) -> str:
         return fn(self.experiment_name, self.trial_name, *args)
 
@@ -208,7 +216,7 @@ class Scheduler:
         self._table.check_new(job, self._n_gpus_per_node, self.launcher, self.backend)
 
     def _launch_role(self, job: NormalizedJob) -> list[str]:
-        self._lease.hold()
+        self._hold_lease()
         self.name_resolve.clear_subtree(self._key(keys.role_prefix, job.role))
         envs = [self.worker_env(job.role, i, spec) for i, spec in enumerate(job.tasks)]
         os.makedirs(self.log_dir, exist_ok=True)
@@ -265,7 +273,7 @@ class Scheduler:
     def _fork_role(
         self, job: NormalizedJob, target_role: str, command: str | None = None
     ) -> list[str]:
-        self._lease.hold()
+        self._hold_lease()
         targets = self._roles[target_role].workers
         self.name_resolve.clear_subtree(self._key(keys.role_prefix, job.role))
         self.progress(f"forking {len(targets)} {job.role} worker(s) next to {target_role}")
@@ -416,6 +424,7 @@ class Scheduler:
             self._teardown.delete(role, reverse_order)
             if not self._roles:
                 self._lease.drop()
+                self._stats.stop()
 
     def close(self) -> None:
         """Delete every worker and release the backend. Safe to call twice."""
