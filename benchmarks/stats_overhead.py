@@ -19,8 +19,9 @@ NAME = "local"
 
 
 def _with(sched, recorder):
-    """Swap the scheduler's recorder (the hook reads ``sched._calls`` on every call)."""
-    old, sched._calls = sched._calls, recorder
+    """Swap the scheduler's recorder (the call path, ``sched._calls``, reads its ``stats``
+    on every call)."""
+    old, sched._calls.stats = sched._calls.stats, recorder
     return old
 
 

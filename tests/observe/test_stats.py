@@ -32,7 +32,13 @@ def test_stats_file_lists_every_worker_with_its_placement_and_is_private(sched):
     ids = _start(sched)
     forked = sched.fork_workers(role="helper", target_role="rollout")
     workers = {w.id: w for w in sched.get_workers("rollout") + sched.get_workers("helper")}
-    snap = wait_stats(sched, lambda s: len(s["workers"]) == 4, what="4 workers")
+    # the file is rewritten every second: one written while the helpers were being forked
+    # lists them as starting, so wait for a snapshot taken after fork_workers returned
+    snap = wait_stats(
+        sched,
+        lambda s: len(s["workers"]) == 4 and all(w["state"] != "starting" for w in s["workers"]),
+        what="4 workers",
+    )
     assert stats_mode(sched) == 0o600
     assert snap["experiment"] == sched.experiment_name and snap["backend"] == sched.backend
     for wid in ids + forked:
