@@ -28,6 +28,16 @@ def require_service(name: str, why: str) -> None:
     pytest.skip(f"{name} unavailable: {why}")
 
 
+def node_of(sched, wid: str) -> str:
+    """The node a worker runs on, as its backend names it (not as the worker reports it)."""
+    if sched.backend == "ray":
+        role, index = wid.split("/")
+        return sched.launcher.placement(role, int(index))["node_id"]
+    if sched.backend == "slurm":
+        return sched.call_engine(wid, "getenv", "e", "SLURMD_NODENAME")
+    return "localhost"
+
+
 @dataclass
 class BackendUnderTest:
     name: str

@@ -154,6 +154,7 @@ class RayWorkerActor:
         ctx = ray.get_runtime_context()
         node_ip = ray.util.get_node_ip_address()
         os.environ[E.BACKEND_ID] = ctx.get_actor_id()
+        os.environ[E.NODE] = ctx.get_node_id()  # the worker's "host" for LOCAL_RANK
         os.environ[E.ADVERTISE_HOST] = advertise_host or node_ip
         for key, value in (visible_devices or {}).items():
             os.environ[key] = value

@@ -26,6 +26,7 @@ ADVERTISE_HOST = "CORRAL_ADVERTISE_HOST"
 BACKEND_ID = "CORRAL_BACKEND_ID"
 FORKED = "CORRAL_FORKED"
 ENGINES = "CORRAL_ENGINES"
+NODE = "CORRAL_NODE"
 
 DEFAULT_LEASE_TIMEOUT = 5.0
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS")
@@ -104,6 +105,13 @@ def advertise_host() -> str:
         return socket.gethostbyname(socket.gethostname())
     except OSError:
         return "127.0.0.1"
+
+
+def node_name() -> str:
+    """The node this worker runs on, as its launcher names it (LOCAL_RANK counts workers per
+    node): ``CORRAL_NODE`` (the Ray backend sets the Ray node id), Slurm's node name, or
+    the hostname. Several Ray or Slurm nodes may share one host (a test cluster)."""
+    return os.environ.get(NODE) or os.environ.get("SLURMD_NODENAME") or socket.gethostname()
 
 
 @dataclass

@@ -23,7 +23,7 @@ from corral.rpc.http import FRAME_TYPE, REQUEST_ID_HEADER, Message
 from corral.rpc.server import Reply, RPCServer
 from corral.worker import env as E
 from corral.worker.engines import EngineHost
-from corral.worker.env import WorkerSettings, advertise_host, read_secret
+from corral.worker.env import WorkerSettings, advertise_host, node_name, read_secret
 from corral.worker.fork import ForkManager
 
 RESULT_CACHE_ENTRIES = 256
@@ -151,7 +151,7 @@ class WorkerRuntime:
         s = self.settings
         info = {
             "pid": os.getpid(),
-            "host": socket.gethostname(),
+            "host": node_name(),
             "worker_ports": self.worker_ports,
             "generation": self.generation,
             "backend_id": s.backend_id,
