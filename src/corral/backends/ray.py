@@ -143,7 +143,7 @@ class RayWorkerActor:
     ):
         import ray
 
-        from corral.worker.env import WorkerSettings, read_secret
+        from corral.worker.env import WorkerSettings, node_name, read_secret
         from corral.worker.runtime import ControllerWatch, WorkerRuntime
 
         self._done = threading.Event()
@@ -185,7 +185,8 @@ class RayWorkerActor:
         self._info = {
             "address": self.runtime.address,
             "pid": os.getpid(),
-            "host": socket.gethostname(),
+            "host": node_name(),  # as the worker registers it (the Ray node id)
+            "hostname": socket.gethostname(),
             "node_ip": node_ip,
             "node_id": ctx.get_node_id(),
             "actor_id": ctx.get_actor_id(),
@@ -839,7 +840,7 @@ class RayLauncher(Launcher):
             if ready:
                 try:
                     info = ray.get(r.info_ref, timeout=1)
-                    if info.get("host") == socket.gethostname():
+                    if info.get("hostname") == socket.gethostname():
                         pids.append(info["pid"])
                 except Exception:
                     pass
