@@ -23,10 +23,14 @@ from corral.errors import (
     EngineCallError,
     EngineCreationError,
     EngineImportError,
+    PlacementError,
+    ResourceLimitError,
     SchedulerError,
+    TrialInUseError,
     WorkerCreationError,
     WorkerFailedError,
     WorkerNotFoundError,
+    WorkerPreemptedError,
     WorkerTimeoutError,
 )
 from corral.spec import Job, SchedulingSpec, SchedulingStrategy, Worker
@@ -49,5 +53,5 @@ __all__ = [
     "Worker", "Scheduler", "LocalScheduler", "RayScheduler", "SlurmScheduler",
     "CorralError", "ConfigError", "SchedulerError", "WorkerCreationError", "WorkerTimeoutError",
     "WorkerFailedError", "WorkerNotFoundError", "EngineCreationError", "EngineImportError",
-    "EngineCallError",
+    "EngineCallError", "TrialInUseError", "PlacementError", "ResourceLimitError", "WorkerPreemptedError",
 ]  # fmt: skip

@@ -96,3 +96,26 @@ class AuthenticationError(CorralError):
 
 class NameResolveError(CorralError):
     """Name-resolve could not be reached or refused an operation."""
+
+
+class TrialInUseError(SchedulerError):
+    """Another live controller runs this experiment/trial; names that run and how to proceed."""
+
+    def __init__(self, message: str, holder: object = None):
+        self.holder = holder
+        super().__init__(message)
+
+
+class PlacementError(ConfigError, WorkerCreationError):
+    """A request that can never be placed on this cluster (more than it has in total, or a
+    queue reason that cannot clear). Raised within seconds, never after a timeout."""
+
+
+class WorkerPreemptedError(WorkerFailedError):
+    """The worker was preempted (its Slurm job requeued, its Ray node lost). Calls to it
+    fail with this error until the role is back; ``Scheduler.wait_role(role)`` waits."""
+
+
+class ResourceLimitError(WorkerCreationError):
+    """The controller's own limits (open files, ...) cannot hold the workers asked for;
+    names the limit, its value and how to raise it."""

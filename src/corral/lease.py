@@ -1,51 +1,90 @@
-"""The controller's lease: a heartbeat in name-resolve that workers watch.
-
-A worker whose controller stops renewing it for ``lease_timeout`` seconds exits."""
+"""Holding a trial while this run has workers: the controller lease (``corral.runs``:
+claimed before anything starts, renewed every second, a dead run's leftovers cleaned
+up), the trial secret file, the stats file of ``corral dashboard`` and the background
+health monitor. All are taken together with the first role and given back with the last.
+"""
 
 from __future__ import annotations
 
-import json
-import logging
-import os
-import socket
-import threading
+from collections.abc import Callable
+from typing import Any
 
 from corral.discovery.base import NameResolve
+from corral.leftovers import clean_dead_run
+from corral.paths import write_private
+from corral.runs import ControllerLease, Lease
 
-log = logging.getLogger("corral")
-LEASE_BEAT_SECONDS = 1.0
 
-
-class ControllerLease:
-    def __init__(self, name_resolve: NameResolve, key: str):
+class TrialHold:
+    def __init__(
+        self,
+        *,
+        name_resolve: NameResolve,
+        experiment: str,
+        trial: str,
+        run_id: str,
+        lease_timeout: float,
+        secret: str,
+        secret_file: str,
+        remove_leftovers: Callable[[str, str], list[str]],
+        stats: Any,
+        monitor: Any,
+        progress: Callable[[str], None],
+    ):
         self.name_resolve = name_resolve
-        self.key = key
-        self._stop: threading.Event | None = None
+        self.experiment = experiment
+        self.trial = trial
+        self.secret = secret
+        self.secret_file = secret_file
+        self.remove_leftovers = remove_leftovers
+        self.stats = stats
+        self.monitor = monitor
+        self.progress = progress
+        self.lease = ControllerLease(name_resolve, experiment, trial, run_id, lease_timeout)
 
-    def hold(self) -> None:
-        """Write the lease and renew it every second until ``drop`` (no-op if held)."""
-        if self._stop is not None:
-            return
-        self._stop = threading.Event()
-        beat = {"pid": os.getpid(), "host": socket.gethostname(), "n": 0}
-        self.name_resolve.add(self.key, json.dumps(beat), replace=True)
+    @property
+    def held(self) -> bool:
+        return self.lease.held
 
-        def renew(stop: threading.Event) -> None:
-            while not stop.wait(LEASE_BEAT_SECONDS):
-                beat["n"] += 1
-                try:
-                    self.name_resolve.add(self.key, json.dumps(beat), replace=True)
-                except Exception as exc:
-                    log.warning("could not renew the controller lease: %s", exc)
-
-        threading.Thread(target=renew, args=(self._stop,), name="corral-lease", daemon=True).start()
-
-    def drop(self) -> None:
-        if self._stop is None:
-            return
-        self._stop.set()
-        self._stop = None
+    def _read_secret(self) -> str | None:
         try:
-            self.name_resolve.delete(self.key)
-        except Exception:
-            pass
+            with open(self.secret_file) as fh:
+                return fh.read().strip() or None
+        except OSError:
+            return None
+
+    def hold(self) -> list[str]:
+        """Claim the trial (no-op if held); returns what a dead run left and was removed.
+        The secret is written only now: a second live controller, refused by the claim,
+        must not overwrite the secret of the run it would clash with."""
+        if self.lease.held:
+            return []
+        old_secret = self._read_secret()
+
+        def cleanup(old: Lease) -> list[str]:
+            removed = clean_dead_run(
+                self.name_resolve,
+                self.experiment,
+                self.trial,
+                old,
+                old_secret,
+                self.remove_leftovers,
+            )
+            if removed:
+                self.progress(
+                    f"cleaned up after the dead controller of {self.experiment}/{self.trial} "
+                    f"({old.describe()}): " + "; ".join(removed)
+                )
+            return removed
+
+        removed = self.lease.claim(cleanup)
+        write_private(self.secret_file, self.secret)
+        self.stats.start()  # the stats file for corral dashboard / top (checks its env first)
+        self.monitor.start()
+        return removed
+
+    def release(self) -> None:
+        self.monitor.stop()
+        if self.lease.held:
+            self.stats.stop()
+        self.lease.release()

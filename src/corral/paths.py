@@ -11,6 +11,8 @@ import getpass
 import os
 from dataclasses import dataclass
 
+from corral.errors import ConfigError
+
 MERGED_LOG_NAME = "merged.log"
 
 
@@ -31,8 +33,50 @@ def records_root(fileroot: str) -> str:
     return os.path.join(fileroot, "name_resolve")
 
 
+def check_dir(path: str, field_name: str, create: bool = True) -> None:
+    """ConfigError (field, path, fix) unless ``path`` is, or can become, a writable
+    directory. ``create=False`` checks without creating anything (dry runs)."""
+    if create:
+        try:
+            os.makedirs(path, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(
+                field_name, path, f"cannot create it ({exc.strerror}); use a writable directory"
+            ) from None
+    existing = path
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise ConfigError(
+            field_name, path, f"cannot create it ({existing} is a file); use a writable directory"
+        )
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(field_name, path, "it is not writable; use a writable directory")
+
+
+def write_private(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` readable by this user only (0600, directory 0700)."""
+    directory = os.path.dirname(path)
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    os.chmod(directory, 0o700)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    os.chmod(path, 0o600)
+
+
+def secret_dir(fileroot: str, experiment: str, trial: str) -> str:
+    """The trial's private directory (0700): its secret and the controller's stats."""
+    return os.path.join(fileroot, "secrets", experiment, trial)
+
+
 def secret_file(fileroot: str, experiment: str, trial: str) -> str:
-    return os.path.join(fileroot, "secrets", experiment, trial, "secret")
+    return os.path.join(secret_dir(fileroot, experiment, trial), "secret")
+
+
+def stats_file(fileroot: str, experiment: str, trial: str) -> str:
+    """The controller's stats snapshot that ``corral dashboard`` and ``corral top`` read."""
+    return os.path.join(secret_dir(fileroot, experiment, trial), "stats.json")
 
 
 @dataclass(frozen=True)
@@ -70,6 +114,10 @@ class TrialPaths:
         """Written by a Slurm task when its worker exits on its own: the exit code."""
         return os.path.join(self.log_dir, role, f"{index}.exit")
 
+    def place_file(self, role: str, index: int) -> str:
+        """Written by a Slurm restart step: the node and devices it runs on."""
+        return os.path.join(self.log_dir, role, f"{index}.place")
+
     def sbatch_log(self, role: str) -> str:
         """Slurm's own output of the role's batch script (srun errors, bash errors)."""
         return os.path.join(self.log_dir, f"{role}.sbatch.log")
@@ -90,6 +138,10 @@ class TrialPaths:
     @property
     def secret_file(self) -> str:
         return secret_file(self._root(), self.experiment, self.trial)  # type: ignore[arg-type]
+
+    @property
+    def stats_file(self) -> str:
+        return stats_file(self._root(), self.experiment, self.trial)  # type: ignore[arg-type]
 
     @property
     def records(self) -> str:

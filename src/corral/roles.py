@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from corral.errors import ConfigError, WorkerNotFoundError
+from corral.errors import ConfigError, PlacementError, WorkerFailedError, WorkerNotFoundError
 from corral.launcher import Launcher
 from corral.spec import NormalizedJob, Worker
 
@@ -27,6 +27,8 @@ class RoleTable:
     def __init__(self) -> None:
         self.roles: dict[str, RoleState] = {}
         self.ids: dict[str, Worker] = {}
+        self.unrestartable: dict[str, str] = {}
+        """worker id -> why its restart failed (later calls raise that)."""
 
     def __contains__(self, role: object) -> bool:
         return role in self.roles
@@ -43,7 +45,18 @@ class RoleTable:
             raise WorkerNotFoundError(f"no role {role!r} (roles: {self.known()})")
         return state
 
+    def watched(self) -> dict[str, list[str]]:
+        """Role -> worker ids of the roles with processes of their own (health monitor)."""
+        return {
+            role: [w.id for w in state.workers]
+            for role, state in list(self.roles.items())
+            if state.kind != REUSED
+        }
+
     def worker(self, worker_id: str) -> Worker:
+        why = self.unrestartable.get(worker_id)
+        if why is not None:
+            raise WorkerFailedError(worker_id, f"died and could not be restarted: {why}")
         worker = self.ids.get(worker_id)
         if worker is None:
             raise WorkerNotFoundError(f"no worker {worker_id!r}; known roles: {self.known()}")
@@ -99,7 +112,7 @@ def check_resources(
     """The checks of a role that gets processes of its own (also used by dry runs)."""
     for i, spec in enumerate(job.tasks):
         if spec.gpu > n_gpus_per_node:
-            raise ConfigError(
+            raise PlacementError(
                 f"job.tasks[{i}].gpu",
                 spec.gpu,
                 f"a worker cannot use more GPUs than a node has (n_gpus_per_node={n_gpus_per_node})",

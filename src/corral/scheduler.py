@@ -7,7 +7,7 @@ once for all backends and answers the public API with them:
 - ``corral.watch``: waiting for registration, deaths, diagnosis after a broken call;
 - ``corral.calls``: every request to a worker (one retry policy, sync and async);
 - ``corral.teardown``: retiring roles in order;
-- ``corral.lease``: the controller's heartbeat that workers watch;
+- ``corral.lease``: holding the trial (lease, secret, stats file, health monitor);
 - ``corral.worker.env``: the environment contract with the worker process;
 - ``corral.paths``: where the trial's files are.
 """
@@ -29,14 +29,23 @@ from corral import keys
 from corral.calls import Caller, engine_call
 from corral.config import cluster_field, scheduler_field
 from corral.discovery import NameResolve, make_name_resolve
-from corral.errors import ConfigError, WorkerCreationError, WorkerFailedError, WorkerNotFoundError
+from corral.errors import (
+    ConfigError,
+    CorralError,
+    WorkerCreationError,
+    WorkerFailedError,
+    WorkerNotFoundError,
+)
+from corral.fdlimit import ensure_fds, is_fd_exhaustion, too_many_files
 from corral.forking import fork_via_worker
-from corral.launcher import Launcher, LaunchRequest
-from corral.lease import ControllerLease
+from corral.health import DEFAULT_INTERVAL, HealthMonitor, WorkerHealth, health_key
+from corral.launcher import Launcher, LaunchRequest, WorkerExit
+from corral.lease import TrialHold
 from corral.observe.publisher import StatsPublisher, make_call_stats
-from corral.paths import TrialPaths
+from corral.paths import TrialPaths, check_dir
 from corral.rendezvous import rendezvous_envs
 from corral.roles import FORKED, LAUNCHED, REUSED, RoleState, RoleTable
+from corral.runs import new_run_id
 from corral.spec import (
     NormalizedJob,
     SchedulingSpec,
@@ -71,6 +80,8 @@ class Scheduler:
         name_resolve: NameResolve | None = None,
         lease_timeout: float = E.DEFAULT_LEASE_TIMEOUT,
         progress: Callable[[str], None] | None = None,
+        on_worker_death: Callable[[str, WorkerExit], Any] | None = None,
+        health_interval: float = DEFAULT_INTERVAL,
     ):
         self.exp_config = exp_config
         self.experiment_name = validate_role_name(
@@ -101,18 +112,36 @@ class Scheduler:
         self.lease_timeout = lease_timeout
         self.launcher = launcher
         self.progress = progress or (lambda text: log.info(text))
+        launcher.progress = self.progress
         self.secret = secrets.token_hex(32)
-        self.secret_file = self._write_secret()
+        self.secret_file = self.paths.secret_file  # written when the run claims its trial
+        self.run_id = new_run_id()
+        self.removed_leftovers: list[str] = []
         self._table = RoleTable()
         self._roles = self._table.roles  # role -> RoleState (read by tests and tools)
         self._lock = threading.RLock()
-        self._lease = ControllerLease(
-            self.name_resolve, keys.controller_key(self.experiment_name, self.trial_name)
-        )
         self._restart_hooks: dict[str, Callable[[Scheduler, str], Any]] = {}
         self._pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="corral-fanout")
         self._call_stats = make_call_stats()  # per-role call figures for corral dashboard / top
         self._stats = StatsPublisher(self, self._call_stats)
+        self.monitor = HealthMonitor(
+            self._table.watched, launcher.poll, self._record_health, self.progress, health_interval
+        )
+        if on_worker_death is not None:
+            self.monitor.callbacks.append(on_worker_death)
+        self._hold = TrialHold(
+            name_resolve=self.name_resolve,
+            experiment=self.experiment_name,
+            trial=self.trial_name,
+            run_id=self.run_id,
+            lease_timeout=lease_timeout,
+            secret=self.secret,
+            secret_file=self.secret_file,
+            remove_leftovers=launcher.remove_leftovers,
+            stats=self._stats,
+            monitor=self.monitor,
+            progress=self.progress,
+        )
         self._watch = Watch(
             experiment=self.experiment_name,
             trial=self.trial_name,
@@ -134,6 +163,7 @@ class Scheduler:
             roles=self._table,
             caller=self._calls,
             fan_out=self._fan_out,
+            forget=self.monitor.forget,
         )
         self._closed = False
         _live_schedulers.add(self)
@@ -149,30 +179,32 @@ class Scheduler:
 
     @staticmethod
     def _ensure_dir(path: str, field_name: str) -> None:
-        try:
-            os.makedirs(path, exist_ok=True)
-        except OSError as exc:
-            raise ConfigError(
-                field_name, path, f"cannot create it ({exc.strerror}); use a writable directory"
-            ) from None
-        if not os.access(path, os.W_OK | os.X_OK):
-            raise ConfigError(field_name, path, "it is not writable; use a writable directory")
-
-    def _write_secret(self) -> str:
-        path = self.paths.secret_file
-        directory = os.path.dirname(path)
-        os.makedirs(directory, mode=0o700, exist_ok=True)
-        os.chmod(directory, 0o700)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(self.secret)
-        os.chmod(path, 0o600)
-        return path
+        check_dir(path, field_name)
 
     def _hold_lease(self) -> None:
-        """The lease workers watch, and the stats file for corral dashboard / top."""
-        self._stats.start()
-        self._lease.hold()
+        """Claim the trial for this run before anything starts (see corral.lease)."""
+        if not self._hold.held:
+            self.removed_leftovers = self._hold.hold()
+
+    # ------------------------------------------------------------ health monitor
+    def _record_health(self, role: str, index: int, health: WorkerHealth) -> None:
+        key = health_key(self.experiment_name, self.trial_name, role, index)
+        self.name_resolve.add(key, health.dump(self.run_id), replace=True)
+
+    def on_worker_death(self, callback: Callable[[str, WorkerExit], Any]) -> None:
+        """Call ``callback(worker_id, exit)`` from the health monitor's thread when a
+        worker is found dead (within ``health_interval`` plus the backend's own delay),
+        whether or not a call to it is in flight."""
+        self.monitor.callbacks.append(callback)
+
+    def worker_status(self) -> dict[str, str]:
+        """``worker_id -> "alive"`` or ``"dead: <reason>"``, as the health monitor knows."""
+        status = {}
+        for ids in self._table.watched().values():
+            for worker_id in ids:
+                dead = self.monitor.dead.get(worker_id)
+                status[worker_id] = f"dead: {dead.reason}" if dead else "alive"
+        return status
 
     def _key(self, fn, *args) -> str:
         return fn(self.experiment_name, self.trial_name, *args)
@@ -190,6 +222,7 @@ class Scheduler:
             port_count=spec.port_count,
             lease_timeout=self.lease_timeout,
             cpu=spec.cpu,
+            run_id=self.run_id,
             secret=self.secret if by_env else None,
             secret_file=None if by_env else self.secret_file,
             engines=spec.engines,
@@ -216,6 +249,7 @@ class Scheduler:
         self._table.check_new(job, self._n_gpus_per_node, self.launcher, self.backend)
 
     def _launch_role(self, job: NormalizedJob) -> list[str]:
+        ensure_fds(job.replicas * self.launcher.fds_per_worker, f"role {job.role!r}")
         self._hold_lease()
         self.name_resolve.clear_subtree(self._key(keys.role_prefix, job.role))
         envs = [self.worker_env(job.role, i, spec) for i, spec in enumerate(job.tasks)]
@@ -232,9 +266,14 @@ class Scheduler:
                 job.role, job.replicas, self.startup_timeout
             )
             self._rendezvous(job.role, state.workers)
-        except BaseException:
+        except BaseException as exc:
             self._roles.pop(job.role, None)
             self._teardown.stop_launched(job.role)
+            if is_fd_exhaustion(exc):
+                import resource
+
+                soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+                raise too_many_files(f"role {job.role!r}", job.replicas * 5, soft, hard) from exc
             raise
         self._table.add_workers(state.workers)
         self.progress(
@@ -327,10 +366,17 @@ class Scheduler:
         with self._lock:
             self.name_resolve.delete(self._key(keys.worker_address_key, worker.role, worker.index))
             env = self.worker_env(worker.role, worker.index, spec)
-            self.launcher.restart(worker.role, worker.index, env)
-            new = self._watch.await_one(worker.role, worker.index, self.startup_timeout)
+            try:
+                self.launcher.restart(worker.role, worker.index, env)
+                new = self._watch.await_one(worker.role, worker.index, self.startup_timeout)
+            except CorralError as exc:
+                # later calls get this, not a misleading connection error
+                self._table.unrestartable[worker.id] = str(exc)
+                failure.args = (failure.args[0] + f"\nrestarting it failed: {exc}",)
+                return
             state.workers[worker.index] = new
             self._table.add_workers([new])
+            self.monitor.forget(new.id)
             self._rendezvous(worker.role, state.workers, only=[worker.index])
         hook = self._restart_hooks.get(worker.role)
         if hook is not None:
@@ -423,8 +469,7 @@ class Scheduler:
         with self._lock:
             self._teardown.delete(role, reverse_order)
             if not self._roles:
-                self._lease.drop()
-                self._stats.stop()
+                self._hold.release()
 
     def close(self) -> None:
         """Delete every worker and release the backend. Safe to call twice."""
@@ -434,6 +479,7 @@ class Scheduler:
             self.delete_workers()
         finally:
             self._closed = True
+            self.monitor.stop()
             self._calls.close()
             self._pool.shutdown(wait=False)
             self.launcher.close()

@@ -34,6 +34,7 @@ class Teardown:
         roles: RoleTable,
         caller: Caller,
         fan_out: Callable[[Callable[[Any], Any], list], list],
+        forget: Callable[[str], None],
     ):
         self.experiment = experiment
         self.trial = trial
@@ -42,6 +43,8 @@ class Teardown:
         self.roles = roles
         self.caller = caller
         self.fan_out = fan_out
+        self.forget = forget
+        """Drop a worker from the health monitor."""
 
     def delete(self, role: str | None, reverse_order: bool) -> None:
         """``role`` and its dependents, or every role (dependents first)."""
@@ -68,6 +71,8 @@ class Teardown:
             return
         for w in state.workers:
             self.roles.ids.pop(w.id, None)
+            self.roles.unrestartable.pop(w.id, None)
+            self.forget(w.id)
         if state.kind == FORKED:
             self.fan_out(lambda w: self._kill_forked(w, state.target), state.workers)
         else:
@@ -76,7 +81,8 @@ class Teardown:
             self.stop_launched(role)
         try:
             self.name_resolve.clear_subtree(keys.role_prefix(self.experiment, self.trial, role))
-            self.name_resolve.clear_subtree(f"{self.experiment}/{self.trial}/_info/{role}")
+            for kind in ("_info", "_health"):
+                self.name_resolve.clear_subtree(f"{self.experiment}/{self.trial}/{kind}/{role}")
         except Exception as exc:
             log.warning("could not clear name-resolve entries of %s: %s", role, exc)
 

@@ -15,8 +15,10 @@ from corral import keys
 from corral.discovery.base import NameResolve
 from corral.errors import (
     CorralError,
+    PlacementError,
     SchedulerError,
     WorkerConnectionError,
+    WorkerCreationError,
     WorkerFailedError,
     WorkerTimeoutError,
 )
@@ -72,7 +74,9 @@ class Watch:
     def await_registration(self, role: str, replicas: int, timeout: float) -> list[Worker]:
         deadline = time.monotonic() + timeout
         found: dict[int, Worker] = {}
-        next_poll = next_report = 0.0
+        next_poll = next_report = next_reason = 0.0
+        started = time.monotonic()
+        last_reason: str | None = None
         interval = 0.005
         while True:
             now = time.monotonic()
@@ -88,7 +92,21 @@ class Watch:
                 if dead:
                     index, exit_ = sorted(dead.items())[0]
                     raise self.failure(f"{role}/{index}", exit_, role, index, "while starting")
+                hopeless = self.launcher.hopeless(role)
+                if hopeless:
+                    raise PlacementError(
+                        f"{role}: placement",
+                        f"{replicas} worker(s)",
+                        f"{role} can never be placed: {hopeless}. Lower replicas or "
+                        "resources, or pick another partition",
+                    )
                 next_poll = now + STATUS_POLL_SECONDS
+            if now >= next_reason and len(found) < replicas:
+                reason = self.launcher.pending_reason(role)
+                if reason and reason != last_reason and now - started > 1.0:
+                    self.progress(f"waiting for {role} ({len(found)}/{replicas} ready): {reason}")
+                    last_reason = reason
+                next_reason = now + 1.0
             if now >= deadline:
                 reason = self.launcher.pending_reason(role)
                 missing = [f"{role}/{i}" for i in range(replicas) if i not in found]
@@ -106,6 +124,7 @@ class Watch:
 
     def await_one(self, role: str, index: int, timeout: float) -> Worker:
         deadline = time.monotonic() + timeout
+        next_reason, last_reason = time.monotonic() + 1.0, None
         while time.monotonic() < deadline:
             worker = self.read_worker(role, index)
             if worker is not None:
@@ -113,8 +132,21 @@ class Watch:
             dead = self.launcher.poll(role)
             if index in dead:
                 raise self.failure(f"{role}/{index}", dead[index], role, index, "while restarting")
+            hopeless = self.launcher.hopeless(role)
+            if hopeless:
+                raise WorkerCreationError(f"restarting {role}/{index} is impossible: {hopeless}")
+            if time.monotonic() >= next_reason:
+                reason = self.launcher.pending_reason(role)
+                if reason and reason != last_reason:
+                    self.progress(f"waiting for the restart of {role}/{index}: {reason}")
+                    last_reason = reason
+                next_reason = time.monotonic() + 1.0
             time.sleep(0.02)
-        raise WorkerTimeoutError(f"restarted worker {role}/{index} not ready after {timeout:.0f}s")
+        reason = self.launcher.pending_reason(role)
+        raise WorkerTimeoutError(
+            f"restarted worker {role}/{index} not ready after {timeout:.0f}s"
+            + (f"; backend says: {reason}" if reason else "")
+        )
 
     # ---------------------------------------------------------------- deaths
     def failure(

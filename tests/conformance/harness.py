@@ -43,14 +43,22 @@ class BackendUnderTest:
     name: str
     make: Callable[..., Scheduler]
     gpus_per_node: int = 4
+    nodes: int = 1
     fileroot: str = "/tmp/corral-conformance"
     controller_env: dict = field(default_factory=dict)
     leftovers: Callable[[str, str], list[str]] = field(default=lambda exp, trial: [])
 
-    def scheduler(self, name_resolve: dict | None = None, **kwargs) -> Scheduler:
-        """A scheduler for a fresh trial; ``name_resolve`` overrides cluster.name_resolve."""
-        experiment = f"conf-{self.name}"
-        trial = f"t{uuid.uuid4().hex[:8]}"
+    def scheduler(
+        self,
+        name_resolve: dict | None = None,
+        experiment: str | None = None,
+        trial: str | None = None,
+        **kwargs,
+    ) -> Scheduler:
+        """A scheduler for a fresh trial (or the names given); ``name_resolve`` overrides
+        cluster.name_resolve."""
+        experiment = experiment or f"conf-{self.name}"
+        trial = trial or f"t{uuid.uuid4().hex[:8]}"
         cfg = BaseExperimentConfig(experiment_name=experiment, trial_name=trial)
         cfg.cluster.n_gpus_per_node = self.gpus_per_node
         for key, value in (name_resolve or {}).items():

@@ -106,3 +106,14 @@ def test_a_dead_controller_pid_counts_only_on_the_same_host(same_host):
             assert watch.lost == [f"controller pid {gone.pid} is gone"]
         else:
             assert watch.lost == [], "a pid on another host was checked on this one"
+
+
+def test_a_lease_taken_by_another_run_is_lost_at_once():
+    rt = _runtime(lease=600)
+    rt.settings.run_id = "oldrun"
+    with _Watch(rt) as watch:
+        rt.name_resolve.add(watch.key, '{"run_id": "oldrun", "n": 0}', replace=True)
+        assert not watch.done.wait(1.5)  # its own run's lease: kept
+        rt.name_resolve.add(watch.key, '{"run_id": "newrun", "n": 0}', replace=True)
+        assert watch.done.wait(10), "a lease of another run was never noticed"
+    assert "belongs to run newrun" in watch.lost[0]

@@ -10,7 +10,7 @@ import threading
 from typing import Any
 
 from corral.config import cluster_field
-from corral.errors import ConfigError
+from corral.errors import ConfigError, PlacementError
 from corral.launcher import Launcher, LaunchRequest, WorkerExit
 from corral.logs import LogPump, replica_log_path
 from corral.procs import describe_returncode, spawn, stop_process_groups
@@ -28,6 +28,7 @@ def detect_gpu_devices() -> list[int]:
 
 class LocalLauncher(Launcher):
     name = "local"
+    fds_per_worker = 5  # output pipe, three log files, a connection
 
     def __init__(self, gpu_devices: list[int] | None = None):
         devices = detect_gpu_devices() if gpu_devices is None else list(gpu_devices)
@@ -41,13 +42,13 @@ class LocalLauncher(Launcher):
         self._gpus: dict[str, list[list[int]]] = {}
         self._specs: dict[str, tuple] = {}
         self._log_dir = ""
-        self._pump = LogPump()
+        self._pump = LogPump(on_error=lambda text: self.progress(text))
         self._lock = threading.Lock()
 
     def check(self, job: NormalizedJob) -> None:
         need = job.total_gpus
         if need > len(self._free):
-            raise ConfigError(
+            raise PlacementError(
                 f"{job.role}: gpu per worker x replicas",
                 need,
                 f"only {len(self._free)} of {len(self.devices)} GPUs are free on this machine "

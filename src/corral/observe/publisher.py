@@ -16,7 +16,6 @@ from corral.observe.calls import CallStats, NullCallStats
 from corral.observe.snapshot import SnapshotBuilder
 
 log = logging.getLogger("corral")
-STATS_FILE = "stats.json"
 INTERVAL_SECONDS = 1.0
 METRICS_ENV = "CORRAL_METRICS_PORT"  # set to a port (0: any free one) to serve Prometheus text
 METRICS_HOST_ENV = "CORRAL_METRICS_HOST"  # default 127.0.0.1
@@ -49,7 +48,7 @@ class StatsPublisher:
         self.scheduler = scheduler
         self.calls = calls
         self.interval = interval
-        self.path = os.path.join(os.path.dirname(scheduler.secret_file), STATS_FILE)
+        self.path = scheduler.paths.stats_file
         self.builder = SnapshotBuilder(scheduler)
         self.latest: dict | None = None
         self.metrics_server = None

@@ -26,6 +26,7 @@ ADVERTISE_HOST = "CORRAL_ADVERTISE_HOST"
 BACKEND_ID = "CORRAL_BACKEND_ID"
 FORKED = "CORRAL_FORKED"
 ENGINES = "CORRAL_ENGINES"
+RUN_ID = "CORRAL_RUN_ID"
 NODE = "CORRAL_NODE"
 
 DEFAULT_LEASE_TIMEOUT = 5.0
@@ -49,6 +50,7 @@ def worker_environment(
     port_count: int,
     lease_timeout: float,
     cpu: int,
+    run_id: str = "",
     secret: str | None = None,
     secret_file: str | None = None,
     engines: dict | None = None,
@@ -69,6 +71,7 @@ def worker_environment(
         LEASE_TIMEOUT: str(lease_timeout),
         CONTROLLER_PID: str(os.getpid()),
         CONTROLLER_HOST: socket.gethostname(),
+        RUN_ID: run_id,
         "PYTHONUNBUFFERED": "1",
     }
     if secret is not None:
@@ -131,6 +134,7 @@ class WorkerSettings:
     backend_id: str | None
     forked: bool
     engines: dict
+    run_id: str = ""
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> WorkerSettings:
@@ -162,6 +166,7 @@ class WorkerSettings:
             backend_id=env.get(BACKEND_ID) or None,
             forked=env.get(FORKED) == "1",
             engines=json.loads(env.get(ENGINES) or "{}"),
+            run_id=env.get(RUN_ID, ""),
         )
 
     @property

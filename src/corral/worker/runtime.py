@@ -156,6 +156,7 @@ class WorkerRuntime:
             "generation": self.generation,
             "backend_id": s.backend_id,
             "forked": s.forked,
+            "run_id": s.run_id,
             "gpus": os.environ.get("CUDA_VISIBLE_DEVICES"),
         }
         self.name_resolve.add(
@@ -182,14 +183,16 @@ class WorkerRuntime:
         finally:
             self.forks.kill_all()
             self.engines.close()
-            for key in (
-                keys.worker_address_key(s.experiment, s.trial, s.role, s.index),
-                keys.worker_info_key(s.experiment, s.trial, s.role, s.index),
-            ):
-                try:
-                    self.name_resolve.delete(key)
-                except Exception:
-                    pass
+            address_key = keys.worker_address_key(s.experiment, s.trial, s.role, s.index)
+            try:
+                # a newer worker (a restart, another run) may own the names by now
+                if self.name_resolve.get(address_key) == self.address:
+                    self.name_resolve.delete(address_key)
+                    self.name_resolve.delete(
+                        keys.worker_info_key(s.experiment, s.trial, s.role, s.index)
+                    )
+            except Exception:
+                pass
             self.server.stop()
 
     # dispatch --------------------------------------------------------------
@@ -322,10 +325,24 @@ class ControllerWatch:
                 continue
             if value is None:
                 return self.on_lost("controller lease removed")
+            owner, mine = _lease_run_id(value), getattr(s, "run_id", "")
+            if mine and owner and owner != mine:
+                return self.on_lost(
+                    f"the trial's lease now belongs to run {owner}, not this worker's run "
+                    f"{mine} (a new controller took over the trial)"
+                )
             if value != last_value:
                 last_value, last_change = value, time.monotonic()
             elif time.monotonic() - last_change > s.lease_timeout:
                 return self.on_lost(f"controller lease not renewed for {s.lease_timeout:.0f}s")
+
+
+def _lease_run_id(raw: str) -> str:
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return ""
+    return str(value.get("run_id", "")) if isinstance(value, dict) else ""
 
 
 def main() -> None:
