@@ -36,6 +36,7 @@ BACKENDS = {
     "local": "bench_local",
     "ray": "bench_ray",
     "slurm": "bench_slurm",
+    "scale": "bench_scale",
 }
 
 

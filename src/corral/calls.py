@@ -137,6 +137,35 @@ class Caller:
                 # the diagnosis polls the backend and may sleep: off the event loop
                 await asyncio.to_thread(self.settle, worker, path, timeout, retries, attempt, exc)
 
+    async def acall_all(self, requests: list[tuple[Worker, str, Any]]) -> list[Any]:
+        """``acall`` each ``(worker, path, payload)`` at once; then the connections of this
+        batch are closed (it runs on the controller's own loop, see ``corral.ioloop``)."""
+        try:
+            return await asyncio.gather(*(self.acall(w, path, body) for w, path, body in requests))
+        finally:
+            self.async_client.forget_all()
+
+    async def retire(self, workers: list[Worker]) -> None:
+        """Destroy every worker's engines, then ask each to exit (Slurm jobs then complete
+        without scancel's SIGTERM/SIGKILL sequence); failures are only logged: the backend
+        stops whatever is left."""
+
+        async def quietly(worker: Worker, path: str, timeout: float) -> None:
+            try:
+                await self.async_client.request(
+                    worker.address, path, {}, timeout=timeout, identity=worker.identity
+                )
+            except Exception as exc:
+                log.debug("%s on %s: %s", path, worker.id, exc)
+
+        try:
+            await asyncio.gather(*(quietly(w, "/destroy_engines", 5.0) for w in workers))
+            await asyncio.gather(*(quietly(w, "/shutdown", 2.0) for w in workers))
+        finally:
+            for w in workers:
+                self.async_client.forget(w.address)
+                self.client.forget(w.address)
+
     def health(self, worker: Worker, timeout: float) -> dict:
         return self.client.request(
             worker.address, "/health", method="GET", timeout=timeout, identity=worker.identity

@@ -174,18 +174,16 @@ def cmd_stop(args: argparse.Namespace) -> int:
 
 def cmd_dashboard(args: argparse.Namespace) -> int:
     from corral.observe.dashboard import run_dashboard
+    from corral.observe.source import TrialSource
 
     if bool(args.experiment) != bool(args.trial):
         print("corral dashboard: give both EXPERIMENT and TRIAL, or neither", file=sys.stderr)
         return 2
     secret = _secret(args.fileroot, args.experiment, args.trial) if args.trial else None
     run_dashboard(
-        args.fileroot,
-        args.experiment,
-        args.trial,
+        TrialSource(args.fileroot, args.experiment, args.trial, args.max_age, _name_resolve(args)),
         host=args.host,
         port=args.port,
-        max_age=args.max_age,
         trial_secret=secret,
         print_fn=lambda text: print(text, flush=True),
     )
@@ -199,7 +197,9 @@ def cmd_top(args: argparse.Namespace) -> int:
     if bool(args.experiment) != bool(args.trial):
         print("corral top: give both EXPERIMENT and TRIAL, or neither", file=sys.stderr)
         return 2
-    source = TrialSource(args.fileroot, args.experiment, args.trial, max_age=args.max_age)
+    source = TrialSource(
+        args.fileroot, args.experiment, args.trial, args.max_age, _name_resolve(args)
+    )
     return run_top(source, once=args.once, interval=args.interval)
 
 

@@ -39,6 +39,7 @@ from corral.errors import (
 from corral.fdlimit import ensure_fds, is_fd_exhaustion, too_many_files
 from corral.forking import fork_via_worker
 from corral.health import DEFAULT_INTERVAL, HealthMonitor, WorkerHealth, health_key
+from corral.ioloop import IOLoop
 from corral.launcher import Launcher, LaunchRequest, WorkerExit
 from corral.lease import TrialHold
 from corral.observe.publisher import StatsPublisher, make_call_stats
@@ -121,7 +122,10 @@ class Scheduler:
         self._roles = self._table.roles  # role -> RoleState (read by tests and tools)
         self._lock = threading.RLock()
         self._restart_hooks: dict[str, Callable[[Scheduler, str], Any]] = {}
-        self._pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="corral-fanout")
+        # Blocking launcher work (Ray forks) fans out on a few threads; requests to many
+        # workers at once (rendezvous, teardown) run as coroutines on one loop thread.
+        self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="corral-fanout")
+        self._io = IOLoop()
         self._call_stats = make_call_stats()  # per-role call figures for corral dashboard / top
         self._stats = StatsPublisher(self, self._call_stats)
         self.monitor = HealthMonitor(
@@ -163,6 +167,7 @@ class Scheduler:
             roles=self._table,
             caller=self._calls,
             fan_out=self._fan_out,
+            run_async=lambda coro: self._io.run(coro),
             forget=self.monitor.forget,
         )
         self._closed = False
@@ -288,7 +293,7 @@ class Scheduler:
         pairs = list(zip(workers, envs, strict=True))
         if only is not None:
             pairs = [pairs[i] for i in only]
-        self._fan_out(lambda pair: self._calls.call(pair[0], "/set_env", {"env": pair[1]}), pairs)
+        self._io.run(self._calls.acall_all([(w, "/set_env", {"env": env}) for w, env in pairs]))
 
     # -------------------------------------------------------------- fork
     def fork_workers(self, role: str, target_role: str, command: str | None = None) -> list[str]:
@@ -470,6 +475,7 @@ class Scheduler:
             self._teardown.delete(role, reverse_order)
             if not self._roles:
                 self._hold.release()
+            self._calls.async_client.prune()
 
     def close(self) -> None:
         """Delete every worker and release the backend. Safe to call twice."""
@@ -482,6 +488,7 @@ class Scheduler:
             self.monitor.stop()
             self._calls.close()
             self._pool.shutdown(wait=False)
+            self._io.close()
             self.launcher.close()
             _live_schedulers.discard(self)
 

@@ -34,6 +34,7 @@ class Teardown:
         roles: RoleTable,
         caller: Caller,
         fan_out: Callable[[Callable[[Any], Any], list], list],
+        run_async: Callable[[Any], Any],
         forget: Callable[[str], None],
     ):
         self.experiment = experiment
@@ -43,6 +44,8 @@ class Teardown:
         self.roles = roles
         self.caller = caller
         self.fan_out = fan_out
+        self.run_async = run_async
+        """Runs a coroutine on the controller's I/O loop and returns its result."""
         self.forget = forget
         """Drop a worker from the health monitor."""
 
@@ -76,8 +79,7 @@ class Teardown:
         if state.kind == FORKED:
             self.fan_out(lambda w: self._kill_forked(w, state.target), state.workers)
         else:
-            self.fan_out(self._destroy_engines, state.workers)
-            self.fan_out(self._ask_to_exit, state.workers)
+            self.run_async(self.caller.retire(state.workers))
             self.stop_launched(role)
         try:
             self.name_resolve.clear_subtree(keys.role_prefix(self.experiment, self.trial, role))
@@ -96,11 +98,6 @@ class Teardown:
         self.caller.quietly(
             worker, "/destroy_engines", 5.0, "destroying engines of", identity=False
         )
-
-    def _ask_to_exit(self, worker: Worker) -> None:
-        """Let the worker end on its own before the backend stops it (Slurm jobs then
-        complete without scancel's SIGTERM/SIGKILL sequence)."""
-        self.caller.quietly(worker, "/shutdown", 2.0, "asking to exit:")
 
     def _kill_forked(self, worker: Worker, target_role: str | None) -> None:
         self._destroy_engines(worker)

@@ -37,11 +37,12 @@ def test_async_path_drops_pooled_connections_of_a_dead_worker(sched):
     try:
         assert loop.run_until_complete(_concurrently(sched, wid, 3)) == [0, 1, 2]
         pool = sched._calls.async_client._pools[loop][worker.address]
-        assert len(pool) >= 2, "concurrent calls should leave several idle connections"
+        assert len(pool.idle) >= 2, "concurrent calls should leave several idle connections"
         os.kill(worker.pid, signal.SIGKILL)
         with pytest.raises(WorkerFailedError):
             loop.run_until_complete(sched.async_call_engine(wid, "echo", "e", 1))
-        assert sched._calls.async_client._pools[loop].get(worker.address, []) == []
+        left = sched._calls.async_client._pools[loop].get(worker.address)
+        assert left is None or left.idle == []
     finally:
         loop.close()
 
@@ -69,7 +70,8 @@ def test_close_closes_the_async_clients_connections(sched):
     loop = asyncio.new_event_loop()
     try:
         loop.run_until_complete(_concurrently(sched, wid, 2))
-        writers = [w for conns in sched._calls.async_client._pools[loop].values() for _, w in conns]
+        pools = sched._calls.async_client._pools[loop].values()
+        writers = [w for pool in pools for _, w in pool.idle]
         assert writers and not any(w.is_closing() for w in writers)
         sched.close()
         loop.run_until_complete(asyncio.sleep(0.01))  # the loop runs the closes it was handed

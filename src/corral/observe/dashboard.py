@@ -205,17 +205,13 @@ def _handler(dash: Dashboard) -> type[BaseHTTPRequestHandler]:
 
 
 def run_dashboard(
-    fileroot: str,
-    experiment: str | None = None,
-    trial: str | None = None,
+    source: TrialSource,
     host: str = "127.0.0.1",
     port: int = DEFAULT_PORT,
-    max_age: float = 3600.0,
     trial_secret: str | None = None,
     print_fn=print,
 ) -> None:
     """Serve until Ctrl-C (``corral dashboard``)."""
-    source = TrialSource(fileroot, experiment, trial, max_age=max_age)
     token = os.environ.get("CORRAL_DASHBOARD_TOKEN") or None
     dash = Dashboard(source, host, port, token=token, extra_secrets=(trial_secret or "",))
     print_fn(f"corral dashboard: {dash.url}")

@@ -8,10 +8,12 @@ of running the method twice.
 from __future__ import annotations
 
 import asyncio
+import collections
+import itertools
 import json
+import os
 import socket
 import threading
-import uuid
 from typing import Any
 
 from corral import errors
@@ -26,12 +28,14 @@ from corral.rpc.http import (
     Message,
     SocketReader,
     parse_head,
-    render_head,
     send_message,
     tune_socket,
 )
 
 CONNECT_TIMEOUT = 5.0
+#: Connections the async client keeps open to one worker (per event loop); more calls wait.
+MAX_CONNECTIONS_PER_ADDRESS = 8
+SMALL_BODY = 64 * 1024
 _REMOTE_ERRORS = {
     name: getattr(errors, name)
     for name in (
@@ -55,8 +59,34 @@ def split_address(address: str) -> tuple[str, int]:
     return host, int(port)
 
 
+class _RequestIds:
+    """Request ids: a random per-process prefix and a counter (unique without uuid4's
+    cost per call); a forked child picks a new prefix."""
+
+    def __init__(self) -> None:
+        self.reset()
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=self.reset)
+
+    def reset(self) -> None:
+        self.prefix = os.urandom(8).hex()
+        self.counter = itertools.count(1)
+
+    def next(self) -> str:
+        return f"{self.prefix}{next(self.counter):08x}"
+
+
+_ids = _RequestIds()
+
+
 def new_request_id() -> str:
-    return uuid.uuid4().hex
+    """An id no other request of any process will carry (the worker caches by it)."""
+    return _ids.next()
+
+
+def _static_head(secret: str) -> str:
+    """The header lines every request of a client carries, rendered once."""
+    return f"Host: corral\r\n{SECRET_HEADER}: {secret}\r\nContent-Type: {FRAME_TYPE}\r\n"
 
 
 def raise_remote(error: dict) -> None:
@@ -206,23 +236,149 @@ class RPCClient:
         raise AssertionError("unreachable")
 
 
+class _LoopPool:
+    """Connections to one address used from one event loop: the idle ones, how many are
+    open, and the calls waiting for one. At most ``limit`` connections are open at once;
+    a call beyond that waits for the next connection to come back."""
+
+    __slots__ = ("idle", "open", "waiters", "limit")
+
+    def __init__(self, limit: int):
+        self.idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+        self.open = 0
+        self.waiters: collections.deque[asyncio.Future] = collections.deque()
+        self.limit = limit
+
+    async def acquire(self, opener) -> tuple[Any, bool]:
+        """(connection, reused). Opens a new one while under the limit, else waits."""
+        while True:
+            if self.idle:
+                return self.idle.pop(), True
+            if self.open < self.limit:
+                self.open += 1
+                try:
+                    return await opener(), False
+                except BaseException:
+                    self.open -= 1
+                    self._wake()
+                    raise
+            waiter = asyncio.get_running_loop().create_future()
+            self.waiters.append(waiter)
+            try:
+                conn = await waiter
+            except asyncio.CancelledError:
+                if waiter.done() and not waiter.cancelled() and waiter.result() is not None:
+                    self.release(waiter.result())
+                else:
+                    self._remove(waiter)
+                raise
+            if conn is not None:
+                return conn, True
+            # None: a connection was closed, so there is room to open one
+
+    def release(self, conn) -> None:
+        """Give a healthy connection back: straight to the oldest waiter, or to the idle list."""
+        while self.waiters:
+            waiter = self.waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(conn)
+                return
+        self.idle.append(conn)
+
+    def discard(self, writer: asyncio.StreamWriter) -> None:
+        """A connection that broke or was closed: free its slot for a waiter."""
+        writer.close()
+        self.open -= 1
+        self._wake()
+
+    def _wake(self) -> None:
+        while self.waiters:
+            waiter = self.waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
+    def _remove(self, waiter: asyncio.Future) -> None:
+        try:
+            self.waiters.remove(waiter)
+        except ValueError:
+            pass
+
+
 class AsyncRPCClient:
-    """asyncio client with the same wire and semantics as RPCClient."""
+    """asyncio client with the same wire and semantics as RPCClient.
 
-    def __init__(self, secret: str):
+    At most ``max_connections`` connections per worker address and event loop: a fan-out
+    of thousands of calls reuses a few connections (and the worker a few threads) instead
+    of opening one per call in flight.
+    """
+
+    def __init__(self, secret: str, max_connections: int = MAX_CONNECTIONS_PER_ADDRESS):
+        if max_connections < 1:
+            raise ValueError(f"max_connections must be >= 1, not {max_connections}")
         self.secret = secret
-        self._pools: dict[
-            asyncio.AbstractEventLoop,
-            dict[str, list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]],
-        ] = {}
+        self.max_connections = max_connections
+        self._static_head = _static_head(secret)
+        self._pools: dict[asyncio.AbstractEventLoop, dict[str, _LoopPool]] = {}
+        self._cache: tuple[Any, dict[str, _LoopPool]] = (None, {})
+        self._lock = threading.Lock()
 
-    def _pool(self, address: str) -> list:
-        """Idle connections of the running loop. Connections of loops that were closed
-        (each ``asyncio.run`` makes a new loop) are dropped so their sockets are freed."""
+    def _loop_pools(self) -> dict[str, _LoopPool]:
+        """The running loop's pools. Several loops (threads) may share this client; pools of
+        loops that were closed (each ``asyncio.run`` makes a new loop) are dropped so their
+        sockets are freed."""
         loop = asyncio.get_running_loop()
-        for old in [lp for lp in self._pools if lp.is_closed()]:
-            del self._pools[old]  # their transports close their sockets when collected
-        return self._pools.setdefault(loop, {}).setdefault(address, [])
+        cached = self._cache  # one read: another thread may replace it meanwhile
+        if cached[0] is loop:
+            return cached[1]
+        self.prune()
+        with self._lock:
+            by_address = self._pools.setdefault(loop, {})
+            self._cache = (loop, by_address)
+        return by_address
+
+    def _pool(self, address: str) -> _LoopPool:
+        by_address = self._loop_pools()
+        pool = by_address.get(address)
+        if pool is None:
+            pool = by_address[address] = _LoopPool(self.max_connections)
+        return pool
+
+    def connections(self) -> int:
+        """Open connections, all loops and addresses together."""
+        with self._lock:
+            return sum(p.open for pools in self._pools.values() for p in pools.values())
+
+    def forget(self, address: str) -> None:
+        """Close the running loop's idle connections to ``address`` (a worker that is gone
+        or done with). Call it from a coroutine on that loop."""
+        by_address = self._loop_pools()
+        pool = by_address.get(address)
+        if pool is not None:
+            idle, pool.idle = pool.idle, []
+            for _reader, writer in idle:
+                pool.discard(writer)
+            if pool.open == 0 and not pool.waiters:
+                del by_address[address]
+
+    def prune(self) -> None:
+        """Close the idle connections of event loops that were closed (each ``asyncio.run``
+        makes a new loop) and drop their pools."""
+        with self._lock:
+            closed = [lp for lp in self._pools if lp.is_closed()]
+            dropped = [self._pools.pop(lp) for lp in closed]
+            if self._cache[0] is not None and self._cache[0].is_closed():
+                self._cache = (None, {})
+        for by_address in dropped:
+            for pool in by_address.values():
+                for _reader, writer in pool.idle:
+                    _close_dead_transport(writer)
+                pool.idle = []
+
+    def forget_all(self) -> None:
+        """Close every idle connection of the running loop (a batch of requests is done)."""
+        for address in list(self._loop_pools()):
+            self.forget(address)
 
     async def _open(self, address: str):
         host, port = split_address(address)
@@ -244,79 +400,113 @@ class AsyncRPCClient:
         request_id: str | None = None,
         identity: str | None = None,
     ) -> Any:
-        request_id = request_id or new_request_id()
         parts = wire.encode(payload)
         length = wire.frame_size(parts)
-        head = render_head(
-            f"POST {path} HTTP/1.1", _request_headers(self.secret, request_id, identity), length
-        )
+        head = self._head(path, request_id or new_request_id(), identity, length)
+        if length <= SMALL_BODY:
+            parts = [head + b"".join(parts)]
+        else:
+            parts = [head, *parts]
+        if timeout is None:
+            return await self._send(address, path, parts)
+        try:
+            async with asyncio.timeout(timeout):
+                return await self._send(address, path, parts)
+        except TimeoutError:
+            raise TimeoutError(f"no reply from {address}{path} within {timeout}s") from None
+
+    def _head(self, path: str, request_id: str, identity: str | None, length: int) -> bytes:
+        who = f"{IDENTITY_HEADER}: {identity}\r\n" if identity else ""
+        return (
+            f"POST {path} HTTP/1.1\r\n{self._static_head}{REQUEST_ID_HEADER}: {request_id}\r\n"
+            f"{who}Content-Length: {length}\r\n\r\n"
+        ).encode("latin-1")
+
+    async def _send(self, address: str, path: str, parts: list) -> Any:
+        pool = self._pool(address)
         for attempt in range(2):
-            pool = self._pool(address)
-            reused = bool(pool)
             try:
-                reader, writer = pool.pop() if pool else await self._open(address)
+                conn, reused = await pool.acquire(lambda: self._open(address))
             except TimeoutError:
                 raise TimeoutError(
                     f"could not connect to {address} within {CONNECT_TIMEOUT}s"
                 ) from None
             except OSError as exc:
                 raise WorkerUnreachableError(address, exc) from None
+            reader, writer = conn
             try:
-                reply = await asyncio.wait_for(self._exchange(reader, writer, head, parts), timeout)
-            except TimeoutError:
-                writer.close()
-                raise TimeoutError(f"no reply from {address}{path} within {timeout}s") from None
-            except (OSError, asyncio.IncompleteReadError) as exc:
-                writer.close()
+                reply = await self._exchange(reader, writer, parts)
+            except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
+                pool.discard(writer)
                 if reused and attempt == 0:
                     continue
                 raise WorkerUnreachableError(address, exc) from None
+            except BaseException:  # cancelled or timed out mid-exchange: the stream is unusable
+                pool.discard(writer)
+                raise
             if reply.keep_alive:
-                pool.append((reader, writer))
+                pool.release(conn)
             else:
-                writer.close()
+                pool.discard(writer)
             return interpret_reply(address, reply)
         raise AssertionError("unreachable")
 
     @staticmethod
-    async def _exchange(reader, writer, head: bytes, parts: list) -> Message:
-        writer.write(head)
-        writer.writelines(parts)
+    async def _exchange(reader, writer, parts: list) -> Message:
+        if len(parts) == 1:
+            writer.write(parts[0])
+        else:
+            writer.writelines(parts)
         await writer.drain()
         raw = await reader.readuntil(b"\r\n\r\n")
         msg = parse_head(raw[:-4])
-        msg.body = await _read_exactly_into(reader, msg.content_length)
+        length = msg.content_length
+        if length <= SMALL_BODY:
+            msg.body = bytearray(await reader.readexactly(length)) if length else bytearray()
+        else:
+            msg.body = await _read_exactly_into(reader, length)
         return msg
 
-    def forget(self, address: str) -> None:
-        """Close the running loop's idle connections to ``address`` (call from that loop)."""
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            return
-        for _reader, writer in self._pools.get(loop, {}).pop(address, []):
-            writer.close()
-
     def close(self) -> None:
-        """Close every idle connection, from any thread. Loops that are still open close
-        theirs on their own thread; a closed loop's connections are dropped (their
-        sockets close when collected)."""
-        pools, self._pools = self._pools, {}
+        """Close every idle connection, from any thread: loops that are still open close
+        theirs on their own thread, those of closed loops are closed here."""
+        with self._lock:
+            pools, self._pools = self._pools, {}
+            self._cache = (None, {})
         for loop, by_address in pools.items():
-            writers = [w for conns in by_address.values() for _r, w in conns]
-            if loop.is_closed() or not writers:
-                continue
+            writers = [w for pool in by_address.values() for _r, w in pool.idle]
+            for pool in by_address.values():
+                pool.idle = []
             for writer in writers:
+                if loop.is_closed():
+                    _close_dead_transport(writer)
+                    continue
                 try:
                     loop.call_soon_threadsafe(writer.close)
-                except RuntimeError:  # closed meanwhile
-                    break
+                except RuntimeError:  # the loop closed meanwhile
+                    _close_dead_transport(writer)
 
     async def aclose(self) -> None:
-        pools, self._pools = self._pools, {}
+        """Close the idle connections of every loop (call it on the last loop in use)."""
+        with self._lock:
+            pools, self._pools = self._pools, {}
+            self._cache = (None, {})
         for by_address in pools.values():
-            for _reader, writer in (c for conns in by_address.values() for c in conns):
-                writer.close()
+            for pool in by_address.values():
+                for _reader, writer in pool.idle:
+                    writer.close()
+                pool.idle = []
+
+
+def _close_dead_transport(writer: asyncio.StreamWriter) -> None:
+    """Close the socket of a transport whose loop is closed (``writer.close()`` would need
+    the loop). Without this the socket waits for the garbage collector's cycle pass."""
+    sock = getattr(writer.transport, "_sock", None)  # selector transports (CPython)
+    if sock is not None:
+        try:
+            sock.close()
+        except OSError:
+            pass
 
 
 async def _read_exactly_into(reader: asyncio.StreamReader, length: int) -> memoryview:

@@ -53,6 +53,18 @@ class EchoEngine:
     def pid(self) -> int:
         return os.getpid()
 
+    def torch_threads(self) -> int:
+        """torch's intra-op thread count, importing torch now if it is not loaded yet."""
+        import torch
+
+        return torch.get_num_threads()
+
+    def ray_runtime_env(self) -> dict:
+        """The runtime_env Ray gave the process this engine runs in (Ray workers only)."""
+        import ray
+
+        return dict(ray.get_runtime_context().runtime_env)
+
     def sleep(self, seconds: float) -> float:
         time.sleep(seconds)
         self.calls += 1
