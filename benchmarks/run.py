@@ -37,6 +37,7 @@ BACKENDS = {
     "ray": "bench_ray",
     "slurm": "bench_slurm",
     "scale": "bench_scale",
+    "data": "bench_data",
 }
 
 

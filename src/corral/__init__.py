@@ -17,6 +17,7 @@ from corral.config import (
     load_expr_config,
     make_scheduler,
 )
+from corral.data.ref import Ref
 from corral.errors import (
     ConfigError,
     CorralError,
@@ -24,6 +25,8 @@ from corral.errors import (
     EngineCreationError,
     EngineImportError,
     PlacementError,
+    RefError,
+    RefLostError,
     ResourceLimitError,
     SchedulerError,
     TrialInUseError,
@@ -54,4 +57,5 @@ __all__ = [
     "CorralError", "ConfigError", "SchedulerError", "WorkerCreationError", "WorkerTimeoutError",
     "WorkerFailedError", "WorkerNotFoundError", "EngineCreationError", "EngineImportError",
     "EngineCallError", "TrialInUseError", "PlacementError", "ResourceLimitError", "WorkerPreemptedError",
+    "Ref", "RefError", "RefLostError",
 ]  # fmt: skip

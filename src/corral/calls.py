@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from corral.data.store import parse_keep
 from corral.errors import SchedulerError, WorkerConnectionError, WorkerTimeoutError
 from corral.rpc.client import AsyncRPCClient, RPCClient, WorkerUnreachableError, new_request_id
 from corral.spec import Worker
@@ -31,6 +32,8 @@ def engine_call(
     """The ``/call`` payload, timeout and retries of ``call_engine``/``async_call_engine``."""
     meta = rpc_meta or {}
     payload = {"engine_name": engine_name, "method": method, "args": list(args), "kwargs": kwargs}
+    if meta.get("keep") is not None:
+        payload["keep"] = parse_keep(meta["keep"])
     return payload, meta.get("timeout"), int(meta.get("max_retries", 2))
 
 

@@ -28,6 +28,7 @@ from typing import Any
 from corral import keys
 from corral.calls import Caller, engine_call
 from corral.config import cluster_field, scheduler_field
+from corral.data.plane import DataPlane
 from corral.discovery import NameResolve, make_name_resolve
 from corral.errors import (
     ConfigError,
@@ -128,6 +129,12 @@ class Scheduler:
         self._io = IOLoop()
         self._call_stats = make_call_stats()  # per-role call figures for corral dashboard / top
         self._stats = StatsPublisher(self, self._call_stats)
+        self._data = DataPlane(
+            f"{self.experiment_name}/{self.trial_name}",
+            self._table.ids.get,
+            lambda w, path, payload, timeout: self._calls.call(w, path, payload, timeout, 0),
+            lambda w, path, payload, timeout: self._calls.acall(w, path, payload, timeout, 0),
+        )
         self.monitor = HealthMonitor(
             self._table.watched, launcher.poll, self._record_health, self.progress, health_interval
         )
@@ -168,7 +175,7 @@ class Scheduler:
             caller=self._calls,
             fan_out=self._fan_out,
             run_async=lambda coro: self._io.run(coro),
-            forget=self.monitor.forget,
+            gone=self._worker_gone,
         )
         self._closed = False
         _live_schedulers.add(self)
@@ -434,8 +441,10 @@ class Scheduler:
     ) -> Any:
         """Call ``method`` on an engine of the worker and return its result.
 
-        ``rpc_meta``: ``timeout`` (seconds, default none) and ``max_retries`` (retries after
-        a dropped connection; the worker runs the method at most once either way).
+        ``rpc_meta``: ``timeout`` (seconds, default none), ``max_retries`` (retries after
+        a dropped connection; the worker runs the method at most once either way) and
+        ``keep`` (True, or a byte threshold: arrays/tensors of the result stay on the
+        worker and come back as ``corral.Ref``; see docs/data-plane.md).
         """
         payload, timeout, retries = engine_call(method, engine_name, args, kwargs, rpc_meta)
         return self._calls.call(self._worker(worker_id), "/call", payload, timeout, retries)
@@ -455,6 +464,11 @@ class Scheduler:
 
     def health(self, worker_id: str, timeout: float = 5.0) -> dict:
         return self._calls.health(self._worker(worker_id), timeout)
+
+    def _worker_gone(self, worker: Worker, role: str) -> None:
+        """A worker was deleted: the monitor stops watching it, its data refs are lost."""
+        self.monitor.forget(worker.id)
+        self._data.owner_gone(worker, f"was deleted with delete_workers({role!r})")
 
     def _worker(self, worker_id: str) -> Worker:
         return self._table.worker(worker_id)
@@ -485,6 +499,7 @@ class Scheduler:
             self.delete_workers()
         finally:
             self._closed = True
+            self._data.close()
             self.monitor.stop()
             self._calls.close()
             self._pool.shutdown(wait=False)

@@ -35,7 +35,7 @@ class Teardown:
         caller: Caller,
         fan_out: Callable[[Callable[[Any], Any], list], list],
         run_async: Callable[[Any], Any],
-        forget: Callable[[str], None],
+        gone: Callable[[Worker, str], None],
     ):
         self.experiment = experiment
         self.trial = trial
@@ -46,8 +46,8 @@ class Teardown:
         self.fan_out = fan_out
         self.run_async = run_async
         """Runs a coroutine on the controller's I/O loop and returns its result."""
-        self.forget = forget
-        """Drop a worker from the health monitor."""
+        self.gone = gone
+        """Told of each deleted worker and its role (health monitor, data plane)."""
 
     def delete(self, role: str | None, reverse_order: bool) -> None:
         """``role`` and its dependents, or every role (dependents first)."""
@@ -75,7 +75,7 @@ class Teardown:
         for w in state.workers:
             self.roles.ids.pop(w.id, None)
             self.roles.unrestartable.pop(w.id, None)
-            self.forget(w.id)
+            self.gone(w, role)
         if state.kind == FORKED:
             self.fan_out(lambda w: self._kill_forked(w, state.target), state.workers)
         else:

@@ -18,7 +18,7 @@ from typing import Any
 
 from corral import errors
 from corral.errors import AuthenticationError, ProtocolError
-from corral.rpc import wire
+from corral.rpc import shm, wire
 from corral.rpc.http import (
     FRAME_TYPE,
     IDENTITY_HEADER,
@@ -36,11 +36,13 @@ CONNECT_TIMEOUT = 5.0
 #: Connections the async client keeps open to one worker (per event loop); more calls wait.
 MAX_CONNECTIONS_PER_ADDRESS = 8
 SMALL_BODY = 64 * 1024
+MAX_SEGMENT = 1 << 40
 _REMOTE_ERRORS = {
     name: getattr(errors, name)
     for name in (
         "EngineImportError", "EngineCreationError", "EngineCallError",
         "WorkerNotFoundError", "ConfigError", "ProtocolError", "WorkerCreationError",
+        "RefError", "RefLostError",
     )
 }  # fmt: skip
 
@@ -99,6 +101,8 @@ def raise_remote(error: dict) -> None:
         raise errors.EngineCallError(message, tb)
     if cls is errors.ConfigError:
         raise errors.SchedulerError(message)
+    if cls is errors.RefLostError:
+        raise errors.RefLostError(message, str(error.get("owner", "")))
     if cls is not None:
         raise cls(message + (f"\n--- remote traceback ---\n{tb}" if tb else ""))
     raise errors.EngineCallError(f"{kind}: {message}", tb)
@@ -138,7 +142,74 @@ def _request_headers(secret: str, request_id: str, identity: str | None = None) 
     return headers
 
 
+class SharedMemoryPeers:
+    """Which addresses are on this host, and the shared-memory side of one request."""
+
+    def __init__(self) -> None:
+        self.token = shm.host_token()
+        self.offer = f"{self.token} {os.getpid()}"
+        self.local: dict[str, int] = {}  # address -> the server's pid
+        self.remote: set[str] = set()
+
+    def prepare(self, address: str, headers: dict[str, str], parts: list, fresh: bool) -> list:
+        """Set the shared-memory headers; a large body to a local peer moves into a segment
+        (kept alive by the returned list, which is sent instead of ``parts``). The offer
+        rides only on a connection's first request (``fresh``): the server remembers it."""
+        for name in (shm.SEGMENT_HEADER, shm.RELEASED_HEADER, shm.OFFER_HEADER):
+            headers.pop(name, None)
+        if not self.token or address in self.remote:
+            return parts
+        if fresh:
+            headers[shm.OFFER_HEADER] = self.offer
+        pid = self.local.get(address)
+        if pid is None:
+            return parts
+        released = shm.released_for(pid)
+        if released:
+            headers[shm.RELEASED_HEADER] = released
+        if shm.wants_segment(parts, True):
+            segment = shm.Segment.from_parts(parts, pid)
+            headers[shm.SEGMENT_HEADER] = segment.descriptor()
+            return _SegmentParts(segment)
+        return parts
+
+    def receive(self, address: str, reply: Message) -> memoryview | None:
+        """The reply body if it is in a segment (None: read it from the socket)."""
+        pid = reply.headers.get(shm.LOCAL_HEADER)
+        if pid and pid.isdigit():
+            self.local[address] = int(pid)
+        shm.take_released(reply.headers.get(shm.RELEASED_HEADER), self.local.get(address))
+        descriptor = reply.headers.get(shm.SEGMENT_HEADER)
+        if descriptor is None:
+            return None
+        try:
+            return shm.open_segment(descriptor, MAX_SEGMENT)
+        except ProtocolError:
+            return None
+
+    def refused(self, address: str, reply: Message, body: memoryview | None) -> bool:
+        """True if shared memory failed either way: stop using it for ``address``; the
+        request is resent over the socket (same id: it runs at most once)."""
+        failed = reply.headers.get(shm.REFUSED_HEADER) or (
+            shm.SEGMENT_HEADER in reply.headers and body is None
+        )
+        if failed:
+            self.local.pop(address, None)
+            self.remote.add(address)
+        return bool(failed)
+
+
+class _SegmentParts(list):
+    """No body bytes to send; holds the request's segment until the reply is in."""
+
+    def __init__(self, segment: shm.Segment):
+        super().__init__()
+        self.segment = segment
+
+
 class _Conn:
+    offered = False  # has this connection carried the shared-memory offer yet?
+
     def __init__(self, address: str):
         host, port = split_address(address)
         self.sock = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT)
@@ -159,6 +230,8 @@ class RPCClient:
         self.secret = secret
         self._idle: dict[str, list[_Conn]] = {}
         self._lock = threading.Lock()
+        self.shm = SharedMemoryPeers()
+        self.bytes_received = 0  # reply bytes, by socket or shared memory (benchmarks)
 
     def _take(self, address: str) -> tuple[_Conn, bool]:
         with self._lock:
@@ -202,38 +275,52 @@ class RPCClient:
 
         Raises TimeoutError at ``timeout`` and WorkerUnreachableError if the connection
         cannot be made or breaks (a reused connection is retried once on a fresh one).
+        Large bodies to and from a worker on this host go through shared memory.
         """
         request_id = request_id or new_request_id()
         parts = wire.encode(payload) if method == "POST" else []
         headers = _request_headers(self.secret, request_id, identity)
-        for attempt in range(2):
+        retried = False
+        while True:
             try:
                 conn, reused = self._take(address)
             except TimeoutError:
                 raise
             except OSError as exc:
                 raise WorkerUnreachableError(address, exc) from None
+            send = self.shm.prepare(address, headers, parts, not conn.offered)
+            conn.offered = True
             try:
                 conn.sock.settimeout(timeout)
-                send_message(conn.sock, f"{method} {path} HTTP/1.1", headers, parts)
+                send_message(conn.sock, f"{method} {path} HTTP/1.1", headers, send)
                 reply = conn.reader.read_head()
                 if reply is None:
                     raise ConnectionResetError("worker closed the connection")
-                reply.body = conn.reader.read_body(reply.content_length)
+                body = self.shm.receive(address, reply)
+                if body is None:
+                    reply.body = conn.reader.read_body(reply.content_length)
+                    self.bytes_received += reply.content_length
+                else:
+                    reply.body = body
+                    self.bytes_received += body.nbytes
+                if shm.SEGMENT_HEADER in reply.headers:
+                    conn.sock.sendall(shm.ACK if body is not None else shm.NAK)
             except TimeoutError:
                 conn.close()
                 raise TimeoutError(f"no reply from {address}{path} within {timeout}s") from None
             except OSError as exc:
                 conn.close()
-                if reused and attempt == 0:
+                if reused and not retried:
+                    retried = True
                     continue
                 raise WorkerUnreachableError(address, exc) from None
             if reply.keep_alive:
                 self._give_back(address, conn)
             else:
                 conn.close()
+            if self.shm.refused(address, reply, body):
+                continue
             return interpret_reply(address, reply)
-        raise AssertionError("unreachable")
 
 
 class _LoopPool:
@@ -317,6 +404,8 @@ class AsyncRPCClient:
         if max_connections < 1:
             raise ValueError(f"max_connections must be >= 1, not {max_connections}")
         self.secret = secret
+        self.shm = SharedMemoryPeers()
+        self.bytes_received = 0
         self.max_connections = max_connections
         self._static_head = _static_head(secret)
         self._pools: dict[asyncio.AbstractEventLoop, dict[str, _LoopPool]] = {}
@@ -401,30 +490,48 @@ class AsyncRPCClient:
         identity: str | None = None,
     ) -> Any:
         parts = wire.encode(payload)
-        length = wire.frame_size(parts)
-        head = self._head(path, request_id or new_request_id(), identity, length)
-        if length <= SMALL_BODY:
-            parts = [head + b"".join(parts)]
-        else:
-            parts = [head, *parts]
+        request_id = request_id or new_request_id()
         if timeout is None:
-            return await self._send(address, path, parts)
+            return await self._send(address, path, parts, request_id, identity)
         try:
             async with asyncio.timeout(timeout):
-                return await self._send(address, path, parts)
+                return await self._send(address, path, parts, request_id, identity)
         except TimeoutError:
             raise TimeoutError(f"no reply from {address}{path} within {timeout}s") from None
 
-    def _head(self, path: str, request_id: str, identity: str | None, length: int) -> bytes:
+    def _head(
+        self, path: str, request_id: str, identity: str | None, length: int, extra: dict
+    ) -> bytes:
         who = f"{IDENTITY_HEADER}: {identity}\r\n" if identity else ""
+        more = "".join(f"{k}: {v}\r\n" for k, v in extra.items())
         return (
             f"POST {path} HTTP/1.1\r\n{self._static_head}{REQUEST_ID_HEADER}: {request_id}\r\n"
-            f"{who}Content-Length: {length}\r\n\r\n"
+            f"{who}{more}Content-Length: {length}\r\n\r\n"
         ).encode("latin-1")
 
-    async def _send(self, address: str, path: str, parts: list) -> Any:
+    def _frame(
+        self, address: str, path: str, parts: list, request_id: str, identity, writer
+    ) -> list:
+        """Head and body parts for one attempt on this connection (shared memory decided
+        here: the offer rides on a connection's first request)."""
+        extra: dict[str, str] = {}
+        send = self.shm.prepare(address, extra, parts, not getattr(writer, "_offered", False))
+        writer._offered = True
+        length = wire.frame_size(send)
+        head = self._head(path, request_id, identity, length, extra)
+        if isinstance(send, _SegmentParts):
+            send.append(head)  # the list keeps the segment alive until the reply is in
+            return send
+        if length <= SMALL_BODY:
+            return [head + b"".join(send)]
+        return [head, *send]
+
+    async def _send(
+        self, address: str, path: str, parts: list, request_id: str, identity: str | None
+    ) -> Any:
         pool = self._pool(address)
-        for attempt in range(2):
+        retried = False
+        while True:
             try:
                 conn, reused = await pool.acquire(lambda: self._open(address))
             except TimeoutError:
@@ -434,11 +541,13 @@ class AsyncRPCClient:
             except OSError as exc:
                 raise WorkerUnreachableError(address, exc) from None
             reader, writer = conn
+            frame = self._frame(address, path, parts, request_id, identity, writer)
             try:
-                reply = await self._exchange(reader, writer, parts)
+                reply, body = await self._exchange(address, reader, writer, frame)
             except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
                 pool.discard(writer)
-                if reused and attempt == 0:
+                if reused and not retried:
+                    retried = True
                     continue
                 raise WorkerUnreachableError(address, exc) from None
             except BaseException:  # cancelled or timed out mid-exchange: the stream is unusable
@@ -448,11 +557,11 @@ class AsyncRPCClient:
                 pool.release(conn)
             else:
                 pool.discard(writer)
+            if self.shm.refused(address, reply, body):
+                continue
             return interpret_reply(address, reply)
-        raise AssertionError("unreachable")
 
-    @staticmethod
-    async def _exchange(reader, writer, parts: list) -> Message:
+    async def _exchange(self, address: str, reader, writer, parts: list):
         if len(parts) == 1:
             writer.write(parts[0])
         else:
@@ -460,12 +569,19 @@ class AsyncRPCClient:
         await writer.drain()
         raw = await reader.readuntil(b"\r\n\r\n")
         msg = parse_head(raw[:-4])
+        body = self.shm.receive(address, msg)
+        if shm.SEGMENT_HEADER in msg.headers:
+            writer.write(shm.ACK if body is not None else shm.NAK)
+            msg.body = body if body is not None else bytearray()
+            self.bytes_received += body.nbytes if body is not None else 0
+            return msg, body
         length = msg.content_length
         if length <= SMALL_BODY:
             msg.body = bytearray(await reader.readexactly(length)) if length else bytearray()
         else:
             msg.body = await _read_exactly_into(reader, length)
-        return msg
+        self.bytes_received += length
+        return msg, body
 
     def close(self) -> None:
         """Close every idle connection, from any thread: loops that are still open close

@@ -18,6 +18,8 @@ import struct
 import sys
 from typing import TYPE_CHECKING, Any
 
+from corral.data.ref import WIRE_TAG as _REF_TAG
+from corral.data.ref import Ref
 from corral.errors import ProtocolError
 
 if TYPE_CHECKING:
@@ -72,6 +74,8 @@ class _Encoder:
                 "k": [self.encode(k) for k in obj],
                 "v": [self.encode(v) for v in obj.values()],
             }
+        if isinstance(obj, Ref):
+            return obj.to_wire()
         np = sys.modules.get("numpy")
         if np is not None and isinstance(obj, np.ndarray):
             return self._ndarray(obj)
@@ -144,8 +148,9 @@ def encode_bytes(obj: Any) -> bytes:
     return b"".join(bytes(p) for p in encode(obj))
 
 
-def decode(data: bytes | bytearray | memoryview) -> Any:
-    """Decode one whole frame. Arrays are views into ``data`` when it is writable."""
+def decode(data: bytes | bytearray | memoryview, refs: list | None = None) -> Any:
+    """Decode one whole frame. Arrays are views into ``data`` when it is writable.
+    ``refs``: a list that receives every ``corral.Ref`` found in the frame."""
     view = memoryview(data).cast("B")
     if view.nbytes < _PREFIX.size:
         raise ProtocolError(f"frame of {view.nbytes} bytes is shorter than its prefix")
@@ -174,7 +179,7 @@ def decode(data: bytes | bytearray | memoryview) -> Any:
     except (ValueError, RecursionError) as exc:
         raise ProtocolError(f"frame header is not valid JSON: {exc}") from None
     try:
-        return _Decoder(buffers).decode(tree)
+        return _Decoder(buffers, refs).decode(tree)
     except ProtocolError:
         raise
     except RecursionError:
@@ -186,8 +191,15 @@ def decode(data: bytes | bytearray | memoryview) -> Any:
 
 
 class _Decoder:
-    def __init__(self, buffers: list[memoryview]):
+    def __init__(self, buffers: list[memoryview], refs: list | None = None):
         self.buffers = buffers
+        self.refs = refs
+
+    def ref(self, node: dict) -> Ref:
+        ref = Ref.from_wire(node)
+        if self.refs is not None:
+            self.refs.append(ref)
+        return ref
 
     def decode(self, node: Any) -> Any:
         if isinstance(node, list):
@@ -293,4 +305,5 @@ _DECODERS = {
     "nd": _Decoder.ndarray,
     "pt": _Decoder.tensor,
     "dc": _Decoder.dataclass,
+    _REF_TAG: _Decoder.ref,
 }

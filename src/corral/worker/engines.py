@@ -67,7 +67,7 @@ class EngineThread:
         self._start_lock = threading.Lock()
         self._closed = False
 
-    def run(self, fn, *args, **kwargs) -> Any:
+    def _ensure(self) -> threading.Thread:
         if self._closed:
             raise RuntimeError("the engine thread is shut down (the worker is stopping)")
         if self._thread is None:
@@ -76,6 +76,12 @@ class EngineThread:
                     thread = threading.Thread(target=self._serve, name=self.name, daemon=True)
                     thread.start()
                     self._thread = thread
+        return self._thread
+
+    def run(self, fn, *args, **kwargs) -> Any:
+        """Run ``fn`` on the engine thread and return its result (raise its exception)."""
+        if self._ensure() is threading.current_thread():
+            return fn(*args, **kwargs)  # already there (an engine calling back in)
         done = _thread.allocate_lock()
         done.acquire()
         box: list = [None, None]
@@ -87,11 +93,24 @@ class EngineThread:
             raise error
         return box[0]
 
+    def submit(self, task: Any) -> None:
+        """Queue ``task.run()`` without waiting; if the thread shuts down before it runs,
+        ``task.cancel()`` is called instead."""
+        self._ensure()
+        self._queue.put(task)
+
     def _serve(self) -> None:
         while True:
             item = self._queue.get()
             if item is None:
                 return
+            if not isinstance(item, tuple):
+                try:
+                    item.run()
+                except BaseException:  # a task reports its own errors; never end the thread
+                    pass
+                del item
+                continue
             fn, args, kwargs, done, box = item
             try:
                 box[0] = fn(*args, **kwargs)
@@ -109,9 +128,11 @@ class EngineThread:
                 item = self._queue.get_nowait()
             except queue.Empty:
                 break
-            if item is not None:
+            if isinstance(item, tuple):
                 item[4][1] = RuntimeError("the engine thread is shut down (the worker is stopping)")
                 item[3].release()
+            elif item is not None:
+                item.cancel()
         self._queue.put(None)
 
 
@@ -161,7 +182,7 @@ class EngineHost:
                 f"no engine named {name!r} on this worker (engines: {known}); create it first"
             ) from None
 
-    def call(self, name: str, method: str, args: list, kwargs: dict) -> Any:
+    def _method(self, name: str, method: str) -> tuple[Any, Any]:
         engine = self.get(name)
         if not isinstance(method, str) or method.startswith("_"):
             raise EngineCallError(
@@ -172,6 +193,37 @@ class EngineHost:
             raise EngineCallError(
                 f"engine {name!r} ({type(engine).__name__}) has no method {method!r}"
             )
+        return engine, fn
+
+    def prepare(self, name: str, method: str, args: list, kwargs: dict):
+        """For a synchronous method: a callable that runs it where it is called (meant for
+        the engine thread, through ``submit``), with ``call``'s error wrapping. None for a
+        coroutine method (``call`` runs those on the event loop). Raises what ``call``
+        raises for an unknown engine or method."""
+        engine, fn = self._method(name, method)
+        if inspect.iscoroutinefunction(fn):
+            return None
+
+        def run() -> Any:
+            try:
+                result = fn(*args, **kwargs)
+                if inspect.isawaitable(result):
+                    result = self._await(result)
+                return result
+            except Exception as exc:
+                raise EngineCallError(
+                    f"{type(engine).__name__}.{method} raised {type(exc).__name__}: {exc}",
+                    traceback.format_exc(),
+                ) from exc
+
+        return run
+
+    def submit(self, task: Any) -> None:
+        """Queue ``task.run()`` on the engine thread (``task.cancel()`` if it stops first)."""
+        self._thread.submit(task)
+
+    def call(self, name: str, method: str, args: list, kwargs: dict) -> Any:
+        engine, fn = self._method(name, method)
         try:
             if inspect.iscoroutinefunction(fn):
                 return self._await(fn(*args, **kwargs))
