@@ -465,6 +465,20 @@ class Scheduler:
     def health(self, worker_id: str, timeout: float = 5.0) -> dict:
         return self._calls.health(self._worker(worker_id), timeout)
 
+    # the call path's clients under their old names (tests and benchmarks read them)
+    _client = property(lambda self: self._calls.client)
+    _async_client = property(lambda self: self._calls.async_client)
+
+    def _request(
+        self,
+        worker: Worker,
+        path: str,
+        payload: Any,
+        timeout: float | None = None,
+        retries: int = 2,
+    ) -> Any:
+        return self._calls.call(worker, path, payload, timeout, retries)
+
     def _worker_gone(self, worker: Worker, role: str) -> None:
         """A worker was deleted: the monitor stops watching it, its data refs are lost."""
         self.monitor.forget(worker.id)
