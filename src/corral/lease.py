@@ -9,9 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from corral.discovery.base import NameResolve
+from corral.discovery.signed import SignedNameResolve
 from corral.leftovers import clean_dead_run
-from corral.paths import write_private
 from corral.runs import ControllerLease, Lease
 
 
@@ -19,13 +18,14 @@ class TrialHold:
     def __init__(
         self,
         *,
-        name_resolve: NameResolve,
+        name_resolve: SignedNameResolve,
         experiment: str,
         trial: str,
         run_id: str,
         lease_timeout: float,
         secret: str,
         secret_file: str,
+        write_secret: Callable[[], Any],
         remove_leftovers: Callable[[str, str], list[str]],
         stats: Any,
         monitor: Any,
@@ -34,19 +34,25 @@ class TrialHold:
         self.name_resolve = name_resolve
         self.experiment = experiment
         self.trial = trial
-        self.secret = secret
         self.secret_file = secret_file
+        self.write_secret = write_secret
         self.remove_leftovers = remove_leftovers
         self.stats = stats
         self.monitor = monitor
         self.progress = progress
-        self.lease = ControllerLease(name_resolve, experiment, trial, run_id, lease_timeout)
+        self.lease = ControllerLease(
+            SignedNameResolve(name_resolve.inner, secret, lenient=True),
+            experiment,
+            trial,
+            run_id,
+            lease_timeout,
+        )
 
     @property
     def held(self) -> bool:
         return self.lease.held
 
-    def _read_secret(self) -> str | None:
+    def read_secret(self) -> str | None:
         try:
             with open(self.secret_file) as fh:
                 return fh.read().strip() or None
@@ -59,7 +65,7 @@ class TrialHold:
         must not overwrite the secret of the run it would clash with."""
         if self.lease.held:
             return []
-        old_secret = self._read_secret()
+        old_secret = self.read_secret()
 
         def cleanup(old: Lease) -> list[str]:
             removed = clean_dead_run(
@@ -78,7 +84,7 @@ class TrialHold:
             return removed
 
         removed = self.lease.claim(cleanup)
-        write_private(self.secret_file, self.secret)
+        self.write_secret()
         self.stats.start()  # the stats file for corral dashboard / top (checks its env first)
         self.monitor.start()
         return removed

@@ -7,20 +7,13 @@ only its log directory (``TrialPaths.at(log_dir)``); both name a file the same w
 
 from __future__ import annotations
 
-import getpass
 import os
 from dataclasses import dataclass
 
 from corral.errors import ConfigError
+from corral.safedirs import user_name
 
 MERGED_LOG_NAME = "merged.log"
-
-
-def user_name() -> str:
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return str(os.getuid())
 
 
 def logs_root(fileroot: str) -> str:
@@ -52,17 +45,6 @@ def check_dir(path: str, field_name: str, create: bool = True) -> None:
         )
     if not os.access(existing, os.W_OK | os.X_OK):
         raise ConfigError(field_name, path, "it is not writable; use a writable directory")
-
-
-def write_private(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` readable by this user only (0600, directory 0700)."""
-    directory = os.path.dirname(path)
-    os.makedirs(directory, mode=0o700, exist_ok=True)
-    os.chmod(directory, 0o700)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    os.chmod(path, 0o600)
 
 
 def secret_dir(fileroot: str, experiment: str, trial: str) -> str:

@@ -30,6 +30,7 @@ from corral.calls import Caller, engine_call
 from corral.config import cluster_field, scheduler_field
 from corral.data.plane import DataPlane
 from corral.discovery import NameResolve, make_name_resolve
+from corral.discovery.signed import SignedNameResolve
 from corral.errors import (
     ConfigError,
     CorralError,
@@ -48,6 +49,7 @@ from corral.paths import TrialPaths, check_dir
 from corral.rendezvous import rendezvous_envs
 from corral.roles import FORKED, LAUNCHED, REUSED, RoleState, RoleTable
 from corral.runs import new_run_id
+from corral.safedirs import ensure_private_dir, make_private_subdir, write_exclusive
 from corral.spec import (
     NormalizedJob,
     SchedulingSpec,
@@ -105,17 +107,21 @@ class Scheduler:
             else scheduler_field(exp_config, "startup_timeout")
         )
         self.fileroot = os.path.abspath(fileroot or cluster_field(exp_config, "fileroot"))
-        self._ensure_dir(self.fileroot, "cluster.fileroot")
+        ensure_private_dir(self.fileroot, "cluster.fileroot")
         self.paths = TrialPaths.of(self.fileroot, self.experiment_name, self.trial_name)
         self.log_dir = self.paths.log_dir
-        self.name_resolve = name_resolve or make_name_resolve(
-            cluster_field(exp_config, "name_resolve"), self.fileroot
+        self.secret = secrets.token_hex(32)  # in memory; the file is written at claim
+        # records are signed with the trial secret; unsigned or forged ones are refused
+        self.name_resolve = SignedNameResolve(
+            name_resolve
+            or make_name_resolve(cluster_field(exp_config, "name_resolve"), self.fileroot),
+            self.secret,
         )
         self.lease_timeout = lease_timeout
         self.launcher = launcher
         self.progress = progress or (lambda text: log.info(text))
         launcher.progress = self.progress
-        self.secret = secrets.token_hex(32)
+        launcher.trial_secret = self.secret
         self.secret_file = self.paths.secret_file  # written when the run claims its trial
         self.run_id = new_run_id()
         self.removed_leftovers: list[str] = []
@@ -148,6 +154,7 @@ class Scheduler:
             lease_timeout=lease_timeout,
             secret=self.secret,
             secret_file=self.secret_file,
+            write_secret=self._write_secret,
             remove_leftovers=launcher.remove_leftovers,
             stats=self._stats,
             monitor=self.monitor,
@@ -191,7 +198,34 @@ class Scheduler:
 
     @staticmethod
     def _ensure_dir(path: str, field_name: str) -> None:
-        check_dir(path, field_name)
+        try:
+            make_private_subdir(path)
+        except OSError as exc:
+            raise ConfigError(
+                field_name, path, f"cannot create it ({exc.strerror}); use a writable directory"
+            ) from None
+        check_dir(path, field_name, create=False)
+
+    @property
+    def secrets_dir(self) -> str:
+        """``<fileroot>/secrets/<experiment>/<trial>`` (not created here)."""
+        return os.path.dirname(self.secret_file)
+
+    def _write_secret(self) -> None:
+        """Written when the run claims its trial (never by a dry run): a second live
+        controller is refused before it gets here, a dead run's file is replaced, and
+        the file is created exclusively (0600, no symlink followed) in a 0700 directory."""
+        make_private_subdir(self.secrets_dir)
+        write_exclusive(self.secret_file, self.secret)
+        self._wrote_secret = True
+
+    def _remove_secret(self) -> None:
+        """At close: delete the secret file if it is still this run's."""
+        if getattr(self, "_wrote_secret", False) and self._hold.read_secret() == self.secret:
+            try:
+                os.unlink(self.secret_file)
+            except OSError:
+                pass
 
     def _hold_lease(self) -> None:
         """Claim the trial for this run before anything starts (see corral.lease)."""
@@ -223,7 +257,7 @@ class Scheduler:
 
     def worker_env(self, role: str, index: int, spec: SchedulingSpec) -> dict[str, str]:
         """The environment every backend gives a worker process."""
-        by_env = self.launcher.share_secret_by_env()
+        by_launcher = self.launcher.share_secret_by_env()  # it hands the secret over itself
         return E.worker_environment(
             experiment=self.experiment_name,
             trial=self.trial_name,
@@ -235,8 +269,7 @@ class Scheduler:
             lease_timeout=self.lease_timeout,
             cpu=spec.cpu,
             run_id=self.run_id,
-            secret=self.secret if by_env else None,
-            secret_file=None if by_env else self.secret_file,
+            secret_file=None if by_launcher else self.secret_file,
             engines=spec.engines,
             env_vars=spec.env_vars,
         )
@@ -265,7 +298,7 @@ class Scheduler:
         self._hold_lease()
         self.name_resolve.clear_subtree(self._key(keys.role_prefix, job.role))
         envs = [self.worker_env(job.role, i, spec) for i, spec in enumerate(job.tasks)]
-        os.makedirs(self.log_dir, exist_ok=True)
+        make_private_subdir(self.log_dir)  # 0700, like every directory below
         self.progress(
             f"starting {job.replicas} {job.role} worker(s) on {self.backend}; logs in {self.log_dir}"
         )
@@ -519,6 +552,7 @@ class Scheduler:
             self._pool.shutdown(wait=False)
             self._io.close()
             self.launcher.close()
+            self._remove_secret()
             _live_schedulers.discard(self)
 
     def __enter__(self) -> Scheduler:

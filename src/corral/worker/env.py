@@ -13,8 +13,10 @@ ROLE = "CORRAL_ROLE"
 INDEX = "CORRAL_INDEX"
 INDEX_OFFSET = "CORRAL_INDEX_OFFSET"
 NAME_RESOLVE = "CORRAL_NAME_RESOLVE"
-SECRET = "CORRAL_SECRET"
+SECRET = "CORRAL_SECRET"  # never set: refused by the worker and by the sbatch renderer
 SECRET_FILE = "CORRAL_SECRET_FILE"
+SECRET_FD = "CORRAL_SECRET_FD"
+ENGINE_ALLOW = "CORRAL_ENGINE_ALLOW"
 LOG_DIR = "CORRAL_LOG_DIR"
 PORT_COUNT = "CORRAL_PORT_COUNT"
 LEASE_TIMEOUT = "CORRAL_LEASE_TIMEOUT"
@@ -51,15 +53,14 @@ def worker_environment(
     lease_timeout: float,
     cpu: int,
     run_id: str = "",
-    secret: str | None = None,
     secret_file: str | None = None,
     engines: dict | None = None,
     env_vars: dict[str, str] | None = None,
 ) -> dict[str, str]:
     """The environment a controller gives one worker (read back by ``WorkerSettings``).
 
-    The secret travels as a file path (shared filesystem) or, where workers cannot read
-    the controller's files, as the value itself. ``env_vars`` (the user's) come last."""
+    The secret travels as a 0600 file's path (shared filesystem); where workers cannot
+    read the controller's files the launcher hands it over itself. ``env_vars`` come last."""
     env = {
         EXPERIMENT: experiment,
         TRIAL: trial,
@@ -74,10 +75,8 @@ def worker_environment(
         RUN_ID: run_id,
         "PYTHONUNBUFFERED": "1",
     }
-    if secret is not None:
-        env[SECRET] = secret
-    else:
-        env[SECRET_FILE] = secret_file or ""
+    if secret_file is not None:  # else the launcher hands the secret over (never in env)
+        env[SECRET_FILE] = secret_file
     if engines:
         env[ENGINES] = json.dumps(engines)
     env.update(thread_env(cpu))
@@ -86,17 +85,29 @@ def worker_environment(
 
 
 def read_secret(env: dict[str, str] | None = None) -> str:
+    """The trial secret, from an inherited pipe (``CORRAL_SECRET_FD``: forked workers) or a
+    0600 file (``CORRAL_SECRET_FILE``: local and Slurm workers). Never from the
+    environment: a secret there is visible in /proc/<pid>/environ and job records."""
     env = os.environ if env is None else env
+    if env.get(SECRET):
+        raise SystemExit(
+            f"corral worker: {SECRET} is set; the trial secret must not travel in the "
+            f"environment. Schedulers pass it in a 0600 file ({SECRET_FILE}) or a pipe"
+        )
+    fd_text = env.get(SECRET_FD)
+    if fd_text:
+        with os.fdopen(int(fd_text), "r") as fh:
+            secret = fh.read().strip()
+        env.pop(SECRET_FD, None)
+        return secret
     path = env.get(SECRET_FILE)
     if path:
         with open(path) as fh:
             return fh.read().strip()
-    secret = env.get(SECRET, "")
-    if not secret:
-        raise SystemExit(
-            f"corral worker: no trial secret ({SECRET_FILE} or {SECRET} must be set by the scheduler)"
-        )
-    return secret
+    raise SystemExit(
+        f"corral worker: no trial secret ({SECRET_FILE} or {SECRET_FD} must be set by the "
+        "scheduler)"
+    )
 
 
 def advertise_host() -> str:
@@ -130,7 +141,7 @@ class WorkerSettings:
     controller_pid: int | None
     controller_host: str | None
     die_with_parent: bool
-    bind_host: str
+    bind_host: str  # "" = the advertised address; "0.0.0.0" (explicit) = every interface
     backend_id: str | None
     forked: bool
     engines: dict
@@ -162,7 +173,7 @@ class WorkerSettings:
             controller_pid=int(pid) if pid else None,
             controller_host=env.get(CONTROLLER_HOST) or None,
             die_with_parent=env.get(DIE_WITH_PARENT) == "1",
-            bind_host=env.get(BIND_HOST, "0.0.0.0"),
+            bind_host=env.get(BIND_HOST, ""),
             backend_id=env.get(BACKEND_ID) or None,
             forked=env.get(FORKED) == "1",
             engines=json.loads(env.get(ENGINES) or "{}"),
