@@ -68,8 +68,10 @@ class TrialHold:
         old_secret = self.read_secret()
 
         def cleanup(old: Lease) -> list[str]:
+            old_records = self.name_resolve.inner  # the dead run's records: its own key
+            records = SignedNameResolve(old_records, old_secret) if old_secret else old_records
             removed = clean_dead_run(
-                self.name_resolve,
+                records,
                 self.experiment,
                 self.trial,
                 old,
