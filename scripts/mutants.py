@@ -252,6 +252,10 @@ MUTANTS: list[Mutant] = [
     M("etcd-create-if-absent", "discovery/etcd.py",
       '"result": "EQUAL", "create_revision": "0"', '"result": "NOT_EQUAL", "create_revision": "0"',
       f"{NR} -k second_add", why="etcd add without replace overwrites (or never writes)"),
+    M("sbatch-nodes", "backends/sbatch.py",
+      "nodes = max(1, math.ceil(total_gpus / n_gpus_per_node)) if gpu > 0 else 1",
+      "nodes = max(1, total_gpus // n_gpus_per_node) if gpu > 0 else 1",
+      "tests/unit/test_sbatch.py", why="the node count rounds down"),
     # ------------------------------------------------------------------ Ray
     M("ray-node-as-host", "backends/ray.py",
       "        os.environ[E.NODE] = ctx.get_node_id()", "        pass",
@@ -272,8 +276,4 @@ MUTANTS: list[Mutant] = [
       "corral_first=$(( ${SLURM_PROCID:-0} * corral_gpus ))",
       f"{GPUS} -k exact_devices", backend="slurm",
       why="a task picks GPUs by its global rank, not its rank on the node"),
-    M("sbatch-nodes", "backends/sbatch.py",
-      "nodes = max(1, math.ceil(total_gpus / n_gpus_per_node)) if gpu > 0 else 1",
-      "nodes = max(1, total_gpus // n_gpus_per_node) if gpu > 0 else 1",
-      "tests/unit/test_sbatch.py", why="the node count rounds down"),
 ]  # fmt: skip
