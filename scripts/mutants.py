@@ -98,6 +98,10 @@ MUTANTS: list[Mutant] = [
       "if answered and self._delivered is not None:", "if False:",
       f"{FAULTS} -k delivered",
       why="a delivered large reply is never dropped from the cache"),
+    M("server-shm-ack-proof", "rpc/server.py",
+      'if msg.method == "ACK" and answered and self._delivered is not None:', "if False:",
+      f"{FAULTS} -k delivered",
+      why="a shared-memory reply the client ACKed is never dropped from the cache"),
     # ------------------------------------------------------------------ rpc/client.py
     M("client-409-is-unreachable", "rpc/client.py",
       "if msg.status == 409:", "if msg.status == 4090:", f"{FAULTS} -k stale",
