@@ -55,7 +55,18 @@ class _Encoder:
         return len(self.buffers) - 1
 
     def encode(self, obj: Any) -> Any:
-        if obj is None or isinstance(obj, bool | int | str):
+        kind = type(obj)  # exact types first: the common case, without isinstance chains
+        if kind is str or kind is int or kind is bool or obj is None:
+            return obj
+        if kind is dict and TAG not in obj:
+            for key in obj:
+                if type(key) is not str:
+                    break
+            else:
+                return {k: self.encode(v) for k, v in obj.items()}
+        elif kind is list:
+            return [self.encode(x) for x in obj]
+        if isinstance(obj, bool | int | str):
             return obj
         if isinstance(obj, float):
             return obj if math.isfinite(obj) else {TAG: "float", "v": repr(obj)}
