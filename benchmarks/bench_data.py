@@ -28,7 +28,6 @@ import sys
 import tempfile
 import time
 
-import baselines
 import numpy as np
 from common import Context, Row, Target, log, median, rounded
 
@@ -76,26 +75,34 @@ def _timed(fn) -> float:
 
 
 def bench_shm(sched, wid: str, reps: int) -> list[Row]:
+    from corral.rpc.client import RPCClient
+
     nbytes = 128 * MiB
     value = np.arange(nbytes // 4, dtype=np.float32)
-    client = sched._client
-    token = client.shm.token
+    worker = sched.get_workers(wid.split("/")[0])[0]
+    tcp = RPCClient(sched.secret)  # its own connections, never offering shared memory
+    tcp.shm.token = ""
+    payload = {"engine_name": None, "method": "echo", "args": [value], "kwargs": {}}
+    copy_dst = np.empty_like(value)
 
     def roundtrip() -> None:
         back = sched.call_engine(wid, "echo", None, value)
         assert back.nbytes == nbytes and back[-1] == value[-1]
 
+    def roundtrip_tcp() -> None:
+        back = tcp.request(worker.address, "/call", payload, identity=worker.identity)
+        assert back.nbytes == nbytes and back[-1] == value[-1]
+
     for _ in range(3):  # warm both pools
         roundtrip()
-    shm_s, tcp_s = [], []
-    for _ in range(reps):  # interleaved: both see the same noise
+        roundtrip_tcp()
+        np.copyto(copy_dst, value)
+    shm_s, tcp_s, copy_s = [], [], []
+    for _ in range(reps):  # interleaved: all three see the same noise
         shm_s.append(_timed(roundtrip))
-        client.shm.token = ""  # no offer: the worker answers over the socket, as before
-        try:
-            tcp_s.append(_timed(roundtrip))
-        finally:
-            client.shm.token = token
-    copy_s = baselines.memcpy(nbytes, max(reps, 5))
+        tcp_s.append(_timed(roundtrip_tcp))
+        copy_s.append(_timed(lambda: np.copyto(copy_dst, value)))
+    tcp.close()
     rate = [2 * nbytes / s / 1e9 for s in shm_s]
     log(f"shm 128 MiB round trip {median(rate):.2f} GB/s, copy {nbytes / median(copy_s) / 1e9:.2f}")
     return [

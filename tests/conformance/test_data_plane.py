@@ -104,8 +104,9 @@ def test_same_host_calls_go_through_shared_memory(sched):
     sched.call_engine(a, "echo", None, np.zeros(4))  # learns that the worker is local
     back = sched.call_engine(a, "echo", None, value)
     assert np.array_equal(back, value)
-    assert shm.mapped_segments() >= 1  # the reply is a view of the worker's segment
-    assert sched.call_engine(a, "segments_mapped", None, value) >= 1  # and so is the argument
+    assert shm.in_segment(back)  # the reply is a view of the worker's segment
+    assert sched.call_engine(a, "in_shared_memory", None, value)  # and the argument of ours
+    assert not shm.in_segment(value)
     back[0] = -1.0  # private copy-on-write mapping: writable, and only ours
     assert sched.call_engine(a, "echo", None, value)[0] == 0.0
     del back
@@ -165,17 +166,21 @@ def test_dropped_and_freed_refs_are_released_on_the_owner(sched):
 
 
 def test_deleting_a_role_frees_its_refs(sched):
-    (a,) = _workers(sched, "a", 1)
+    a, b = _workers(sched, "a", 1) + _workers(sched, "b", 1)
     pid = sched.get_workers("a")[0].pid
     ref = sched.call_engine(a, "make", None, 1024, rpc_meta={"keep": True})["big"]
     sched.delete_workers("a")
     with pytest.raises(corral.RefLostError, match=r"a/0 was deleted with delete_workers\('a'\)"):
         ref.to_local()
+    with pytest.raises(corral.RefLostError, match="a/0 is no longer registered") as passed:
+        sched.call_engine(b, "describe", None, ref)
+    assert passed.value.owner == "a/0"
+    del passed
     deadline = time.monotonic() + 10
     while pid_alive(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     del ref
-    assert_no_leaks(sched)
+    assert_no_leaks(sched, b)
 
 
 def test_ref_of_a_dead_owner_raises_ref_lost_naming_it(sched, backend):

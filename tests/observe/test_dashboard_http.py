@@ -134,7 +134,16 @@ def test_a_busy_port_is_a_config_error_naming_the_port(dash):
 
     with pytest.raises(ConfigError) as err:
         Dashboard(dash.source, port=dash.port)
-    assert "--port" in str(err.value) and str(dash.port) in str(err.value)
+    assert "--port" in str(err.value) and f"127.0.0.1:{dash.port}" in str(err.value)
+
+
+@pytest.mark.parametrize("host, port", [("127.0.0.1", 70000), ("no-such-host.invalid", 0)])
+def test_bad_listen_address_is_a_config_error(tmp_path, host, port):
+    from corral.errors import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        Dashboard(TrialSource(str(tmp_path)), host=host, port=port)
+    assert "--host/--port" in str(err.value) and f"{host}:{port}" in str(err.value)
 
 
 def test_corral_dashboard_command_prints_a_working_address(local_backend, trial):

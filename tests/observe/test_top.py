@@ -86,3 +86,11 @@ def test_a_trial_without_a_stats_file_is_listed_from_name_resolve(local_backend,
             assert f"{w.pid}" in cells and "registered" in cells
     finally:
         sched.close()
+
+
+def test_top_refuses_a_name_that_leaves_the_fileroot(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "corral.cli", "--fileroot", str(tmp_path), "top", "..", "t", "--once"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2 and "experiment='..'" in done.stderr

@@ -60,10 +60,11 @@ class Dashboard:
         self.stop = threading.Event()
         try:
             self.httpd = ThreadingHTTPServer((host, port), _handler(self))
-        except OSError as exc:
+        except (OSError, OverflowError) as exc:
+            reason = getattr(exc, "strerror", None) or str(exc)
             raise ConfigError(
-                "--port", port, f"cannot listen on {host}:{port} ({exc.strerror}); use another "
-                "port, or 0 for any free one"
+                "--host/--port", f"{host}:{port}", f"cannot listen there ({reason}); use a "
+                "local address and a free port 1-65535, or port 0 for any free one"
             ) from None  # fmt: skip
         self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]

@@ -49,6 +49,9 @@ class TrialSource:
         """``name_resolve``: also list trials whose controller holds a lease there but
         writes no stats file (status "registered", from ``registered.py``)."""
         self.name_resolve = name_resolve
+        for field_name, value in (("experiment", experiment), ("trial", trial)):
+            if value is not None:
+                validate_role_name(value, field_name)
         self.fileroot = os.path.abspath(fileroot)
         self.experiment = experiment
         self.trial = trial

@@ -142,6 +142,9 @@ def _request_headers(secret: str, request_id: str, identity: str | None = None) 
     return headers
 
 
+_SHM_HEADERS = (shm.SEGMENT_HEADER, shm.RELEASED_HEADER, shm.OFFER_HEADER)
+
+
 class SharedMemoryPeers:
     """Which addresses are on this host, and the shared-memory side of one request."""
 
@@ -155,7 +158,7 @@ class SharedMemoryPeers:
         """Set the shared-memory headers; a large body to a local peer moves into a segment
         (kept alive by the returned list, which is sent instead of ``parts``). The offer
         rides only on a connection's first request (``fresh``): the server remembers it."""
-        for name in (shm.SEGMENT_HEADER, shm.RELEASED_HEADER, shm.OFFER_HEADER):
+        for name in _SHM_HEADERS:  # a retry: drop what the last attempt added
             headers.pop(name, None)
         if not self.token or address in self.remote:
             return parts
@@ -164,9 +167,10 @@ class SharedMemoryPeers:
         pid = self.local.get(address)
         if pid is None:
             return parts
-        released = shm.released_for(pid)
-        if released:
-            headers[shm.RELEASED_HEADER] = released
+        if pid in shm._RELEASED:
+            released = shm.released_for(pid)
+            if released:
+                headers[shm.RELEASED_HEADER] = released
         if shm.wants_segment(parts, True):
             segment = shm.Segment.from_parts(parts, pid)
             headers[shm.SEGMENT_HEADER] = segment.descriptor()

@@ -277,9 +277,30 @@ NOTIFY = None
 
 
 def wants_segment(parts: list, local: bool) -> bool:
+    """Whether a body of ``parts`` goes through shared memory (1 MiB or more, local peer)."""
     if not local:
         return False
-    return sum(p.nbytes if isinstance(p, memoryview) else len(p) for p in parts) >= MIN_BYTES
+    total = 0
+    for part in parts:
+        total += part.nbytes if type(part) is memoryview else len(part)
+    return total >= MIN_BYTES
+
+
+def in_segment(buffer) -> bool:
+    """True if ``buffer`` (an array, tensor or memoryview) lies in a corral segment mapped by
+    this process: it came through shared memory (tests and diagnostics)."""
+    import numpy as np
+
+    address = np.asarray(
+        memoryview(buffer).cast("B") if not hasattr(buffer, "__array_interface__") else buffer
+    ).__array_interface__["data"][0]
+    with open("/proc/self/maps") as fh:
+        for line in fh:
+            span, *rest = line.split()
+            start, _, end = span.partition("-")
+            if int(start, 16) <= address < int(end, 16):
+                return f"/memfd:{_PREFIX}" in line
+    return False
 
 
 def mapped_segments(pid: int | str = "self") -> int:

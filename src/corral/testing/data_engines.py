@@ -61,6 +61,10 @@ class DataEngine:
     def noop(self) -> None:
         return None
 
+    def in_shared_memory(self, value: Any) -> bool:
+        """Whether the array this method received is a view of a shared-memory segment."""
+        return shm.in_segment(_first_array([value]))
+
     def segments_mapped(self, _value: Any) -> int:
         """How many shared-memory segments this process maps while it holds ``_value``."""
         return shm.mapped_segments()
