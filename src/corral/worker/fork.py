@@ -6,7 +6,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from corral.logs import LogPump, replica_log_path, tail
 from corral.procs import spawn, stop_process_groups
 from corral.spec import validate_role_name
 from corral.worker import env as E
+from corral.worker.args import DEFAULT_WORKER_MODULES, args_from_env, free_port, module_argv
 from corral.worker.env import WorkerSettings
 
 _MODULE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
@@ -64,7 +64,11 @@ class ForkManager:
         s = self.settings
         address_key = keys.worker_address_key(s.experiment, s.trial, role, index)
         self.name_resolve.delete(address_key)
-        proc = spawn([sys.executable, "-m", module], child_env)
+        own = module in DEFAULT_WORKER_MODULES
+        argv = module_argv(module) + args_from_env(
+            child_env, port=0 if own else free_port(), host="0.0.0.0"
+        )
+        proc = spawn(argv, child_env)
         with self._lock:
             self.children[child_id] = Child(role, index, proc)
         if s.log_dir:
