@@ -196,7 +196,6 @@ class LocalScheduler(Scheduler):
             etcd3_addr=etcd3_addr,
             **kwargs,
         )
-        self._n_gpus_per_node = len(self.launcher.devices)  # a node is this machine
 
     @property
     def gpu_devices(self) -> list[int]:

@@ -437,7 +437,7 @@ def _worker_argv(p: SbatchParams) -> list[str]:
     if p.spec.cmd:
         from corral.worker.args import command_argv
 
-        argv = command_argv(p.spec.cmd, p.python or "python3")
+        argv = command_argv(p.spec.cmd, p.python or "python3", rewrite_python=False)
     else:
         if not p.python:
             raise ConfigError("python", p.python, "give the python executable of the workers")

@@ -777,7 +777,7 @@ def render_dry_run(cfg: Any, role: str, replicas: int) -> str:
     job = type(
         "Job", (), {"role": role, "replicas": replicas, "tasks": tasks, "scheduling_strategy": None}
     )()
-    sched = SlurmScheduler(cfg, dry_run=True)
+    sched = SlurmScheduler(exp_config=cfg, dry_run=True)
     try:
         return sched.render_script(job)
     finally:

@@ -77,9 +77,12 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def command_argv(cmd: str | None, python: str = sys.executable) -> list[str]:
+def command_argv(
+    cmd: str | None, python: str = sys.executable, rewrite_python: bool = True
+) -> list[str]:
     """The argv prefix for a spec's ``cmd``: ``python -m corral.worker`` when none is given
-    or when it names AReaL's RPC server; a leading ``python``/``python3`` becomes ``python``."""
+    or when it names AReaL's RPC server; with ``rewrite_python`` a leading ``python`` or
+    ``python3`` becomes ``python`` (the controller's interpreter, as AReaL does locally)."""
     if not cmd:
         return [python, "-m", "corral.worker"]
     try:
@@ -94,10 +97,10 @@ def command_argv(cmd: str | None, python: str = sys.executable) -> list[str]:
             cmd,
             "leave out --port: the scheduler picks the port and passes it",
         )
-    if os.path.basename(argv[0]) in ("python", "python3"):
-        argv[0] = python
     if len(argv) == 3 and argv[1] == "-m" and argv[2] in DEFAULT_WORKER_MODULES:
         return [python, "-m", "corral.worker"]
+    if rewrite_python and os.path.basename(argv[0]) in ("python", "python3"):
+        argv[0] = python
     return argv
 
 

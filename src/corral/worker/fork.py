@@ -17,7 +17,7 @@ from corral.logs import LogPump, replica_log_path, tail
 from corral.procs import spawn, stop_process_groups
 from corral.spec import validate_role_name
 from corral.worker import env as E
-from corral.worker.args import DEFAULT_WORKER_MODULES, args_from_env, free_port, module_argv
+from corral.worker.args import DEFAULT_WORKER_MODULES, contract_args, free_port, module_argv
 from corral.worker.env import WorkerSettings
 
 _MODULE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
@@ -65,8 +65,15 @@ class ForkManager:
         address_key = keys.worker_address_key(s.experiment, s.trial, role, index)
         self.name_resolve.delete(address_key)
         own = module in DEFAULT_WORKER_MODULES
-        argv = module_argv(module) + args_from_env(
-            child_env, port=0 if own else free_port(), host="0.0.0.0"
+        argv = module_argv(module) + contract_args(
+            port=0 if own else free_port(),
+            experiment=s.experiment,
+            trial=s.trial,
+            role=role,
+            index=index,
+            name_resolve=s.name_resolve,
+            fileroot=child_env.get(E.FILEROOT, ""),
+            host="0.0.0.0",
         )
         proc = spawn(argv, child_env)
         with self._lock:
