@@ -24,6 +24,7 @@ from typing import Any
 
 import baselines
 import numpy as np
+import stats_overhead
 from common import BackendUnavailable, Context, Row, Target, log, median, percentile, rounded
 
 NAME = "local"
@@ -545,6 +546,7 @@ def run(ctx: Context) -> list[Row]:
     ids = sched.create_workers(_job(role, plan.workers))
     asyncio.run(_create_engines(sched, ids))
     rows += bench_noop(sched, ids[0], ports[0], plan)
+    rows += stats_overhead.bench(sched, ids, ctx.quick)
     rows += bench_fanout(sched, ids, ports, plan)
     rows += bench_payloads(sched, ids[1], ports[1], plan)
     main_delete = _timed_delete(sched, role)

@@ -1,33 +1,86 @@
 #!/usr/bin/env bash
 # Run corral's whole test suite on a fresh machine: installs what the tests need
-# (Python deps; slurm-wlm, munge, etcd via apt), starts the Slurm test cluster,
+# (Python deps; slurm-wlm, munge, etcd, chromium via apt), starts the Slurm test cluster,
 # runs pytest (which starts Ray and etcd itself), and stops what it started.
+#
+#   bash scripts/test.sh [PYTEST ARGS]     install, then test
+#   bash scripts/test.sh --install-only    install only (what .ci/run does before linting)
+#   bash scripts/test.sh --no-install ...  test only (everything already installed)
+#
+# A failing install step stops the run with one line naming the step and the fix.
+# CORRAL_APT_PACKAGES (space separated) forces the apt list instead of probing PATH.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-need_apt=()
-command -v slurmctld >/dev/null || need_apt+=(slurm-wlm)
-command -v munged >/dev/null || need_apt+=(munge)
-command -v etcd >/dev/null || need_apt+=(etcd-server etcd-client)
-if ((${#need_apt[@]})); then
-    echo "[test] apt-get install ${need_apt[*]}"
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
-fi
+mode=all
+case "${1:-}" in
+    --install-only) mode=install; shift ;;
+    --no-install) mode=test; shift ;;
+esac
 
-echo "[test] pip install -e .[dev,ray,torch]"
-python -m pip install -q -e ".[dev,ray,torch]" 2>&1 | grep -v -E "^(WARNING: Running pip as|WARNING: Location)" || true
+PY=${PYTHON:-$(command -v python3 || command -v python || true)}
+[ -n "$PY" ] || { echo "[test] FAILED step 'find python': no python3 or python on PATH; install Python 3.11+"; exit 1; }
+
+# run_step NAME FIX CMD...: run CMD quietly; on failure show its output and one line
+# that names the step and the fix, then stop.
+run_step() {
+    local name=$1 fix=$2 log
+    shift 2
+    log=$(mktemp)
+    echo "[test] $name"
+    local rc=0
+    "$@" >"$log" 2>&1 || rc=$?
+    if [ "$rc" != 0 ]; then
+        grep -v -E "^(WARNING: Running pip as|WARNING: Location)" "$log" | tail -n 20 >&2 || true
+        rm -f "$log"
+        echo "[test] FAILED step '$name' (exit $rc): $fix" >&2
+        exit 1
+    fi
+    rm -f "$log"
+}
+
+install() {
+    local need_apt=()
+    if [ -n "${CORRAL_APT_PACKAGES:-}" ]; then
+        read -r -a need_apt <<<"$CORRAL_APT_PACKAGES"
+    else
+        command -v slurmctld >/dev/null || need_apt+=(slurm-wlm)
+        command -v munged >/dev/null || need_apt+=(munge)
+        command -v etcd >/dev/null || need_apt+=(etcd-server etcd-client)
+        command -v chromium >/dev/null || need_apt+=(chromium)  # the dashboard's browser tests
+    fi
+    if ((${#need_apt[@]})); then
+        command -v apt-get >/dev/null || {
+            echo "[test] FAILED step 'apt-get install ${need_apt[*]}': apt-get not found; install ${need_apt[*]} with this system's package manager" >&2
+            exit 1
+        }
+        run_step "apt-get update" "check the network and apt sources (/etc/apt/sources.list*)" \
+            apt-get update -qq
+        run_step "apt-get install ${need_apt[*]}" "check the network and apt sources, or install the packages by hand" \
+            env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need_apt[@]}"
+    fi
+    run_step "pip install -e .[dev,ray,torch]" "check the network / package index (pip config list), then rerun" \
+        "$PY" -m pip install -q -e ".[dev,ray,torch]"
+}
+
+if [ "$mode" != test ]; then install; fi
+if [ "$mode" = install ]; then exit 0; fi
 
 export RAY_USAGE_STATS_ENABLED=0
 started_slurm=0
-if [ -f .ci/slurm_cluster.sh ]; then
-    echo "[test] starting the Slurm test cluster"
-    bash .ci/slurm_cluster.sh up
-    started_slurm=1
-fi
 cleanup() {
     if [ "$started_slurm" = 1 ]; then bash .ci/slurm_cluster.sh down || true; fi
 }
 trap cleanup EXIT
+lab_conf="${CORRAL_SLURM_DIR:-/tmp/corral-slurm}/etc/slurm.conf"
+if command -v scontrol >/dev/null && SLURM_CONF=$lab_conf scontrol ping 2>/dev/null | grep -q "is UP"; then
+    echo "[test] using the Slurm test cluster that is already up (it stays up afterwards)"
+else
+    echo "[test] starting the Slurm test cluster"
+    started_slurm=1
+    run_step "start the Slurm test cluster (.ci/slurm_cluster.sh up)" \
+        "read the lines above; bash .ci/slurm_cluster.sh status shows the daemons" \
+        bash .ci/slurm_cluster.sh up
+fi
 
-python -m pytest -q -p no:cacheprovider -rfEs "$@"
+"$PY" -m pytest -q -p no:cacheprovider -rfEs "$@"

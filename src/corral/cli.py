@@ -146,6 +146,37 @@ def cmd_stop(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    from corral.observe.dashboard import run_dashboard
+
+    if bool(args.experiment) != bool(args.trial):
+        print("corral dashboard: give both EXPERIMENT and TRIAL, or neither", file=sys.stderr)
+        return 2
+    secret = _secret(args.fileroot, args.experiment, args.trial) if args.trial else None
+    run_dashboard(
+        args.fileroot,
+        args.experiment,
+        args.trial,
+        host=args.host,
+        port=args.port,
+        max_age=args.max_age,
+        trial_secret=secret,
+        print_fn=lambda text: print(text, flush=True),
+    )
+    return 0
+
+
+def cmd_top(args: argparse.Namespace) -> int:
+    from corral.observe.source import TrialSource
+    from corral.observe.top import run_top
+
+    if bool(args.experiment) != bool(args.trial):
+        print("corral top: give both EXPERIMENT and TRIAL, or neither", file=sys.stderr)
+        return 2
+    source = TrialSource(args.fileroot, args.experiment, args.trial, max_age=args.max_age)
+    return run_top(source, once=args.once, interval=args.interval)
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from corral.demo.run import run_demo
 
@@ -210,6 +241,30 @@ def build_parser() -> argparse.ArgumentParser:
     stop.add_argument("experiment")
     stop.add_argument("trial")
     stop.set_defaults(fn=cmd_stop)
+
+    dash = sub.add_parser("dashboard", help="a live web view of the trials (docs/dashboard.md)")
+    dash.add_argument("experiment", nargs="?", help="show only this experiment's TRIAL")
+    dash.add_argument("trial", nargs="?")
+    dash.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (default %(default)s)"
+    )
+    dash.add_argument(
+        "--port", type=int, default=8470, help="0: any free port (default %(default)s)"
+    )
+    dash.add_argument(
+        "--max-age", type=float, default=3600.0, help="hide trials silent for longer (seconds)"
+    )
+    dash.set_defaults(fn=cmd_dashboard)
+
+    top = sub.add_parser("top", help="the live table of workers in the terminal")
+    top.add_argument("experiment", nargs="?")
+    top.add_argument("trial", nargs="?")
+    top.add_argument("--once", action="store_true", help="print the table once and exit")
+    top.add_argument("--interval", type=float, default=1.0)
+    top.add_argument(
+        "--max-age", type=float, default=3600.0, help="hide trials silent for longer (seconds)"
+    )
+    top.set_defaults(fn=cmd_top)
 
     run = sub.add_parser("run", help="render a role's launch script (--dry-run)")
     run.add_argument("config", nargs="+", help="YAML file and dotted overrides")

@@ -43,6 +43,7 @@ from corral.errors import (
 )
 from corral.launcher import Launcher, LaunchRequest, WorkerExit
 from corral.logs import log_dir_for, replica_log_path, tail
+from corral.observe.publisher import StatsPublisher, make_call_stats
 from corral.rpc.client import AsyncRPCClient, RPCClient, WorkerUnreachableError, new_request_id
 from corral.spec import NormalizedJob, SchedulingSpec, Worker, normalize_job, validate_role_name
 from corral.worker import env as E
@@ -134,6 +135,8 @@ class Scheduler:
         self._restart_hooks: dict[str, Callable[[Scheduler, str], Any]] = {}
         self._pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="corral-fanout")
         self._closed = False
+        self._calls = make_call_stats()  # per-role call figures for corral dashboard / top
+        self._stats = StatsPublisher(self, self._calls)
         _live_schedulers.add(self)
 
     # ------------------------------------------------------------------ setup
@@ -170,6 +173,7 @@ class Scheduler:
     def _ensure_lease(self) -> None:
         if self._lease_stop is not None:
             return
+        self._stats.start()  # the stats file for corral dashboard / top (checks its env first)
         self._lease_stop = threading.Event()
         key = self._key(keys.controller_key)
         beat = {"pid": os.getpid(), "host": socket.gethostname(), "n": 0}
@@ -192,6 +196,7 @@ class Scheduler:
             return
         self._lease_stop.set()
         self._lease_stop = None
+        self._stats.stop()
         try:
             self.name_resolve.delete(self._key(keys.controller_key))
         except Exception:
@@ -756,7 +761,8 @@ class Scheduler:
         Scheduler options (consumed here, never passed to the method), as in AReaL:
         ``http_timeout`` (seconds to wait for the answer; default none),
         ``max_retries`` (attempts when the connection drops; default 3) and
-        ``retry_delay`` (seconds before the second attempt, doubling after; default 1).
+        ``retry_delay`` (seconds before the second attempt, doubling after; default 0:
+        corral retries only once it has checked that the worker is alive).
         ``rpc_meta`` may also hold ``timeout`` and ``max_retries``. A live worker runs the
         method at most once whatever the attempts; a dead one raises WorkerFailedError.
         """
@@ -768,12 +774,17 @@ class Scheduler:
             "args": list(args),
             "kwargs": kwargs,
         }
+        started, ok = self._calls.begin(worker.role), False
         try:
-            return self._request(
+            result = self._request(
                 worker, "/call", payload, call.timeout, call.retries, call.retry_delay
             )
+            ok = True
+            return result
         except EngineCallError as exc:
             raise _tag(exc, worker_id, method) from None
+        finally:
+            self._calls.end(worker.role, started, ok)
 
     async def async_call_engine(
         self,
@@ -796,12 +807,17 @@ class Scheduler:
             "args": list(args),
             "kwargs": kwargs,
         }
+        started, ok = self._calls.begin(worker.role), False
         try:
-            return await self._arequest(
+            result = await self._arequest(
                 worker, "/call", payload, call.timeout, call.retries, call.retry_delay
             )
+            ok = True
+            return result
         except EngineCallError as exc:
             raise _tag(exc, worker_id, method) from None
+        finally:
+            self._calls.end(worker.role, started, ok)
 
     def health(self, worker_id: str, timeout: float = 5.0) -> dict:
         worker = self._worker(worker_id)
@@ -970,7 +986,8 @@ class _CallOptions:
         else:
             retries = int(meta.get("max_retries", 2))
         delay = opts.check_number("retry_delay", retry_delay)
-        return cls(timeout, retries, 1.0 if delay is None else delay)
+        # No delay by default: a retry follows a check that the worker is alive.
+        return cls(timeout, retries, 0.0 if delay is None else delay)
 
 
 def _tag(exc: EngineCallError, worker_id: str, method: str) -> EngineCallError:

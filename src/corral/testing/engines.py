@@ -52,6 +52,11 @@ class EchoEngine:
         self.calls += 1
         return seconds
 
+    def say(self, text: str) -> str:
+        """Print ``text`` to the worker's output (its log), flushed."""
+        print(text, flush=True)
+        return text
+
     def fail(self, message: str = "boom") -> None:
         raise ValueError(message)
 

@@ -160,6 +160,7 @@ class WorkerRuntime:
             "generation": self.generation,
             "backend_id": s.backend_id,
             "forked": s.forked,
+            "gpus": os.environ.get("CUDA_VISIBLE_DEVICES"),
         }
         self.name_resolve.add(
             keys.worker_info_key(s.experiment, s.trial, s.role, s.index),

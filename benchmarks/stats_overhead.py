@@ -1,0 +1,133 @@
+"""What the live view's call statistics cost (issue 16): the noop call and the async
+fan-out with the controller's per-role recorder on (the default) and off
+(``NullCallStats``, the code path before the recorder existed), in alternating blocks
+on the same worker so both see the same noise.
+
+Rows: ``local.noop.stats_overhead`` (p50 with stats / p50 without; target <= 1.1x) and
+``local.fanout.stats_overhead`` (calls/s without / with).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+
+from common import Row, Target, log, median, percentile, rounded
+
+NAME = "local"
+
+
+def _with(sched, recorder):
+    """Swap the scheduler's recorder (the hook reads ``sched._calls`` on every call)."""
+    old, sched._calls = sched._calls, recorder
+    return old
+
+
+def bench(sched, ids: list[str], quick: bool) -> list[Row]:
+    from corral.observe.calls import CallStats, NullCallStats
+
+    blocks, per_block = (6, 200) if quick else (20, 500)
+    fan_n, fan_reps = (400, 2) if quick else (2000, 6)
+    on, off = CallStats(), NullCallStats()
+    lat = {"on": [], "off": []}
+    for block in range(blocks):
+        for mode in ("on", "off") if block % 2 == 0 else ("off", "on"):
+            previous = _with(sched, on if mode == "on" else off)
+            try:
+                for _ in range(per_block):
+                    started = time.perf_counter()
+                    sched.call_engine(ids[0], "noop")
+                    lat[mode].append((time.perf_counter() - started) * 1e3)
+            finally:
+                _with(sched, previous)
+
+    async def gather_once() -> float:
+        started = time.perf_counter()
+        await asyncio.gather(
+            *(sched.async_call_engine(ids[i % len(ids)], "noop") for i in range(fan_n))
+        )
+        return fan_n / (time.perf_counter() - started)
+
+    async def fan() -> dict[str, list[float]]:
+        rates: dict[str, list[float]] = {"on": [], "off": []}
+        await gather_once()  # opens the connections
+        for rep in range(fan_reps):
+            for mode in ("on", "off") if rep % 2 == 0 else ("off", "on"):
+                previous = _with(sched, on if mode == "on" else off)
+                try:
+                    rates[mode].append(await gather_once())
+                finally:
+                    _with(sched, previous)
+        return rates
+
+    rates = asyncio.run(fan())
+    p50 = {m: percentile(v, 50) for m, v in lat.items()}
+    log(
+        f"stats overhead: noop p50 {p50['on']:.4f} ms with stats, {p50['off']:.4f} ms without; "
+        f"fan-out {median(rates['on']):.0f}/s with, {median(rates['off']):.0f}/s without"
+    )
+    note = "stats on (CallStats) and off (NullCallStats) in alternating blocks, same worker"
+    return [
+        Row(
+            key=f"{NAME}.noop.stats_overhead",
+            backend=NAME,
+            label="noop call_engine p50 with the live view's call statistics",
+            unit="ms",
+            value=p50["on"],
+            baseline=p50["off"],
+            baseline_label="the same calls with statistics off (the path before issue 16)",
+            targets=[Target("ratio", "<=", 1.1, "<= 1.1x without stats")],
+            samples={"corral": rounded(lat["on"], 4), "baseline": rounded(lat["off"], 4)},
+            extra={
+                "p99_on_ms": percentile(lat["on"], 99),
+                "p99_off_ms": percentile(lat["off"], 99),
+                "note": note,
+            },  # fmt: skip
+        ),
+        Row(
+            key=f"{NAME}.fanout.stats_overhead",
+            backend=NAME,
+            label=f"async fan-out ({fan_n} calls) with the live view's call statistics",
+            unit="calls/s",
+            value=median(rates["on"]),
+            baseline=median(rates["off"]),
+            baseline_label="the same gathers with statistics off",
+            higher_is_better=True,
+            targets=[Target("ratio", "<=", 1.1, "<= 1.1x without stats")],
+            samples={"corral": rounded(rates["on"], 1), "baseline": rounded(rates["off"], 1)},
+            extra={"note": note},
+        ),
+    ]
+
+
+def main() -> None:
+    """``python benchmarks/stats_overhead.py [--quick]``: just these rows, one worker."""
+    import sys
+
+    from common import Context
+
+    from corral import Job
+    from corral.backends.local import LocalScheduler
+    from corral.config import BaseExperimentConfig
+
+    quick = "--quick" in sys.argv
+    ctx = Context(quick, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    try:
+        cfg = BaseExperimentConfig(experiment_name=ctx.unique_name("stats"), trial_name="t0")
+        sched = LocalScheduler(cfg, gpu_devices=[], fileroot=ctx.fileroot, progress=lambda t: None)
+        ctx.on_close(sched.close)
+        ids = sched.create_workers(Job(role="main", replicas=4))
+        for wid in ids:
+            asyncio.run(sched.create_engine(wid, "corral.testing.engines.EchoEngine"))
+        for row in bench(sched, ids, quick):
+            row.finish()
+            print(
+                f"{row.key}: {row.value:.4f} vs {row.baseline:.4f} {row.unit}, ratio {row.ratio:.3f}"
+            )
+    finally:
+        ctx.close()
+
+
+if __name__ == "__main__":
+    main()

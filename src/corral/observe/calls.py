@@ -1,0 +1,115 @@
+"""Per-role engine-call statistics, recorded in the controller's call path.
+
+The hook is two calls per engine call: ``begin(role)`` (a counter under a lock and a
+clock read) and ``end(role, started, ok)`` (a clock read, the counter, one list append).
+Everything else — rates, percentiles, history — is computed once a second by
+``sample()`` on the publisher's thread, off the call path.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections import deque
+
+HISTORY_POINTS = 300  # seconds of per-role history kept (and published)
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    """Nearest-rank percentile of an already sorted list (0.0 when empty)."""
+    if not sorted_values:
+        return 0.0
+    rank = min(len(sorted_values), max(1, math.ceil(q / 100 * len(sorted_values))))
+    return sorted_values[rank - 1]
+
+
+class RoleCalls:
+    """Running totals and the per-second history of one role."""
+
+    def __init__(self) -> None:
+        self.total = 0
+        self.errors = 0
+        self.rate = 0.0
+        self.p50 = 0.0
+        self.p99 = 0.0
+        # (unix time, calls/s, p50 ms, p99 ms); the latencies are None in a second without calls
+        self.history: deque[tuple] = deque(maxlen=HISTORY_POINTS)
+
+    def as_dict(self, in_flight: int) -> dict:
+        return {
+            "total": self.total,
+            "errors": self.errors,
+            "in_flight": in_flight,
+            "rate": round(self.rate, 3),
+            "p50_ms": round(self.p50 * 1e3, 4),
+            "p99_ms": round(self.p99 * 1e3, 4),
+            "history": [list(point) for point in self.history],
+        }
+
+
+class CallStats:
+    """Counts, rates, p50/p99 latency and calls in flight, per role."""
+
+    enabled = True
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._in_flight: dict[str, int] = {}
+        self._window: list[tuple[str, float, bool]] = []
+        self._roles: dict[str, RoleCalls] = {}
+        self._last_sample = time.monotonic()
+
+    # ------------------------------------------------------------ the hook
+    def begin(self, role: str) -> float:
+        with self._lock:
+            self._in_flight[role] = self._in_flight.get(role, 0) + 1
+        return time.perf_counter()
+
+    def end(self, role: str, started: float, ok: bool = True) -> None:
+        elapsed = time.perf_counter() - started
+        with self._lock:
+            self._in_flight[role] -= 1
+            self._window.append((role, elapsed, ok))
+
+    # ------------------------------------------------------------ sampling
+    def sample(self, now: float | None = None) -> dict[str, dict]:
+        """Close the current window: update totals, rates and percentiles; return the
+        per-role figures (``RoleCalls.as_dict``), history included."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            window, self._window = self._window, []
+            in_flight = dict(self._in_flight)
+        span = max(now - self._last_sample, 1e-3)
+        self._last_sample = now
+        by_role: dict[str, list[float]] = {}
+        errors: dict[str, int] = {}
+        for role, elapsed, ok in window:
+            by_role.setdefault(role, []).append(elapsed)
+            if not ok:
+                errors[role] = errors.get(role, 0) + 1
+        wall = time.time()
+        for role in set(by_role) | set(self._roles) | set(in_flight):
+            stats = self._roles.setdefault(role, RoleCalls())
+            latencies = sorted(by_role.get(role, ()))
+            stats.total += len(latencies)
+            stats.errors += errors.get(role, 0)
+            stats.rate = len(latencies) / span
+            point: tuple = (round(wall, 3), round(stats.rate, 3), None, None)
+            if latencies:
+                stats.p50, stats.p99 = percentile(latencies, 50), percentile(latencies, 99)
+                point = (*point[:2], round(stats.p50 * 1e3, 4), round(stats.p99 * 1e3, 4))
+            stats.history.append(point)
+        return {role: s.as_dict(in_flight.get(role, 0)) for role, s in self._roles.items()}
+
+
+class NullCallStats(CallStats):
+    """Records nothing (the benchmark's 'before' and ``CORRAL_STATS=0``)."""
+
+    enabled = False
+
+    def begin(self, role: str) -> float:
+        return 0.0
+
+    def end(self, role: str, started: float, ok: bool = True) -> None:
+        return None

@@ -1,0 +1,125 @@
+"""Prometheus text exposition of a trial's snapshot, and the small server for it.
+
+Off by default; the controller serves it when ``CORRAL_METRICS_PORT`` is set (bound to
+``CORRAL_METRICS_HOST``, default 127.0.0.1). It carries numbers only — no addresses,
+secrets or log lines — and, like a typical exporter, asks no credentials.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def _label(value: object) -> str:
+    text = str(value)
+    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _labels(**labels: object) -> str:
+    return "{" + ",".join(f'{k}="{_label(v)}"' for k, v in labels.items()) + "}"
+
+
+def render(snapshot: dict | None) -> str:
+    """The snapshot as Prometheus text format 0.0.4."""
+    lines: list[str] = []
+    if not snapshot:
+        return ""
+    base = {"experiment": snapshot["experiment"], "trial": snapshot["trial"]}
+
+    def family(name: str, kind: str, help_text: str, samples: list[tuple[dict, float]]) -> None:
+        lines.append(f"# HELP {name} {help_text}")
+        lines.append(f"# TYPE {name} {kind}")
+        for labels, value in samples:
+            lines.append(f"{name}{_labels(**base, **labels)} {value}")
+
+    roles = snapshot["roles"]
+    family(
+        "corral_calls_total",
+        "counter",
+        "Engine calls completed, per role.",
+        [({"role": r["role"]}, r["calls"]["total"]) for r in roles],
+    )
+    family(
+        "corral_call_errors_total",
+        "counter",
+        "Engine calls that raised, per role.",
+        [({"role": r["role"]}, r["calls"]["errors"]) for r in roles],
+    )
+    family(
+        "corral_calls_in_flight",
+        "gauge",
+        "Engine calls sent and not yet answered.",
+        [({"role": r["role"]}, r["calls"]["in_flight"]) for r in roles],
+    )
+    family(
+        "corral_call_rate",
+        "gauge",
+        "Engine calls per second over the last second.",
+        [({"role": r["role"]}, r["calls"]["rate"]) for r in roles],
+    )
+    family(
+        "corral_call_latency_seconds",
+        "gauge",
+        "Engine call latency quantiles over the last second with calls.",
+        [
+            ({"role": r["role"], "quantile": q}, r["calls"][f"p{q[2:]}_ms"] / 1e3)
+            for r in roles
+            for q in ("0.50", "0.99")
+        ],
+    )
+    workers = snapshot["workers"]
+    family(
+        "corral_worker_up",
+        "gauge",
+        "1 if the worker runs, 0 if it failed, exited or starts.",
+        [({"worker": w["id"], "state": w["state"]}, int(w["state"] == "running")) for w in workers],
+    )
+    family(
+        "corral_worker_restarts_total",
+        "counter",
+        "Restarts of the worker's replica.",
+        [({"worker": w["id"]}, w["restarts"]) for w in workers],
+    )
+    family(
+        "corral_worker_exit_code",
+        "gauge",
+        "Exit code of a worker that ended.",
+        [({"worker": w["id"]}, w["exit_code"]) for w in workers if w["exit_code"] is not None],
+    )
+    return "\n".join(lines) + "\n"  # fmt: skip
+
+
+class MetricsServer:
+    """``GET /metrics`` on a daemon thread; ``source()`` returns the latest snapshot."""
+
+    def __init__(self, source: Callable[[], dict | None], host: str = "127.0.0.1", port: int = 0):
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+                if self.path.split("?")[0] != "/metrics":
+                    self.send_error(404, "only /metrics is served here")
+                    return
+                body = render(source()).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", CONTENT_TYPE)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer((host, port), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://{host}:{self.httpd.server_address[1]}/metrics"
+        self._thread = threading.Thread(
+            target=self.httpd.serve_forever, name="corral-metrics", daemon=True
+        )
+        self._thread.start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()

@@ -1,0 +1,157 @@
+"""What the controller knows about its trial, as one JSON-able dict (the stats file's
+content): controller, roles with their call figures, and one row per worker."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from typing import Any
+
+from corral import keys
+from corral.logs import replica_log_path, tail
+
+SNAPSHOT_VERSION = 1
+LOG_TAIL_LINES = 20
+
+
+def started_at(generation: str) -> float | None:
+    """A worker's start time (unix seconds), read from its generation ``<time>-<pid>``."""
+    try:
+        return float(generation.split("-", 1)[0])
+    except (ValueError, AttributeError):
+        return None
+
+
+class SnapshotBuilder:
+    """Builds snapshots of one scheduler; caches what a worker published (its GPUs) per
+    generation so name-resolve is read once per worker start, not once a second."""
+
+    def __init__(self, scheduler: Any):
+        self.scheduler = scheduler
+        self.started = time.time()
+        self._gpus: dict[str, str | None] = {}
+
+    def _gpus_of(self, worker: Any) -> str | None:
+        key = f"{worker.id}#{worker.generation}"
+        if key not in self._gpus:
+            s = self.scheduler
+            try:
+                raw = s.name_resolve.get(
+                    keys.worker_info_key(s.experiment_name, s.trial_name, worker.role, worker.index)
+                )
+                self._gpus[key] = json.loads(raw).get("gpus") if raw else None
+            except Exception:
+                return None
+        return self._gpus[key]
+
+    def build(self, calls: dict[str, dict], closed: bool = False) -> dict:
+        s = self.scheduler
+        roles_out, workers_out = [], []
+        dead_by_role: dict[str, dict] = {}
+        for role, state in list(s._roles.items()):
+            owner = state.target if state.kind != "launched" else role
+            if owner not in dead_by_role:
+                try:
+                    dead_by_role[owner] = s.launcher.poll(owner) if owner in s._roles else {}
+                except Exception:
+                    dead_by_role[owner] = {}
+            roles_out.append(
+                {
+                    "role": role,
+                    "kind": state.kind,
+                    "target": state.target,
+                    "replicas": state.job.replicas,
+                    "calls": calls.get(role) or _no_calls(),
+                }
+            )
+            if state.kind == "reused":
+                continue
+            workers_out.extend(self._worker_rows(role, state, dead_by_role[owner]))
+        return {
+            "version": SNAPSHOT_VERSION,
+            "experiment": s.experiment_name,
+            "trial": s.trial_name,
+            "backend": s.backend,
+            "time": time.time(),
+            "closed": closed,
+            "controller": {
+                "pid": os.getpid(),
+                "host": socket.gethostname(),
+                "started": self.started,
+            },
+            "log_dir": s.log_dir,
+            "roles": roles_out,
+            "workers": workers_out,
+        }
+
+    def _worker_rows(self, role: str, state: Any, dead: dict) -> list[dict]:
+        s = self.scheduler
+        rows = []
+        by_index = {w.index: w for w in list(state.workers)}
+        pending = None
+        for index in range(state.job.replicas):
+            worker = by_index.get(index)
+            row: dict[str, Any] = {
+                "id": f"{role}/{index}",
+                "role": role,
+                "index": index,
+                "backend": s.backend,
+                "forked_from": f"{state.target}/{index}" if state.kind == "forked" else None,
+                "restarts": state.restarts.get(index, 0),
+                "log_path": replica_log_path(s.log_dir, role, index),
+                "state": "running",
+                "exit_code": None,
+                "reason": None,
+                "log_tail": None,
+            }
+            if worker is None:
+                if pending is None:
+                    pending = _pending_reason(s, role)
+                row.update(state="starting", reason=pending)
+            else:
+                row.update(
+                    host=worker.host,
+                    address=worker.address,
+                    gpus=self._gpus_of(worker),
+                    pid=worker.pid,
+                    backend_id=worker.backend_id,
+                    generation=worker.generation,
+                    started=started_at(worker.generation),
+                )
+            exit_ = dead.get(index)
+            if exit_ is not None and state.kind == "forked":
+                row.update(
+                    state="failed",
+                    reason=f"its host worker {state.target}/{index} died: {exit_.reason}",
+                    log_tail=tail(row["log_path"], LOG_TAIL_LINES),
+                )
+            elif exit_ is not None:
+                row.update(
+                    state="exited" if exit_.exit_code == 0 else "failed",
+                    exit_code=exit_.exit_code,
+                    reason=exit_.reason,
+                    log_tail=tail(exit_.log_path or row["log_path"], LOG_TAIL_LINES),
+                )
+            rows.append(row)
+        return rows
+
+
+def _pending_reason(s: Any, role: str) -> str | None:
+    try:
+        return s.launcher.pending_reason(role)
+    except Exception:
+        return None
+
+
+def _no_calls() -> dict:
+    return {
+        "total": 0,
+        "errors": 0,
+        "in_flight": 0,
+        "rate": 0.0,
+        "p50_ms": 0.0,
+        "p99_ms": 0.0,
+        "history": [],
+    }

@@ -1,0 +1,117 @@
+"""``corral top``: the dashboard's tables in the terminal, drawn with ``rich``."""
+
+from __future__ import annotations
+
+import time
+
+from corral.observe.source import TrialSource
+
+STATE_STYLE = {
+    "running": "green",
+    "failed": "bold red",
+    "starting": "yellow",
+    "exited": "dim",
+}
+STATUS_STYLE = {"live": "green", "ended": "dim", "unresponsive": "bold red"}
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return ""
+    seconds = int(max(0, seconds))
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d {hours}h"
+    if hours:
+        return f"{hours}h {minutes}m"
+    return f"{minutes}m {secs}s" if minutes else f"{secs}s"
+
+
+def _placement(w: dict) -> str:
+    pid = w.get("pid")
+    if w.get("backend_id") and not w.get("forked_from") and w["backend"] in ("slurm", "ray"):
+        prefix = "job " if w["backend"] == "slurm" else ""
+        return f"{prefix}{w['backend_id']} pid {pid or ''}".strip()
+    return f"pid {pid}" if pid else ""
+
+
+def render(trials: list[dict]):
+    """One renderable (a rich Group): per trial, its roles table and workers table."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    parts: list = []
+    if not trials:
+        return Text("no trials found (is a controller running with this --fileroot?)")
+    for t in trials:
+        c = t["controller"]
+        title = Text.assemble(
+            (f"{t['experiment']} / {t['trial']}", "bold"),
+            "  ",
+            (t["status"], STATUS_STYLE.get(t["status"], "")),
+            f"  {t['backend']} · controller pid {c['pid']} on {c['host']}"
+            f" · up {_duration(t['time'] - c['started'])}",
+        )
+        roles = Table(title=title, title_justify="left", expand=False, box=None, pad_edge=False)
+        for name in ("ROLE", "KIND", "REPLICAS", "CALLS", "ERRORS", "IN FLIGHT", "CALLS/S",
+                     "P50 MS", "P99 MS"):  # fmt: skip
+            roles.add_column(name, justify="left" if name in ("ROLE", "KIND") else "right")
+        for r in t["roles"]:
+            k = r["calls"]
+            roles.add_row(
+                r["role"],
+                r["kind"] if r["kind"] == "launched" else f"{r['kind']} on {r['target']}",
+                str(r["replicas"]),
+                str(k["total"]),
+                str(k["errors"]),
+                str(k["in_flight"]),
+                f"{k['rate']:.1f}",
+                f"{k['p50_ms']:.3f}",
+                f"{k['p99_ms']:.3f}",
+            )
+        workers = Table(box=None, pad_edge=False)
+        for name in ("WORKER", "BACKEND", "HOST", "GPUS", "PID/JOB/ACTOR", "STATE", "UPTIME",
+                     "RESTARTS", "EXIT"):  # fmt: skip
+            workers.add_column(name, justify="right" if name in ("RESTARTS", "EXIT") else "left")
+        failures = []
+        for w in t["workers"]:
+            running = w["state"] == "running" and w.get("started")
+            workers.add_row(
+                w["id"] + (f" (on {w['forked_from']})" if w.get("forked_from") else ""),
+                w["backend"],
+                w.get("host") or "",
+                "" if w.get("gpus") is None else (w["gpus"] or "none"),
+                _placement(w),
+                Text(w["state"], STATE_STYLE.get(w["state"], "")),
+                _duration(t["time"] - w["started"]) if running else "",
+                str(w["restarts"]),
+                "" if w.get("exit_code") is None else str(w["exit_code"]),
+            )
+            if w["state"] == "failed":
+                tail = "\n".join((w.get("log_tail") or "").splitlines()[-5:])
+                failures.append(
+                    Text.assemble(
+                        (f"{w['id']} failed", "bold red"),
+                        f" exit code {w.get('exit_code')}: {w.get('reason') or ''}\n",
+                        (tail, "dim"),
+                    )
+                )
+        parts += [roles, Text(""), workers, *failures, Text("")]
+    return Group(*parts)
+
+
+def run_top(source: TrialSource, once: bool = False, interval: float = 1.0, console=None) -> int:
+    from rich.console import Console
+    from rich.live import Live
+
+    console = console or Console()
+    if once:
+        console.print(render(source.trials()))
+        return 0
+    with Live(render(source.trials()), console=console, screen=False, auto_refresh=False) as live:
+        while True:
+            time.sleep(interval)
+            live.update(render(source.trials()), refresh=True)

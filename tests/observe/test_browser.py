@@ -1,0 +1,153 @@
+"""The dashboard in a real browser: Debian's headless Chromium, driven over the DevTools
+protocol, loads the page while a real trial runs (local backend and the Slurm lab
+cluster), and the test reads the rendered DOM: workers listed, a killed worker turning
+failed with its exit code and log tail, a worker's log streaming new lines. GPUs are
+declared, not physical. ``CORRAL_UPDATE_SCREENSHOT=1`` also writes docs/img/dashboard.png.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import threading
+import uuid
+
+import pytest
+
+from corral import Job, SchedulingSpec
+from corral.observe.dashboard import Dashboard
+from corral.observe.source import TrialSource
+from tests.conformance.harness import require_service
+from tests.observe.helpers import wait_stats, worker_row
+from tests.support.browser import Browser, BrowserError, chromium_path
+
+ENGINE = "corral.testing.engines.EchoEngine"
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BACKENDS = [b for b in os.environ.get("CORRAL_TEST_BACKENDS", "local,ray,slurm").split(",")]
+
+
+@pytest.fixture(params=[b for b in ("local", "slurm") if b in BACKENDS])
+def browser_backend(request):
+    return request.getfixturevalue(f"{request.param}_backend")
+
+
+@pytest.fixture
+def browser():
+    if chromium_path() is None:
+        require_service("chromium", "no chromium on PATH (apt-get install chromium)")
+    try:
+        import websocket  # noqa: F401
+    except ImportError:
+        require_service("chromium", "websocket-client is not installed (pip install -e .[dev])")
+    try:
+        b = Browser()
+    except BrowserError as exc:
+        require_service("chromium", str(exc))
+    yield b
+    b.close()
+
+
+def _q(text: str) -> str:
+    return json.dumps(text)
+
+
+def test_dashboard_in_chromium_lists_workers_streams_logs_and_shows_a_failure(
+    browser_backend, browser, tmp_path
+):
+    backend = browser_backend
+    sched = backend.scheduler()
+    dash = None
+    stop = threading.Event()
+    try:
+        ids = sched.create_workers(
+            Job(role="rollout", replicas=2, tasks=[SchedulingSpec(cpu=1, gpu=1)])
+        )
+
+        async def engines():
+            await asyncio.gather(*(sched.create_engine(i, ENGINE, "e") for i in ids))
+
+        asyncio.run(engines())
+        helpers = sched.fork_workers(role="reward", target_role="rollout")
+        workers = {w.id: w for w in sched.get_workers("rollout") + sched.get_workers("reward")}
+
+        def load():  # calls keep flowing so the plots have something to draw
+            while not stop.wait(0.02):
+                try:
+                    sched.call_engine(ids[0], "noop", "e")
+                except Exception:
+                    return
+
+        threading.Thread(target=load, daemon=True).start()
+        exp, trial = sched.experiment_name, sched.trial_name
+        dash = Dashboard(TrialSource(backend.fileroot, exp, trial), port=0).serve_in_thread()
+        browser.goto(f"{dash.url}#log={exp}/{trial}/{ids[0]}")
+
+        # every worker is listed, running, with its pid (and Slurm job id) in its row
+        browser.wait_for(
+            "document.querySelectorAll('tr[data-worker][data-state=running]').length === 4",
+            what="4 running workers",
+        )
+        for wid in ids + helpers:
+            cell = browser.eval(
+                f"document.querySelector('tr[data-worker={_q(wid)}] .placement').textContent"
+            )
+            assert f"pid {workers[wid].pid}" in cell, (wid, cell)
+            if backend.name == "slurm" and wid in ids:
+                assert f"job {workers[wid].backend_id}" in cell, (wid, cell)
+        assert browser.eval("document.getElementById('conn').dataset.state") == "live"
+
+        # the rate plot of the called role has a line; its call count rises
+        browser.wait_for(
+            "document.querySelector('figure[data-role=rollout] svg path.rate') !== null",
+            what="a drawn call-rate line",
+        )
+        browser.wait_for(
+            "Number(document.querySelector('tr[data-role=rollout] .calls-total').textContent) > 10",
+            what="more than 10 calls counted",
+        )
+
+        # the log viewer (opened from the address) follows new lines
+        for _ in range(2):
+            marker = f"dashboard-marker-{uuid.uuid4().hex}"
+            sched.call_engine(ids[0], "say", "e", marker)
+            browser.wait_for(
+                f"document.getElementById('log-view').innerText.includes({_q(marker)})",
+                what=f"log line {marker}",
+            )
+
+        # a killed worker turns failed, with the exit code its backend reports
+        backend.kill_worker(workers[ids[1]])
+        snap = wait_stats(
+            sched, lambda s: worker_row(s, ids[1])["state"] == "failed", what="failed"
+        )
+        code = worker_row(snap, ids[1])["exit_code"]
+        assert code not in (None, 0)
+        row = f"document.querySelector('tr[data-worker={_q(ids[1])}]')"
+        browser.wait_for(f"{row}.dataset.state === 'failed'", what=f"{ids[1]} failed")
+        assert browser.eval(f"{row}.querySelector('.exit-code').textContent") == str(code)
+        failure = browser.wait_for(
+            f"document.querySelector('.failure[data-worker={_q(ids[1])}]')?.innerText",
+            what="the failure box",
+        )
+        assert f"exit code {code}" in failure and f"corral worker {ids[1]}" in failure
+        assert (
+            browser.eval(f"document.querySelector('tr[data-worker={_q(ids[0])}]').dataset.state")
+            == "running"
+        )
+
+        shot = tmp_path / "dashboard.png"
+        height = browser.eval("document.documentElement.scrollHeight")
+        browser.screenshot(str(shot), height=min(int(height), 1600))
+        assert shot.stat().st_size > 10_000
+        if os.environ.get("CORRAL_UPDATE_SCREENSHOT") and backend.name == "local":
+            browser.screenshot(os.path.join(REPO, "docs", "img", "dashboard.png"),
+                               height=min(int(height), 1600))  # fmt: skip
+        assert not [c for c in browser.console if c.startswith("exception")], browser.console
+    finally:
+        stop.set()
+        if dash is not None:
+            dash.close()
+        sched.close()
+    left = backend.leftovers(sched.experiment_name, sched.trial_name)
+    assert not left, f"left behind after close(): {left}"

@@ -1,0 +1,134 @@
+"""The dashboard server over plain HTTP, on a real local trial: authentication, the
+trials API, server-sent events, log streaming, and names that try to leave the fileroot."""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import json
+import uuid
+
+import pytest
+
+from corral import Job
+from corral.observe.dashboard import Dashboard
+from corral.observe.source import TrialSource
+from tests.observe.helpers import wait_stats
+
+ENGINE = "corral.testing.engines.EchoEngine"
+
+
+@pytest.fixture
+def trial(local_backend):
+    sched = local_backend.scheduler()
+    (wid,) = sched.create_workers(Job(role="rollout", replicas=1))
+    asyncio.run(sched.create_engine(wid, ENGINE, "e"))
+    wait_stats(sched, lambda s: len(s["workers"]) == 1, what="1 worker")
+    yield sched, wid
+    sched.close()
+
+
+@pytest.fixture
+def dash(local_backend, trial):
+    sched, _ = trial
+    server = Dashboard(TrialSource(local_backend.fileroot, max_age=600), port=0)
+    server.serve_in_thread()
+    yield server
+    server.close()
+
+
+def _get(dash, path: str, cookie: str | None = None, timeout: float = 10):
+    conn = http.client.HTTPConnection("127.0.0.1", dash.port, timeout=timeout)
+    conn.request("GET", path, headers={"Cookie": cookie} if cookie else {})
+    return conn, conn.getresponse()
+
+
+def _events(response, wanted: str, count: int = 1, limit: int = 200) -> list:
+    """Read server-sent events from ``response`` until ``count`` events named ``wanted``."""
+    found, name = [], None
+    for _ in range(limit):
+        line = response.fp.readline().decode().rstrip("\n")
+        if line.startswith("event: "):
+            name = line[7:]
+        elif line.startswith("data: ") and name == wanted:
+            found.append(json.loads(line[6:]))
+            if len(found) == count:
+                return found
+    raise AssertionError(f"no {count} {wanted!r} event(s) in {limit} lines")
+
+
+@pytest.mark.parametrize("path", ["/", "/api/trials", "/events", "/logs", "/static/dashboard.js"])
+def test_every_path_needs_the_token(dash, path):
+    _, r = _get(dash, path)
+    assert r.status == 401
+    _, r = _get(dash, path + "?token=wrong")
+    assert r.status == 401
+    _, r = _get(dash, path, cookie=f"{dash.cookie}=wrong")
+    assert r.status == 401
+
+
+def test_token_becomes_a_cookie_and_leaves_the_address(dash):
+    _, r = _get(dash, f"/?token={dash.token}")
+    assert r.status == 303 and r.getheader("Location") == "/"
+    cookie = r.getheader("Set-Cookie")
+    assert cookie.startswith(f"{dash.cookie}={dash.token};")
+    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
+    _, page = _get(dash, "/", cookie=cookie.split(";")[0])
+    assert page.status == 200 and b"/static/dashboard.js" in page.read()
+    assert "default-src 'self'" in page.getheader("Content-Security-Policy")
+
+
+def test_trials_api_and_events_carry_the_running_trial(dash, trial):
+    sched, wid = trial
+    _, r = _get(dash, f"/api/trials?token={dash.token}")
+    listed = {(t["experiment"], t["trial"]): t for t in json.load(r)}
+    snap = listed[(sched.experiment_name, sched.trial_name)]
+    assert snap["status"] == "live" and [w["id"] for w in snap["workers"]] == [wid]
+    conn, r = _get(dash, f"/events?token={dash.token}")
+    assert r.getheader("Content-Type") == "text/event-stream"
+    first, second = _events(r, "trials", count=2)
+    assert any(t["trial"] == sched.trial_name for t in first)
+    assert any(t["trial"] == sched.trial_name for t in second)
+    conn.close()
+
+
+def test_log_stream_sends_the_tail_then_new_lines(dash, trial):
+    sched, wid = trial
+    query = f"experiment={sched.experiment_name}&trial={sched.trial_name}&worker={wid}"
+    conn, r = _get(dash, f"/logs?{query}&token={dash.token}")
+    (path,) = _events(r, "path")
+    assert path.endswith(f"{wid}.log")
+    (tail,) = _events(r, "lines")
+    assert any(f"corral worker {wid}" in line for line in tail)
+    marker = f"marker-{uuid.uuid4().hex}"
+    sched.call_engine(wid, "say", "e", marker)
+    seen = []
+    while marker not in seen:
+        seen += _events(r, "lines")[0]
+    conn.close()
+
+
+@pytest.mark.parametrize("experiment", ["..", "../../etc", "a/b"])
+def test_names_that_leave_the_fileroot_are_refused(dash, experiment):
+    _, r = _get(dash, f"/logs?experiment={experiment}&trial=t&worker=w/0&token={dash.token}")
+    assert r.status == 400
+    assert "experiment" in json.load(r)["error"]
+
+
+def test_the_trial_secret_is_accepted_when_one_trial_is_named(local_backend, trial):
+    sched, _ = trial
+    source = TrialSource(local_backend.fileroot, sched.experiment_name, sched.trial_name)
+    server = Dashboard(source, port=0, extra_secrets=(sched.secret,)).serve_in_thread()
+    try:
+        _, r = _get(server, f"/api/trials?token={sched.secret}")
+        assert r.status == 200 and json.load(r)[0]["trial"] == sched.trial_name
+    finally:
+        server.close()
+
+
+def test_a_busy_port_is_a_config_error_naming_the_port(dash):
+    from corral.errors import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        Dashboard(dash.source, port=dash.port)
+    assert "--port" in str(err.value) and str(dash.port) in str(err.value)

@@ -1,0 +1,138 @@
+"""The controller's stats file on every backend: workers, call figures, failures, and the
+opt-in Prometheus endpoint. Real workers; GPUs are declared, not physical."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import urllib.request
+
+import pytest
+
+from corral import Job, SchedulingSpec
+from corral.errors import ConfigError, EngineCallError
+from tests.observe.helpers import role_row, stats_mode, wait_stats, worker_row
+
+ENGINE = "corral.testing.engines.EchoEngine"
+
+
+def _start(sched, replicas: int = 2, gpu: int = 1) -> list[str]:
+    ids = sched.create_workers(
+        Job(role="rollout", replicas=replicas, tasks=[SchedulingSpec(cpu=1, gpu=gpu)])
+    )
+
+    async def engines():
+        await asyncio.gather(*(sched.create_engine(i, ENGINE, "e") for i in ids))
+
+    asyncio.run(engines())
+    return ids
+
+
+def test_stats_file_lists_every_worker_with_its_placement_and_is_private(sched):
+    ids = _start(sched)
+    forked = sched.fork_workers(role="helper", target_role="rollout")
+    workers = {w.id: w for w in sched.get_workers("rollout") + sched.get_workers("helper")}
+    snap = wait_stats(sched, lambda s: len(s["workers"]) == 4, what="4 workers")
+    assert stats_mode(sched) == 0o600
+    assert snap["experiment"] == sched.experiment_name and snap["backend"] == sched.backend
+    for wid in ids + forked:
+        row = worker_row(snap, wid)
+        assert row["state"] == "running", row
+        assert row["pid"] == workers[wid].pid and row["host"] == workers[wid].host
+        assert row["generation"] == workers[wid].generation and row["started"] > 0
+        assert row["gpus"] not in (None, ""), f"{wid} published no GPUs: {row}"
+        assert row["restarts"] == 0 and row["exit_code"] is None
+    assert worker_row(snap, forked[1])["forked_from"] == ids[1]
+    assert role_row(snap, "helper")["kind"] == "forked"
+
+
+def test_stats_count_calls_errors_and_latency_per_role(sched):
+    (wid,) = _start(sched, replicas=1, gpu=0)
+    for _ in range(50):
+        sched.call_engine(wid, "noop", "e")
+    with pytest.raises(EngineCallError):
+        sched.call_engine(wid, "fail", "e")
+    snap = wait_stats(
+        sched, lambda s: role_row(s, "rollout")["calls"]["total"] == 51, what="51 calls"
+    )
+    calls = role_row(snap, "rollout")["calls"]
+    assert calls["errors"] == 1
+    assert 0 < calls["p50_ms"] <= calls["p99_ms"]
+    assert any(point[1] > 0 for point in calls["history"])
+
+
+def test_stats_show_calls_in_flight(sched):
+    (wid,) = _start(sched, replicas=1, gpu=0)
+    thread = threading.Thread(target=sched.call_engine, args=(wid, "sleep", "e", 4.0))
+    thread.start()
+    try:
+        wait_stats(
+            sched, lambda s: role_row(s, "rollout")["calls"]["in_flight"] == 1, what="1 in flight"
+        )
+    finally:
+        thread.join()
+    wait_stats(sched, lambda s: role_row(s, "rollout")["calls"]["in_flight"] == 0, what="0")
+
+
+def test_killed_worker_turns_failed_with_exit_code_and_log_tail(backend, sched):
+    ids = _start(sched)
+    victim = sched.get_workers("rollout")[1]
+    backend.kill_worker(victim)
+    snap = wait_stats(
+        sched, lambda s: worker_row(s, ids[1])["state"] == "failed", what=f"{ids[1]} failed"
+    )
+    row = worker_row(snap, ids[1])
+    assert row["reason"]
+    if backend.name != "ray":  # Ray reports a dead actor without an exit code
+        assert row["exit_code"] not in (None, 0), row
+    assert f"corral worker {ids[1]}" in row["log_tail"]
+    assert worker_row(snap, ids[0])["state"] == "running"
+
+
+def test_stats_file_is_marked_closed_when_the_trial_ends(sched):
+    _start(sched, replicas=1, gpu=0)
+    wait_stats(sched, lambda s: len(s["workers"]) == 1, what="1 worker")
+    sched.close()
+    snap = wait_stats(sched, lambda s: s["closed"], what="closed", timeout=5)
+    assert snap["workers"] == []
+
+
+def test_prometheus_endpoint_is_off_by_default(sched):
+    _start(sched, replicas=1, gpu=0)
+    snap = wait_stats(sched, lambda s: len(s["workers"]) == 1, what="1 worker")
+    assert "metrics_url" not in snap
+    assert sched._stats.metrics_server is None
+
+
+def test_prometheus_endpoint_serves_call_and_worker_figures(backend, monkeypatch):
+    monkeypatch.setenv("CORRAL_METRICS_PORT", "0")
+    sched = backend.scheduler()
+    try:
+        (wid,) = _start(sched, replicas=1, gpu=0)
+        for _ in range(5):
+            sched.call_engine(wid, "noop", "e")
+        snap = wait_stats(
+            sched, lambda s: role_row(s, "rollout")["calls"]["total"] == 5, what="5 calls"
+        )
+        with urllib.request.urlopen(snap["metrics_url"], timeout=10) as reply:
+            assert reply.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+            text = reply.read().decode()
+        labels = f'experiment="{sched.experiment_name}",trial="{sched.trial_name}"'
+        assert f'corral_calls_total{{{labels},role="rollout"}} 5' in text
+        assert f'corral_worker_up{{{labels},worker="{wid}",state="running"}} 1' in text
+        assert "# TYPE corral_call_latency_seconds gauge" in text
+    finally:
+        sched.close()
+
+
+@pytest.mark.parametrize("value", ["http", "70000", "-1"])
+def test_bad_metrics_port_is_refused_before_workers_start(backend, monkeypatch, value):
+    monkeypatch.setenv("CORRAL_METRICS_PORT", value)
+    sched = backend.scheduler()
+    try:
+        with pytest.raises(ConfigError) as err:
+            sched.create_workers(Job(role="r", replicas=1))
+        assert "CORRAL_METRICS_PORT" in str(err.value) and value in str(err.value)
+        assert sched.roles == []
+    finally:
+        sched.close()
