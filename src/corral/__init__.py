@@ -22,13 +22,18 @@ from corral.errors import (
     EngineCallError,
     EngineCreationError,
     EngineImportError,
+    GPUAllocationError,
+    PortAllocationError,
+    RPCConnectionError,
     SchedulerError,
+    WorkerConfigurationError,
+    WorkerConnectionError,
     WorkerCreationError,
     WorkerFailedError,
     WorkerNotFoundError,
     WorkerTimeoutError,
 )
-from corral.spec import Job, SchedulingSpec, SchedulingStrategy, Worker
+from corral.spec import Job, SchedulingSpec, SchedulingStrategy, SchedulingStrategyType, Worker
 
 __version__ = "0.1.0"
 
@@ -55,5 +60,6 @@ __all__ = [
     "Worker", "Scheduler", "LocalScheduler", "RayScheduler", "SlurmScheduler",
     "CorralError", "ConfigError", "SchedulerError", "WorkerCreationError", "WorkerTimeoutError",
     "WorkerFailedError", "WorkerNotFoundError", "EngineCreationError", "EngineImportError",
-    "EngineCallError",
+    "EngineCallError", "SchedulingStrategyType", "WorkerConfigurationError",
+    "WorkerConnectionError", "PortAllocationError", "GPUAllocationError", "RPCConnectionError",
 ]  # fmt: skip

@@ -19,6 +19,7 @@ import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from corral import envvars, keys
@@ -109,13 +110,14 @@ class Scheduler:
         self.fileroot = os.path.abspath(opts.fileroot(exp_config, fileroot))
         self._ensure_dir(self.fileroot, "cluster.fileroot")
         opts.check_type("log_dir", log_dir, (str, os.PathLike), "a directory path")
-        self.log_dir = (
+        #: A pathlib.Path, as in AReaL (``str(sched.log_dir)`` for the text).
+        self.log_dir = Path(
             os.path.abspath(os.fspath(log_dir))
             if log_dir is not None
             else log_dir_for(self.fileroot, self.experiment_name, self.trial_name)
         )
         if log_dir is not None:
-            self._ensure_dir(self.log_dir, "log_dir")
+            self._ensure_dir(str(self.log_dir), "log_dir")
         resolve_cfg = opts.name_resolve(exp_config, name_resolve_type, nfs_record_root, etcd3_addr)
         self.name_resolve = name_resolve or make_name_resolve(
             resolve_cfg if resolve_cfg is not None else cluster_field(exp_config, "name_resolve"),
@@ -211,7 +213,7 @@ class Scheduler:
             E.ROLE: role,
             E.INDEX: str(index),
             E.NAME_RESOLVE: json.dumps(self.name_resolve.describe()),
-            E.LOG_DIR: self.log_dir,
+            E.LOG_DIR: str(self.log_dir),
             E.PORT_COUNT: str(spec.port_count),
             E.LEASE_TIMEOUT: str(self.lease_timeout),
             E.CONTROLLER_PID: str(os.getpid()),
@@ -306,7 +308,7 @@ class Scheduler:
             f"starting {job.replicas} {job.role} worker(s) on {self.backend}; logs in {self.log_dir}"
         )
         try:
-            self.launcher.launch(LaunchRequest(job=job, envs=envs, log_dir=self.log_dir))
+            self.launcher.launch(LaunchRequest(job=job, envs=envs, log_dir=str(self.log_dir)))
             self._roles[job.role] = RoleState(job, [], "launched", pending=True)
             if wait:
                 self._finish_role(job.role, self.startup_timeout)
@@ -401,7 +403,7 @@ class Scheduler:
     def _failure(
         self, worker_id: str, exit_: WorkerExit, role: str, index: int, when: str
     ) -> WorkerFailedError:
-        log_path = exit_.log_path or replica_log_path(self.log_dir, role, index)
+        log_path = exit_.log_path or replica_log_path(str(self.log_dir), role, index)
         time.sleep(0.05)
         return WorkerFailedError(
             worker_id, f"{exit_.reason} {when}", exit_.exit_code, tail(log_path), log_path
@@ -577,7 +579,7 @@ class Scheduler:
             if time.monotonic() >= deadline:
                 break
             time.sleep(0.05)
-        log_path = replica_log_path(self.log_dir, worker.role, worker.index)
+        log_path = replica_log_path(str(self.log_dir), worker.role, worker.index)
         return WorkerConnectionError(
             f"worker {worker.id} at {worker.address} does not answer ({cause}) although the "
             f"{self.backend} backend does not report it dead; see {log_path}"

@@ -723,7 +723,7 @@ class SlurmScheduler(Scheduler):
         )
         self.cluster_name = cluster_name or cluster_field(exp_config, "cluster_name")
         self.dry_run = dry_run
-        self._ensure_dir(self.log_dir, "cluster.fileroot (the log directory under it)")
+        self._ensure_dir(str(self.log_dir), "cluster.fileroot (the log directory under it)")
 
     def render_script(self, job: Any) -> str:
         """The exact batch script ``create_workers(job)`` submits (nothing is submitted)."""
@@ -744,7 +744,7 @@ class SlurmScheduler(Scheduler):
                 )
         self.launcher.check(nj)
         env = self.worker_env(nj.role, 0, nj.tasks[0])
-        return self.launcher.render(nj, env, self.log_dir)
+        return self.launcher.render(nj, env, str(self.log_dir))
 
     def create_workers(self, job: Any, *args: Any, **kwargs: Any) -> list[str]:
         if self.dry_run:
