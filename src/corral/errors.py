@@ -11,8 +11,6 @@ and the AReaL-named class (:class:`JobConfigError`, :class:`UnknownRoleError`).
 
 from __future__ import annotations
 
-from typing import Any
-
 
 class CorralError(Exception):
     """Base of every corral error."""
@@ -66,41 +64,37 @@ class WorkerConfigurationError(SchedulerError):
 class WorkerTimeoutError(SchedulerError, TimeoutError):
     """A worker did not become ready or answer within its deadline.
 
-    ``WorkerTimeoutError(worker_key, timeout)`` (AReaL's form) or ``WorkerTimeoutError(message,
-    worker_key=..., timeout=...)``."""
+    ``WorkerTimeoutError(worker_key, timeout)`` as in AReaL; corral adds its own
+    explanation as ``message`` (``WorkerTimeoutError(text)`` alone is a message)."""
 
-    def __init__(
-        self, message: str, timeout: float | None = None, *, worker_key: str | None = None
-    ):
-        if timeout is not None and worker_key is None and _is_number(timeout):
-            worker_key, message = message, f"worker {message!r} not ready after {timeout}s"
+    def __init__(self, worker_key: str, timeout: float | None = None, message: str | None = None):
+        if timeout is None and message is None:  # one message
+            worker_key, message = None, worker_key
         self.worker_key = worker_key
         self.timeout = timeout
-        Exception.__init__(self, message)
+        Exception.__init__(self, message or f"worker {worker_key!r} not ready after {timeout}s")
 
 
 class WorkerFailedError(SchedulerError):
     """A worker process died. Carries its exit code and the tail of its log.
 
-    ``WorkerFailedError(worker_id, exit_code, stderr="")`` (AReaL's form) or
-    ``WorkerFailedError(worker_id, reason, exit_code=None, log_tail="", log_path=None)``.
-    ``stderr`` and ``log_tail`` are the same text (corral merges a worker's output)."""
+    ``WorkerFailedError(worker_id, exit_code, stderr="")`` as in AReaL; corral adds
+    ``reason`` (what happened) and ``log_path``. ``stderr`` is the tail of the worker's
+    log (corral merges a worker's output), also known as ``log_tail``."""
 
     def __init__(
         self,
         worker_id: str,
-        reason: str | int | None = None,
-        exit_code: int | str | None = None,
-        log_tail: str = "",
+        exit_code: int | None = None,
+        stderr: str = "",
+        *,
+        reason: str = "exited",
         log_path: str | None = None,
     ):
-        if reason is None or _is_number(reason):  # AReaL: (worker_id, exit_code, stderr)
-            stderr = exit_code if isinstance(exit_code, str) else log_tail
-            reason, exit_code, log_tail = "exited", reason, stderr or ""
         self.worker_id = worker_id
         self.reason = reason
         self.exit_code = exit_code
-        self.log_tail = log_tail
+        self.stderr = stderr or ""
         self.log_path = log_path
         self.restarted = False
         msg = f"worker {worker_id} failed: {reason}"
@@ -108,14 +102,13 @@ class WorkerFailedError(SchedulerError):
             msg += f" (exit code {exit_code})"
         if log_path:
             msg += f"; full log: {log_path}"
-        if log_tail:
-            msg += "\n--- last lines of its log ---\n" + log_tail.rstrip()
+        if stderr:
+            msg += "\n--- last lines of its log ---\n" + stderr.rstrip()
         Exception.__init__(self, msg)
 
     @property
-    def stderr(self) -> str:
-        """AReaL's name for the output the worker left (the tail of its log)."""
-        return self.log_tail
+    def log_tail(self) -> str:
+        return self.stderr
 
 
 class RPCConnectionError(SchedulerError, ConnectionError):
@@ -145,14 +138,14 @@ class WorkerConnectionError(RPCConnectionError):
 class WorkerNotFoundError(SchedulerError, KeyError):
     """No worker or role by that name.
 
-    ``WorkerNotFoundError(worker_id)`` (AReaL's form: a bare id) or
-    ``WorkerNotFoundError(message, worker_id=...)``."""
+    ``WorkerNotFoundError(worker_id)`` as in AReaL; corral adds ``message`` (a single
+    argument with spaces in it is taken as the message)."""
 
-    def __init__(self, message: str = "worker not found", *, worker_id: str | None = None):
-        if worker_id is None and " " not in str(message):
-            worker_id, message = message, f"no worker or role {message!r}"
+    def __init__(self, worker_id: str = "", message: str | None = None):
+        if message is None and " " in str(worker_id):
+            worker_id, message = None, worker_id
         self.worker_id = worker_id
-        Exception.__init__(self, message)
+        Exception.__init__(self, message or f"no worker or role {worker_id!r}")
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else "worker not found"
@@ -196,34 +189,29 @@ class EngineImportError(EngineCreationError, ImportError):
 class EngineCallError(SchedulerError):
     """An engine method raised on the worker. Carries the remote traceback.
 
-    ``EngineCallError(worker_id, method, reason, attempt=1)`` (AReaL's form) or
-    ``EngineCallError(message, remote_traceback="", worker_id=..., method=...)``."""
+    ``EngineCallError(worker_id, method, reason, attempt=1)`` as in AReaL;
+    ``EngineCallError(message, remote_traceback=...)`` is corral's one-message form."""
 
     def __init__(
         self,
-        message: str,
-        *rest: Any,
-        remote_traceback: str = "",
-        worker_id: str | None = None,
+        worker_id: str,
         method: str | None = None,
+        reason: str | None = None,
         attempt: int = 1,
+        *,
+        remote_traceback: str = "",
     ):
-        if len(rest) >= 2:  # AReaL: (worker_id, method, reason[, attempt])
-            worker_id, method, reason = message, rest[0], rest[1]
-            attempt = rest[2] if len(rest) > 2 else attempt
+        if method is None and reason is None:  # one message
+            message, worker_id, reason = worker_id, None, worker_id
+        else:
             message = f"calling {method!r} on worker {worker_id!r} failed: {reason}"
             if attempt > 1:
                 message += f" ({attempt} attempts)"
-        else:
-            reason = message
-            if rest:
-                remote_traceback = rest[0]
         self.worker_id, self.method, self.reason, self.attempt = worker_id, method, reason, attempt
         self.remote_traceback = remote_traceback
-        text = message
         if remote_traceback:
-            text += "\n--- remote traceback ---\n" + remote_traceback.rstrip()
-        Exception.__init__(self, text)
+            message += "\n--- remote traceback ---\n" + remote_traceback.rstrip()
+        Exception.__init__(self, message)
 
 
 class PortAllocationError(SchedulerError):

@@ -377,12 +377,12 @@ class Scheduler:
                 reason = self.launcher.pending_reason(role)
                 missing = [f"{role}/{i}" for i in range(replicas) if i not in found]
                 raise WorkerTimeoutError(
+                    role,
+                    timeout,
                     f"{len(missing)} of {replicas} {role} worker(s) not ready after {timeout:g}s "
                     f"({', '.join(missing[:8])})"
                     + (f"; backend says: {reason}" if reason else "")
                     + f". Check the logs in {self.log_dir} or raise startup_timeout.",
-                    timeout,
-                    worker_key=role,
                 )
             if now >= next_report and now - (deadline - timeout) > 5:
                 self.progress(f"waiting for {role}: {len(found)}/{replicas} ready")
@@ -406,7 +406,11 @@ class Scheduler:
         log_path = exit_.log_path or replica_log_path(str(self.log_dir), role, index)
         time.sleep(0.05)
         return WorkerFailedError(
-            worker_id, f"{exit_.reason} {when}", exit_.exit_code, tail(log_path), log_path
+            worker_id,
+            exit_.exit_code,
+            tail(log_path),
+            reason=f"{exit_.reason} {when}",
+            log_path=log_path,
         )
 
     def _rendezvous(self, role: str, workers: list[Worker], only: list[int] | None = None) -> None:
@@ -436,7 +440,9 @@ class Scheduler:
         validate_role_name(role)
         with self._lock:
             if target_role not in self._roles:
-                raise WorkerNotFoundError(f"no role {target_role!r} to fork from; create it first")
+                raise WorkerNotFoundError(
+                    target_role, f"no role {target_role!r} to fork from; create it first"
+                )
             target = self._roles[target_role]
             job = NormalizedJob(
                 role=role,
@@ -508,7 +514,7 @@ class Scheduler:
         state = self._roles.get(role)
         if state is None:
             known = ", ".join(self._roles) or "none"
-            raise WorkerNotFoundError(f"no role {role!r} (roles: {known})", worker_id=role)
+            raise WorkerNotFoundError(role, f"no role {role!r} (roles: {known})")
         opts.check_number("timeout", timeout)
         if state.kind == "reused":
             self._finish_role(state.target, self.startup_timeout if timeout is None else timeout)
@@ -540,8 +546,8 @@ class Scheduler:
                 worker = self._ids.get(worker_id)
         if worker is None:
             raise WorkerNotFoundError(
+                worker_id,
                 f"no worker {worker_id!r}; known roles: {', '.join(self._roles) or 'none'}",
-                worker_id=worker_id,
             )
         return worker
 
