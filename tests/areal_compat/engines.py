@@ -96,5 +96,33 @@ class RecordingRolloutEngine:
     def kinds(self, **values: Any) -> dict[str, str]:
         return {k: _type_name(v) for k, v in values.items()}
 
+    def set_version(self, version: int) -> int:
+        self.version = version
+        return version
+
+    def pause(self) -> None:
+        self.paused = True
+
     def destroy(self) -> None:
         self.tasks.clear()
+
+
+class SeedProbe:
+    """Reports the first number Python's generator gives after the worker was seeded."""
+
+    def __init__(self) -> None:
+        self.first = random.random()
+
+    def first_random(self) -> float:
+        return self.first
+
+
+class OrderProbe:
+    """Appends its name to a file when destroyed (the teardown order)."""
+
+    def __init__(self, path: str, name: str) -> None:
+        self.path, self.name = path, name
+
+    def destroy(self) -> None:
+        with open(self.path, "a") as fh:
+            fh.write(self.name + "\n")

@@ -10,7 +10,7 @@ from typing import Any
 
 from corral import options as opts
 from corral.config import cluster_field
-from corral.errors import ConfigError
+from corral.errors import ConfigError, GPURequestError
 from corral.launcher import Launcher, LaunchRequest, WorkerExit
 from corral.logs import LogPump, replica_log_path
 from corral.procs import describe_exit, spawn, stop_process_groups
@@ -62,12 +62,13 @@ class LocalLauncher(Launcher):
         if self.sharing == "round_robin":
             return  # each worker's own request was checked against the node's GPU count
         if need > len(self._free):
-            raise ConfigError(
+            raise GPURequestError(
                 f"{job.role}: gpu per worker x replicas",
                 need,
                 f"only {len(self._free)} of {len(self.devices)} GPUs are free on this machine "
                 f"(devices {self.devices}); lower gpu/replicas, delete other roles, or declare "
                 "devices with gpu_devices=[...]",
+                job.role,
             )
 
     def launch(self, request: LaunchRequest) -> None:

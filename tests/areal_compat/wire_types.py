@@ -1,0 +1,28 @@
+"""Types sent to workers in the compatibility tests. Workers have not imported this
+module: rebuilding these values there proves the worker imports the caller's module."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from corral import BaseExperimentConfig
+
+
+class Color(enum.Enum):
+    red = "red"
+    blue = "blue"
+
+
+@dataclass
+class Sample:
+    prompt: str
+    color: Color = Color.red
+    tags: list[str] = field(default_factory=list)
+
+
+@dataclass
+class SeededConfig(BaseExperimentConfig):
+    """An experiment config with a ``seed``, as AReaL's have."""
+
+    seed: int = 1
