@@ -23,14 +23,18 @@ from corral.errors import (
     EngineCreationError,
     EngineImportError,
     GPUAllocationError,
+    PlacementError,
     PortAllocationError,
+    ResourceLimitError,
     RPCConnectionError,
     SchedulerError,
+    TrialInUseError,
     WorkerConfigurationError,
     WorkerConnectionError,
     WorkerCreationError,
     WorkerFailedError,
     WorkerNotFoundError,
+    WorkerPreemptedError,
     WorkerTimeoutError,
 )
 from corral.spec import Job, SchedulingSpec, SchedulingStrategy, SchedulingStrategyType, Worker
@@ -62,4 +66,5 @@ __all__ = [
     "WorkerFailedError", "WorkerNotFoundError", "EngineCreationError", "EngineImportError",
     "EngineCallError", "SchedulingStrategyType", "WorkerConfigurationError",
     "WorkerConnectionError", "PortAllocationError", "GPUAllocationError", "RPCConnectionError",
+    "EngineCallError", "TrialInUseError", "PlacementError", "ResourceLimitError", "WorkerPreemptedError",
 ]  # fmt: skip

@@ -13,6 +13,7 @@ from corral import keys
 from corral.config import ClusterSpecConfig
 from corral.discovery import FileNameResolve, NameResolve, make_name_resolve
 from corral.logs import log_dir_for
+from corral.runs import read_lease
 
 
 def _name_resolve(args: argparse.Namespace) -> NameResolve:
@@ -36,7 +37,9 @@ def _trials(nr: NameResolve) -> dict[tuple[str, str], dict[str, str]]:
         parts = key.split("/")
         if len(parts) == 4 and not parts[2].startswith("_"):
             found.setdefault((parts[0], parts[1]), {})[f"{parts[2]}/{parts[3]}"] = value
-        elif len(parts) == 3 and parts[2] == "_controller":
+        elif (len(parts) == 3 and parts[2] == "_controller") or (
+            len(parts) == 5 and parts[2] == "_health"
+        ):
             found.setdefault((parts[0], parts[1]), {})
     return found
 
@@ -53,8 +56,15 @@ def cmd_ps(args: argparse.Namespace) -> int:
     for (exp, trial), workers in sorted(trials.items()):
         secret = _secret(args.fileroot, exp, trial)
         client = RPCClient(secret) if secret else None
-        if not workers:
-            print(f"{exp:<16} {trial:<24} {'-':<16} {'(controller only)':<22}")
+        lease = read_lease(nr, exp, trial)
+        if lease is not None:
+            alive = "alive" if lease.alive(5.0) else "NOT RENEWED"
+            print(f"{exp:<16} {trial:<24} {'(controller)':<16} {lease.describe()}: {alive}")
+        deaths = _deaths(nr, exp, trial)
+        for wid in deaths:
+            workers.setdefault(wid, "-")
+        if not workers and lease is None:
+            print(f"{exp:<16} {trial:<24} {'-':<16} {'(no workers)':<22}")
         for wid, address in sorted(
             workers.items(), key=lambda kv: (kv[0].split("/")[0], int(kv[0].split("/")[1]))
         ):
@@ -62,13 +72,29 @@ def cmd_ps(args: argparse.Namespace) -> int:
             raw = nr.get(keys.worker_info_key(exp, trial, role, int(index)))
             pid = json.loads(raw).get("pid", "") if raw else ""
             health = "no secret"
-            if client is not None:
+            if wid in deaths:
+                health = f"dead ({deaths[wid]})"
+            elif client is not None:
                 try:
                     health = client.request(address, "/health", method="GET", timeout=2.0)["status"]
                 except Exception as exc:
                     health = f"unreachable ({type(exc).__name__})"
             print(f"{exp:<16} {trial:<24} {wid:<16} {address:<22} {pid!s:>7}  {health}")
     return 0
+
+
+def _deaths(nr: NameResolve, experiment: str, trial: str) -> dict[str, str]:
+    """``role/index`` -> why, for deaths the controller's health monitor recorded."""
+    found = {}
+    for key, value in nr.get_subtree(f"{experiment}/{trial}/_health").items():
+        parts = key.split("/")
+        try:
+            record = json.loads(value)
+        except ValueError:
+            continue
+        if len(parts) == 5 and record.get("state") == "dead":
+            found[f"{parts[3]}/{parts[4]}"] = record.get("reason", "?")
+    return found
 
 
 def _latest_trial(log_root: str) -> tuple[str, str] | None:

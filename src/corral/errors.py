@@ -239,7 +239,12 @@ class JobConfigError(ConfigError, WorkerCreationError):
         self.worker_key, self.reason, self.details = role, fix, ""
 
 
-class GPURequestError(JobConfigError, GPUAllocationError):
+class PlacementError(JobConfigError):
+    """A request that can never be placed on this cluster (more than it has in total, or a
+    queue reason that cannot clear). Raised within seconds, never after a timeout."""
+
+
+class GPURequestError(PlacementError, GPUAllocationError):
     """A job asks for more GPUs than there are (AReaL raises GPUAllocationError)."""
 
 
@@ -278,3 +283,21 @@ class NameResolveError(CorralError):
 
 def _is_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+class TrialInUseError(SchedulerError):
+    """Another live controller runs this experiment/trial; names that run and how to proceed."""
+
+    def __init__(self, message: str, holder: object = None):
+        self.holder = holder
+        super().__init__(message)
+
+
+class WorkerPreemptedError(WorkerFailedError):
+    """The worker was preempted (its Slurm job requeued, its Ray node lost). Calls to it
+    fail with this error until the role is back; ``Scheduler.wait_role(role)`` waits."""
+
+
+class ResourceLimitError(WorkerCreationError):
+    """The controller's own limits (open files, ...) cannot hold the workers asked for;
+    names the limit, its value and how to raise it."""

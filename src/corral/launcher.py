@@ -31,6 +31,11 @@ class Launcher(abc.ABC):
     """A backend: places and starts workers, tells whether they live, stops them."""
 
     name: str = "base"
+    fds_per_worker: int = 1
+    """Open files the controller holds per worker of this backend (see corral.fdlimit)."""
+
+    def progress(self, text: str) -> None:
+        """Progress lines (pending reasons while waiting); the Scheduler replaces this."""
 
     def check(self, job: NormalizedJob) -> None:
         """Backend-specific validation; raise ConfigError before anything starts."""
@@ -45,6 +50,11 @@ class Launcher(abc.ABC):
 
     def pending_reason(self, role: str) -> str | None:
         """Why the role's workers have not started yet, if the backend knows (queue reasons)."""
+        return None
+
+    def hopeless(self, role: str) -> str | None:
+        """Why the role's queued workers can never start (a queue reason that cannot
+        clear), if so; the backend has then withdrawn the request."""
         return None
 
     @abc.abstractmethod
@@ -86,6 +96,11 @@ class Launcher(abc.ABC):
     def share_secret_by_env(self) -> bool:
         """True if workers cannot read the controller's fileroot (no shared filesystem)."""
         return False
+
+    def remove_leftovers(self, experiment: str, trial: str) -> list[str]:
+        """Remove what a dead controller of this trial left in the backend (jobs, actors,
+        groups named after the trial); one line per thing removed."""
+        return []
 
     def close(self) -> None:
         """Release backend resources (runtimes this launcher started)."""

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import errno
 import getpass
 import os
 import selectors
+import sys
 import threading
+import time
+from collections.abc import Callable
 from typing import IO
 
 
@@ -43,17 +47,84 @@ def tail(path: str | None, lines: int = 20, max_bytes: int = 16384) -> str:
     return "\n".join(data.splitlines()[-lines:])
 
 
+RETRY_WRITE_SECONDS = 5.0
+
+
+class _LogFile:
+    """One append-only log file that survives a full disk: a failed write drops that
+    output (counted), later writes are retried every few seconds, and the first write
+    that succeeds again notes how much was lost. The worker never blocks on its logs."""
+
+    def __init__(self, path: str, on_error: Callable[[str], None] | None):
+        self.path = path
+        self.on_error = on_error
+        self.lost = 0
+        self.retry_at = 0.0
+        self.fh: IO[bytes] | None = None
+        try:
+            self.fh = open(path, "ab", buffering=0)
+        except OSError as exc:
+            self._failed(exc, 0, time.monotonic())
+
+    def write(self, data: bytes) -> None:
+        now = time.monotonic()
+        if self.lost and now < self.retry_at:
+            self.lost += len(data)
+            return
+        try:
+            if self.fh is None:
+                self.fh = open(self.path, "ab", buffering=0)
+            if self.lost:
+                self.fh.write(
+                    f"[corral: {self.lost} bytes of output lost: {self.path} could "
+                    "not be written]\n".encode()
+                )
+            self.fh.write(data)
+            self.lost = 0
+        except OSError as exc:
+            self._failed(exc, len(data), now)
+
+    def _failed(self, exc: OSError, size: int, now: float) -> None:
+        first = not self.lost
+        self.lost += max(size, 1)
+        self.retry_at = now + RETRY_WRITE_SECONDS
+        if first and self.on_error is not None:
+            hint = (
+                "the disk is full: free space under the log directory or move cluster.fileroot"
+                if exc.errno in (errno.ENOSPC, errno.EDQUOT)
+                else "check the log directory"
+            )
+            self.on_error(
+                f"cannot write worker log {self.path}: {exc.strerror} ({hint}); "
+                "its output is dropped until writes succeed again, the worker runs on"
+            )
+
+    def close(self) -> None:
+        try:
+            if self.fh is not None:
+                self.fh.close()
+        except OSError:
+            pass
+
+
 class LogSink:
     """Writes one worker's output to its replica, role and merged log files."""
 
-    def __init__(self, pipe: IO[bytes], log_dir: str, role: str, index: int):
+    def __init__(
+        self,
+        pipe: IO[bytes],
+        log_dir: str,
+        role: str,
+        index: int,
+        on_error: Callable[[str], None] | None = None,
+    ):
         self.pipe = pipe
         self.prefix = f"[{role}/{index}] ".encode()
         self.partial = b""
         os.makedirs(os.path.join(log_dir, role), exist_ok=True)
-        self.replica = open(replica_log_path(log_dir, role, index), "ab", buffering=0)
-        self.role = open(role_log_path(log_dir, role), "ab", buffering=0)
-        self.merged = open(merged_log_path(log_dir), "ab", buffering=0)
+        self.replica = _LogFile(replica_log_path(log_dir, role, index), on_error)
+        self.role = _LogFile(role_log_path(log_dir, role), on_error)
+        self.merged = _LogFile(merged_log_path(log_dir), on_error)
 
     def feed(self, data: bytes) -> None:
         self.replica.write(data)
@@ -74,7 +145,8 @@ class LogSink:
 class LogPump:
     """One thread copying worker output pipes into their three log files, line by line."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_error: Callable[[str], None] | None = None) -> None:
+        self.on_error = on_error or (lambda text: print(f"corral: {text}", file=sys.stderr))
         self._sel = selectors.DefaultSelector()
         self._lock = threading.Lock()
         self._wake_r, self._wake_w = os.pipe()
@@ -83,7 +155,7 @@ class LogPump:
         self._closed = False
 
     def add(self, pipe: IO[bytes], log_dir: str, role: str, index: int) -> None:
-        stream = LogSink(pipe, log_dir, role, index)
+        stream = LogSink(pipe, log_dir, role, index, lambda text: self.on_error(text))
         with self._lock:
             self._sel.register(pipe, selectors.EVENT_READ, stream)
             if self._thread is None:

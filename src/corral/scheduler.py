@@ -33,6 +33,7 @@ from corral.errors import (
     EngineTypeError,
     GPURequestError,
     JobConfigError,
+    PlacementError,
     SchedulerError,
     UnknownRoleError,
     WorkerConfigurationError,
@@ -42,17 +43,20 @@ from corral.errors import (
     WorkerNotFoundError,
     WorkerTimeoutError,
 )
+from corral.fdlimit import ensure_fds, is_fd_exhaustion, too_many_files
+from corral.health import DEFAULT_INTERVAL, HealthMonitor, WorkerHealth, health_key
 from corral.launcher import Launcher, LaunchRequest, WorkerExit
+from corral.leftovers import clean_dead_run
 from corral.logs import log_dir_for, replica_log_path, tail
 from corral.observe.publisher import StatsPublisher, make_call_stats
 from corral.rpc.client import AsyncRPCClient, RPCClient, WorkerUnreachableError, new_request_id
+from corral.runs import ControllerLease, Lease, new_run_id
 from corral.spec import NormalizedJob, SchedulingSpec, Worker, normalize_job, validate_role_name
 from corral.worker import env as E
 
 log = logging.getLogger("corral")
 DEAD_CHECK_SECONDS = 1.5
 STATUS_POLL_SECONDS = 0.25
-LEASE_BEAT_SECONDS = 1.0
 
 
 @dataclass
@@ -90,6 +94,8 @@ class Scheduler:
         name_resolve_type: str | None = None,
         nfs_record_root: str | None = None,
         etcd3_addr: str | None = None,
+        on_worker_death: Callable[[str, WorkerExit], Any] | None = None,
+        health_interval: float = DEFAULT_INTERVAL,
     ):
         """Options as in AReaL (see corral.options): an ``exp_config`` wins over the
         keywords it also holds, except ``fileroot``; ``log_dir`` replaces the log directory."""
@@ -126,16 +132,29 @@ class Scheduler:
         self.lease_timeout = lease_timeout
         self.launcher = launcher
         self.progress = progress or (lambda text: log.info(text))
+        launcher.progress = self.progress
         self.secret = secrets.token_hex(32)
-        self.secret_file = self._write_secret()
+        self.secret_file = os.path.join(
+            self.fileroot, "secrets", self.experiment_name, self.trial_name, "secret"
+        )
+        self.run_id = new_run_id()
+        self.removed_leftovers: list[str] = []
+        self._lease = ControllerLease(
+            self.name_resolve, self.experiment_name, self.trial_name, self.run_id, lease_timeout
+        )
         self._client = RPCClient(self.secret)
         self._async_client = AsyncRPCClient(self.secret)
         self._roles: dict[str, RoleState] = {}
         self._ids: dict[str, Worker] = {}
         self._lock = threading.RLock()
-        self._lease_stop: threading.Event | None = None
         self._restart_hooks: dict[str, Callable[[Scheduler, str], Any]] = {}
+        self._unrestartable: dict[str, str] = {}
         self._pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="corral-fanout")
+        self.monitor = HealthMonitor(
+            self._watched_roles, launcher.poll, self._record_health, self.progress, health_interval
+        )
+        if on_worker_death is not None:
+            self.monitor.callbacks.append(on_worker_death)
         self._closed = False
         self._calls = make_call_stats()  # per-role call figures for corral dashboard / top
         self._stats = StatsPublisher(self, self._calls)
@@ -157,11 +176,20 @@ class Scheduler:
         if not os.access(path, os.W_OK | os.X_OK):
             raise ConfigError(field_name, path, "it is not writable; use a writable directory")
 
+    def _read_secret_file(self) -> str | None:
+        try:
+            with open(self.secret_file) as fh:
+                return fh.read().strip() or None
+        except OSError:
+            return None
+
     def _write_secret(self) -> str:
-        directory = os.path.join(self.fileroot, "secrets", self.experiment_name, self.trial_name)
+        """Written when the run claims its trial: a second live controller must not
+        overwrite the secret of the run it would clash with."""
+        path = self.secret_file
+        directory = os.path.dirname(path)
         os.makedirs(directory, mode=0o700, exist_ok=True)
         os.chmod(directory, 0o700)
-        path = os.path.join(directory, "secret")
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as fh:
             fh.write(self.secret)
@@ -173,36 +201,64 @@ class Scheduler:
 
     # ------------------------------------------------------------ controller lease
     def _ensure_lease(self) -> None:
-        if self._lease_stop is not None:
+        """Claim the trial for this run before anything starts (see corral.runs)."""
+        if self._lease.held:
             return
+        old_secret = self._read_secret_file()
+
+        def cleanup(old: Lease) -> list[str]:
+            removed = clean_dead_run(
+                self.name_resolve,
+                self.experiment_name,
+                self.trial_name,
+                old,
+                old_secret,
+                self.launcher.remove_leftovers,
+            )
+            if removed:
+                self.progress(
+                    f"cleaned up after the dead controller of {self.experiment_name}/"
+                    f"{self.trial_name} ({old.describe()}): " + "; ".join(removed)
+                )
+            return removed
+
+        self.removed_leftovers = self._lease.claim(cleanup)
+        self._write_secret()
         self._stats.start()  # the stats file for corral dashboard / top (checks its env first)
-        self._lease_stop = threading.Event()
-        key = self._key(keys.controller_key)
-        beat = {"pid": os.getpid(), "host": socket.gethostname(), "n": 0}
-        self.name_resolve.add(key, json.dumps(beat), replace=True)
-
-        def renew(stop: threading.Event) -> None:
-            while not stop.wait(LEASE_BEAT_SECONDS):
-                beat["n"] += 1
-                try:
-                    self.name_resolve.add(key, json.dumps(beat), replace=True)
-                except Exception as exc:
-                    log.warning("could not renew the controller lease: %s", exc)
-
-        threading.Thread(
-            target=renew, args=(self._lease_stop,), name="corral-lease", daemon=True
-        ).start()
+        self.monitor.start()
 
     def _drop_lease(self) -> None:
-        if self._lease_stop is None:
-            return
-        self._lease_stop.set()
-        self._lease_stop = None
-        self._stats.stop()
-        try:
-            self.name_resolve.delete(self._key(keys.controller_key))
-        except Exception:
-            pass
+        self.monitor.stop()
+        if self._lease.held:
+            self._stats.stop()
+        self._lease.release()
+
+    # ------------------------------------------------------------ health monitor
+    def _watched_roles(self) -> dict[str, list[str]]:
+        return {
+            role: [w.id for w in state.workers]
+            for role, state in list(self._roles.items())
+            if state.kind != "reused"
+        }
+
+    def _record_health(self, role: str, index: int, health: WorkerHealth) -> None:
+        key = health_key(self.experiment_name, self.trial_name, role, index)
+        self.name_resolve.add(key, health.dump(self.run_id), replace=True)
+
+    def on_worker_death(self, callback: Callable[[str, WorkerExit], Any]) -> None:
+        """Call ``callback(worker_id, exit)`` from the health monitor's thread when a
+        worker is found dead (within ``health_interval`` plus the backend's own delay),
+        whether or not a call to it is in flight."""
+        self.monitor.callbacks.append(callback)
+
+    def worker_status(self) -> dict[str, str]:
+        """``worker_id -> "alive"`` or ``"dead: <reason>"``, as the health monitor knows."""
+        status = {}
+        for ids in self._watched_roles().values():
+            for worker_id in ids:
+                dead = self.monitor.dead.get(worker_id)
+                status[worker_id] = f"dead: {dead.reason}" if dead else "alive"
+        return status
 
     # ----------------------------------------------------------- worker env
     def worker_env(self, role: str, index: int, spec: SchedulingSpec) -> dict[str, str]:
@@ -219,6 +275,7 @@ class Scheduler:
             E.CONTROLLER_PID: str(os.getpid()),
             E.CONTROLLER_HOST: socket.gethostname(),
             E.FILEROOT: self.fileroot,
+            E.RUN_ID: self.run_id,
             "PYTHONUNBUFFERED": "1",
         }
         if self.launcher.share_secret_by_env():
@@ -300,6 +357,7 @@ class Scheduler:
             return self._launch_role(nj, wait)
 
     def _launch_role(self, job: NormalizedJob, wait: bool = True) -> list[str]:
+        ensure_fds(job.replicas * self.launcher.fds_per_worker, f"role {job.role!r}")
         self._ensure_lease()
         self.name_resolve.clear_subtree(self._key(keys.role_prefix, job.role))
         envs = [self.worker_env(job.role, i, spec) for i, spec in enumerate(job.tasks)]
@@ -312,9 +370,14 @@ class Scheduler:
             self._roles[job.role] = RoleState(job, [], "launched", pending=True)
             if wait:
                 self._finish_role(job.role, self.startup_timeout)
-        except BaseException:
+        except BaseException as exc:
             self._roles.pop(job.role, None)
             self._stop_launched(job.role)
+            if is_fd_exhaustion(exc):
+                import resource
+
+                soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+                raise too_many_files(f"role {job.role!r}", job.replicas * 5, soft, hard) from exc
             raise
         return [f"{job.role}/{i}" for i in range(job.replicas)]
 
@@ -356,7 +419,9 @@ class Scheduler:
     def _await_registration(self, role: str, replicas: int, timeout: float) -> list[Worker]:
         deadline = time.monotonic() + timeout
         found: dict[int, Worker] = {}
-        next_poll = next_report = 0.0
+        next_poll = next_report = next_reason = 0.0
+        started = time.monotonic()
+        last_reason: str | None = None
         interval = 0.005
         while True:
             now = time.monotonic()
@@ -372,7 +437,21 @@ class Scheduler:
                 if dead:
                     index, exit_ = sorted(dead.items())[0]
                     raise self._failure(f"{role}/{index}", exit_, role, index, "while starting")
+                hopeless = self.launcher.hopeless(role)
+                if hopeless:
+                    raise PlacementError(
+                        f"{role}: placement",
+                        f"{replicas} worker(s)",
+                        f"{role} can never be placed: {hopeless}. Lower replicas or "
+                        "resources, or pick another partition",
+                    )
                 next_poll = now + STATUS_POLL_SECONDS
+            if now >= next_reason and len(found) < replicas:
+                reason = self.launcher.pending_reason(role)
+                if reason and reason != last_reason and now - started > 1.0:
+                    self.progress(f"waiting for {role} ({len(found)}/{replicas} ready): {reason}")
+                    last_reason = reason
+                next_reason = now + 1.0
             if now >= deadline:
                 reason = self.launcher.pending_reason(role)
                 missing = [f"{role}/{i}" for i in range(replicas) if i not in found]
@@ -536,6 +615,9 @@ class Scheduler:
                 raise self._failure(f"{owner.job.role}/{index}", exit_, owner.job.role, index, "")
 
     def _worker(self, worker_id: str) -> Worker:
+        why = self._unrestartable.get(worker_id)
+        if why is not None:
+            raise WorkerFailedError(worker_id, reason=f"died and could not be restarted: {why}")
         worker = self._ids.get(worker_id)
         if worker is None:
             role = str(worker_id).rpartition("/")[0]
@@ -609,10 +691,17 @@ class Scheduler:
         with self._lock:
             self.name_resolve.delete(self._key(keys.worker_address_key, worker.role, worker.index))
             env = self.worker_env(worker.role, worker.index, spec)
-            self.launcher.restart(worker.role, worker.index, env)
-            new = self._await_one(worker.role, worker.index, self.startup_timeout)
+            try:
+                self.launcher.restart(worker.role, worker.index, env)
+                new = self._await_one(worker.role, worker.index, self.startup_timeout)
+            except CorralError as exc:
+                # later calls get this, not a misleading connection error
+                self._unrestartable[worker.id] = str(exc)
+                failure.args = (failure.args[0] + f"\nrestarting it failed: {exc}",)
+                return
             state.workers[worker.index] = new
             self._ids[new.id] = new
+            self.monitor.forget(new.id)
             self._rendezvous(worker.role, state.workers, only=[worker.index])
         hook = self._restart_hooks.get(worker.role)
         if hook is not None:
@@ -626,6 +715,7 @@ class Scheduler:
 
     def _await_one(self, role: str, index: int, timeout: float) -> Worker:
         deadline = time.monotonic() + timeout
+        next_reason, last_reason = time.monotonic() + 1.0, None
         while time.monotonic() < deadline:
             worker = self._read_worker(role, index)
             if worker is not None:
@@ -633,8 +723,21 @@ class Scheduler:
             dead = self.launcher.poll(role)
             if index in dead:
                 raise self._failure(f"{role}/{index}", dead[index], role, index, "while restarting")
+            hopeless = self.launcher.hopeless(role)
+            if hopeless:
+                raise WorkerCreationError(f"restarting {role}/{index} is impossible: {hopeless}")
+            if time.monotonic() >= next_reason:
+                reason = self.launcher.pending_reason(role)
+                if reason and reason != last_reason:
+                    self.progress(f"waiting for the restart of {role}/{index}: {reason}")
+                    last_reason = reason
+                next_reason = time.monotonic() + 1.0
             time.sleep(0.02)
-        raise WorkerTimeoutError(f"restarted worker {role}/{index} not ready after {timeout:.0f}s")
+        reason = self.launcher.pending_reason(role)
+        raise WorkerTimeoutError(
+            f"restarted worker {role}/{index} not ready after {timeout:.0f}s"
+            + (f"; backend says: {reason}" if reason else "")
+        )
 
     # -------------------------------------------------------------- calls
     def _request(
@@ -875,6 +978,8 @@ class Scheduler:
         for w in state.workers:
             if state.kind != "reused":
                 self._ids.pop(w.id, None)
+                self._unrestartable.pop(w.id, None)
+                self.monitor.forget(w.id)
         if state.kind == "reused":
             return
         if state.kind == "forked":
@@ -891,9 +996,10 @@ class Scheduler:
             self._stop_launched(role)
         try:
             self.name_resolve.clear_subtree(self._key(keys.role_prefix, role))
-            self.name_resolve.clear_subtree(
-                f"{self.experiment_name}/{self.trial_name}/_info/{role}"
-            )
+            for kind in ("_info", "_health"):
+                self.name_resolve.clear_subtree(
+                    f"{self.experiment_name}/{self.trial_name}/{kind}/{role}"
+                )
         except Exception as exc:
             log.warning("could not clear name-resolve entries of %s: %s", role, exc)
 
@@ -949,6 +1055,7 @@ class Scheduler:
             self.delete_workers()
         finally:
             self._closed = True
+            self.monitor.stop()
             self._client.close()
             self._pool.shutdown(wait=False)
             self.launcher.close()

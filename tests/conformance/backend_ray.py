@@ -140,6 +140,7 @@ def ray_backend(ray_cluster, tmp_path_factory) -> BackendUnderTest:
         name="ray",
         make=make,
         gpus_per_node=GPUS_PER_NODE,
+        nodes=NODES,
         fileroot=root,
         # a controller in another process (the controller-death test) joins this cluster
         controller_env={"RAY_ADDRESS": ray_cluster.address},

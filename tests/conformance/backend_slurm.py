@@ -51,6 +51,11 @@ def lab_gpus_per_node() -> int:
     return min(counts) if counts else 0
 
 
+def lab_nodes() -> int:
+    out = subprocess.run(["sinfo", "-h", "-N", "-o", "%N"], capture_output=True, text=True)
+    return len(set(out.stdout.split()))
+
+
 def trial_jobs(experiment: str, trial: str) -> list[str]:
     """Jobs of the trial still in squeue (pending, running or completing)."""
     out = subprocess.run(["squeue", "-h", "-o", "%i %j %T"], capture_output=True, text=True).stdout
@@ -84,6 +89,7 @@ def slurm_backend(tmp_path_factory) -> BackendUnderTest:
         name="slurm",
         make=make,
         gpus_per_node=lab_gpus_per_node(),
+        nodes=lab_nodes(),
         fileroot=root,
         controller_env=env,
         leftovers=trial_jobs,

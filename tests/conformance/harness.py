@@ -28,21 +28,40 @@ def require_service(name: str, why: str) -> None:
     pytest.skip(f"{name} unavailable: {why}")
 
 
+def node_of(sched, wid: str) -> str:
+    """The node a worker runs on, as its backend names it (not as the worker reports it)."""
+    if sched.backend == "ray":
+        role, index = wid.split("/")
+        return sched.launcher.placement(role, int(index))["node_id"]
+    if sched.backend == "slurm":
+        return sched.call_engine(wid, "getenv", "e", "SLURMD_NODENAME")
+    return "localhost"
+
+
 @dataclass
 class BackendUnderTest:
     name: str
     make: Callable[..., Scheduler]
     gpus_per_node: int = 4
+    nodes: int = 1
     fileroot: str = "/tmp/corral-conformance"
     controller_env: dict = field(default_factory=dict)
     leftovers: Callable[[str, str], list[str]] = field(default=lambda exp, trial: [])
 
-    def scheduler(self, name_resolve: dict | None = None, **kwargs) -> Scheduler:
-        """A scheduler for a fresh trial; ``name_resolve`` overrides cluster.name_resolve."""
-        experiment = f"conf-{self.name}"
-        trial = f"t{uuid.uuid4().hex[:8]}"
+    def scheduler(
+        self,
+        name_resolve: dict | None = None,
+        experiment: str | None = None,
+        trial: str | None = None,
+        **kwargs,
+    ) -> Scheduler:
+        """A scheduler for a fresh trial (or the names given); ``name_resolve`` overrides
+        cluster.name_resolve."""
+        experiment = experiment or f"conf-{self.name}"
+        trial = trial or f"t{uuid.uuid4().hex[:8]}"
         cfg = BaseExperimentConfig(experiment_name=experiment, trial_name=trial)
-        cfg.cluster.n_gpus_per_node = self.gpus_per_node
+        # a config's n_gpus_per_node wins over the keyword (as in AReaL): put it there
+        cfg.cluster.n_gpus_per_node = kwargs.pop("n_gpus_per_node", self.gpus_per_node)
         for key, value in (name_resolve or {}).items():
             setattr(cfg.cluster.name_resolve, key, value)
         return self.make(cfg, **kwargs)

@@ -54,9 +54,10 @@ def test_colocation_with_fork_in_create_workers(sched):
         )
     )
     assert ids == ["helper/0", "helper/1"]
-    assert {w.pid for w in sched.get_workers("helper")}.isdisjoint(
-        w.pid for w in sched.get_workers("gen")
-    )
+    helpers, gens = sched.get_workers("helper"), sched.get_workers("gen")
+    assert {w.pid for w in helpers}.isdisjoint(w.pid for w in gens)
+    for helper, gen in zip(helpers, gens, strict=True):
+        assert helper.forked and helper.host == gen.host, (helper, gen)
 
 
 def test_deleting_forked_role_keeps_parent(sched):

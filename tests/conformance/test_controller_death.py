@@ -1,4 +1,5 @@
-"""A controller that is killed (SIGKILL) or interrupted (Ctrl-C) leaves nothing behind."""
+"""A controller that is killed (SIGKILL), interrupted (Ctrl-C) or frozen (SIGSTOP: alive,
+but its lease is no longer renewed) leaves nothing behind."""
 
 from __future__ import annotations
 
@@ -17,8 +18,14 @@ from tests.conformance.harness import pid_alive
 SCRIPT = os.path.join(os.path.dirname(__file__), "controller_script.py")
 
 
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["sigkill", "ctrl-c"])
+@pytest.mark.parametrize(
+    "sig",
+    [signal.SIGKILL, signal.SIGINT, signal.SIGSTOP],
+    ids=["sigkill", "ctrl-c", "frozen-lease"],
+)
 def test_stopped_controller_leaves_no_worker_within_ten_seconds(backend, sig):
+    """SIGSTOP keeps the controller's pid alive and its lease key in name-resolve, so only
+    the workers' lease-staleness check (lease 5 s) can end them."""
     trial = f"orphans{uuid.uuid4().hex[:6]}"
     env = {**os.environ, **backend.controller_env}
     proc = subprocess.Popen(
@@ -43,11 +50,17 @@ def test_stopped_controller_leaves_no_worker_within_ten_seconds(backend, sig):
         assert len(pids) == 4 and all(pid_alive(p) for p in pids)
     finally:
         proc.send_signal(sig)
-        proc.wait(30)
-    deadline = time.monotonic() + 10
-    while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert [p for p in pids if pid_alive(p)] == []
+        if sig != signal.SIGSTOP:
+            proc.wait(30)
+    try:
+        deadline = time.monotonic() + 10
+        while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert [p for p in pids if pid_alive(p)] == []
+    finally:
+        if sig == signal.SIGSTOP:  # the frozen controller's own resources go with it
+            proc.kill()
+            proc.wait(30)
     left = backend.leftovers(f"death-{backend.name}", trial)
     deadline = time.monotonic() + 10
     while left and time.monotonic() < deadline:

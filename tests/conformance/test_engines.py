@@ -58,13 +58,22 @@ def test_several_engines_per_worker(sched, worker):
 
 
 def test_sync_methods_run_on_one_engine_thread_and_coroutines_are_awaited(sched, worker):
+    """Eight calls in flight at once (each holds the engine thread for a moment), and
+    every one ran on the same engine thread."""
     asyncio.run(sched.create_engine(worker, ECHO, "e"))
-    names = {sched.call_engine(worker, "thread_name", "e") for _ in range(5)}
+
+    async def concurrently():
+        return await asyncio.gather(
+            *(sched.async_call_engine(worker, "slow_thread_name", "e", 0.05) for _ in range(8))
+        )
+
+    names = set(asyncio.run(concurrently()))
+    names |= {sched.call_engine(worker, "thread_name", "e") for _ in range(3)}
     assert len(names) == 1 and names.pop().startswith("corral-engine")
     assert sched.call_engine(worker, "async_echo", "e", "x", delay=0.01) == "x"
 
 
-def test_async_call_engine_fans_out(sched, worker):
+def test_fifty_concurrent_async_calls_each_get_their_own_result(sched, worker):
     asyncio.run(sched.create_engine(worker, ECHO, "e"))
 
     async def many():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import threading
+import time
 
 import pytest
 
@@ -18,6 +19,7 @@ from corral import (
 )
 from corral.errors import AuthenticationError
 from corral.rpc.client import RPCClient
+from tests.conformance.harness import pid_alive
 
 ECHO = "corral.testing.engines.EchoEngine"
 
@@ -57,6 +59,21 @@ def test_sigstopped_worker_times_out_at_the_callers_deadline(sched, backend):
             sched.call_engine(wid, "noop", "e", rpc_meta={"timeout": 1.0})
     finally:
         backend.kill_worker(worker, signal.SIGCONT)
+
+
+def test_delete_workers_stops_a_frozen_worker_and_leaves_nothing(sched, backend):
+    """A SIGSTOPped worker cannot exit when asked: the backend must force it (local:
+    SIGKILL after the grace period; Ray: kill the actor; Slurm: scancel the job)."""
+    (wid,) = sched.create_workers(Job(role="ice", replicas=1))
+    worker = sched.get_workers("ice")[0]
+    backend.kill_worker(worker, signal.SIGSTOP)
+    sched.delete_workers("ice")
+    assert sched.roles == []
+    assert backend.leftovers(sched.experiment_name, sched.trial_name) == []
+    deadline = time.monotonic() + 10
+    while pid_alive(worker.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not pid_alive(worker.pid), f"{wid} (pid {worker.pid}) is still alive"
 
 
 def test_wrong_secret_is_refused_and_has_no_effect(sched):

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from corral import Job, SchedulingSpec, WorkerNotFoundError
-from tests.conformance.harness import pid_alive
+from tests.conformance.harness import node_of, pid_alive
 
 ECHO = "corral.testing.engines.EchoEngine"
 
@@ -39,6 +39,7 @@ def test_rendezvous_variables_come_from_rank_zero(sched):
         Job(role="trainer", replicas=2, tasks=[SchedulingSpec(port_count=2)])
     )
     workers = sched.get_workers("trainer")
+    on_node: dict[str, int] = {}
     for i, wid in enumerate(ids):
         asyncio.run(sched.create_engine(wid, ECHO, "e"))
         env = {
@@ -47,7 +48,9 @@ def test_rendezvous_variables_come_from_rank_zero(sched):
         }
         assert env["RANK"] == str(i)
         assert env["WORLD_SIZE"] == "2"
-        assert env["LOCAL_RANK"] is not None
+        node = node_of(sched, wid)
+        assert env["LOCAL_RANK"] == str(on_node.get(node, 0)), (wid, node, on_node)
+        on_node[node] = on_node.get(node, 0) + 1
         assert env["MASTER_ADDR"] and int(env["MASTER_PORT"]) > 0
     master_ports = {sched.call_engine(w, "getenv", "e", "MASTER_PORT") for w in ids}
     assert len(master_ports) == 1
@@ -58,16 +61,18 @@ def test_rendezvous_variables_come_from_rank_zero(sched):
 
 
 def test_gpus_are_exclusive_and_visible_through_cuda_visible_devices(sched):
+    """Each worker sees exactly its 2 devices; workers on one node never share one.
+    (Exact device sets per node: test_gpus_and_ranks.py.)"""
     ids = sched.create_workers(Job(role="gpu", replicas=2, tasks=[SchedulingSpec(gpu=2)]))
-    seen = []
+    taken: dict[str, list[int]] = {}
     for wid in ids:
         asyncio.run(sched.create_engine(wid, ECHO, "e"))
         value = sched.call_engine(wid, "getenv", "e", "CUDA_VISIBLE_DEVICES")
-        assert value, f"{wid} got no CUDA_VISIBLE_DEVICES"
-        seen.append(value)
-    if sched.backend == "local":
-        devices = [d for v in seen for d in v.split(",")]
-        assert len(devices) == 4 and len(set(devices)) == 4
+        devices = [int(d) for d in value.split(",") if d]
+        assert len(devices) == 2 and len(set(devices)) == 2, f"{wid} got {value!r}"
+        taken.setdefault(node_of(sched, wid), []).extend(devices)
+    for node, devices in taken.items():
+        assert len(devices) == len(set(devices)), f"workers on {node} share devices: {devices}"
 
 
 def test_get_workers_of_unknown_role_names_it(sched):

@@ -36,18 +36,47 @@ def _through_proxy(sched, wid: str, proxy: CuttingProxy) -> None:
     worker.ip, worker.port = "127.0.0.1", proxy.port
 
 
-def test_retry_after_a_cut_runs_the_method_once(sched):
+def test_retry_after_a_cut_request_runs_the_method_once(sched):
+    """The request is cut twice before the worker has read it all: the third attempt runs
+    it, and only that one did (a cut request never reaches the engine)."""
     (wid,) = sched.create_workers(Job(role="once", replicas=1))
     asyncio.run(sched.create_engine(wid, ECHO, "e"))
     w = sched.get_workers("once")[0]
     big = np.ones(4 << 20, dtype=np.float32)
-    # Cut the reply direction is not possible with this proxy; cut the request twice instead
-    # and check that the retried call still ran exactly once.
     proxy = CuttingProxy((w.ip, w.port), cut_after=1 << 20, cuts=2)
     try:
         _through_proxy(sched, wid, proxy)
-        sched.call_engine(wid, "echo", "e", big, rpc_meta={"max_retries": 3})
+        assert np.array_equal(
+            sched.call_engine(wid, "echo", "e", big, rpc_meta={"max_retries": 3}), big
+        )
+        assert proxy.cut == 2
         assert sched.call_engine(wid, "count", "e") == 1
+    finally:
+        proxy.close()
+
+
+@pytest.mark.parametrize("reply_bytes", [64, 16 << 20], ids=["small-reply", "large-reply"])
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_retry_after_a_cut_reply_runs_the_method_once(sched, mode, reply_bytes):
+    """The worker ran the call, then its reply was cut on the way back: the retry must
+    carry the same request id so the worker answers from its result cache instead of
+    running the method a second time."""
+    (wid,) = sched.create_workers(Job(role="replycut", replicas=1))
+    asyncio.run(sched.create_engine(wid, ECHO, "e"))
+    w = sched.get_workers("replycut")[0]
+    value = np.arange(reply_bytes // 4, dtype=np.float32)
+    # cut inside the reply's body (its head is ~100 bytes, the frame prefix follows)
+    proxy = CuttingProxy((w.ip, w.port), cut_after=120, cuts=1, direction="reply")
+    try:
+        _through_proxy(sched, wid, proxy)
+        meta = {"max_retries": 2}
+        if mode == "sync":
+            got = sched.call_engine(wid, "echo", "e", value, rpc_meta=meta)
+        else:
+            got = asyncio.run(sched.async_call_engine(wid, "echo", "e", value, rpc_meta=meta))
+        assert np.array_equal(got, value)
+        assert proxy.cut == 1, "the proxy did not cut the reply"
+        assert sched.call_engine(wid, "count", "e") == 1, "the retry ran the method again"
     finally:
         proxy.close()
 

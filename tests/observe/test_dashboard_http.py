@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import http.client
 import json
+import time
 import uuid
 
 import pytest
@@ -102,10 +103,12 @@ def test_log_stream_sends_the_tail_then_new_lines(dash, trial):
     assert any(f"corral worker {wid}" in line for line in tail)
     marker = f"marker-{uuid.uuid4().hex}"
     sched.call_engine(wid, "say", "e", marker)
-    seen = []
-    while marker not in seen:
-        seen += _events(r, "lines")[0]
+    seen: list[str] = []
+    deadline = time.monotonic() + 30
+    while marker not in seen and time.monotonic() < deadline:
+        seen += _events(r, "lines", limit=20)[0]
     conn.close()
+    assert marker in seen
 
 
 @pytest.mark.parametrize("experiment", ["..", "../../etc", "a/b"])
@@ -132,3 +135,44 @@ def test_a_busy_port_is_a_config_error_naming_the_port(dash):
     with pytest.raises(ConfigError) as err:
         Dashboard(dash.source, port=dash.port)
     assert "--port" in str(err.value) and str(dash.port) in str(err.value)
+
+
+def test_corral_dashboard_command_prints_a_working_address(local_backend, trial):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import urllib.request
+
+    sched, wid = trial
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "corral.cli", "--fileroot", local_backend.fileroot,
+         "dashboard", sched.experiment_name, sched.trial_name, "--port", "0"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        first = proc.stdout.readline().strip()
+        assert first.startswith("corral dashboard: http://127.0.0.1:"), first
+        url = first.split(": ", 1)[1]
+        base, token = url.split("?token=")
+        with urllib.request.urlopen(f"{base}api/trials?token={token}", timeout=10) as r:
+            (only,) = json.load(r)
+        assert only["trial"] == sched.trial_name and only["workers"][0]["id"] == wid
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(f"{base}api/trials", timeout=10)
+        assert err.value.code == 401
+    finally:
+        os.kill(proc.pid, signal.SIGINT)
+        assert proc.wait(timeout=10) == 130
+        proc.stdout.close()
+
+
+def test_corral_dashboard_needs_both_experiment_and_trial(tmp_path):
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "corral.cli", "--fileroot", str(tmp_path), "dashboard", "exp"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2 and "EXPERIMENT and TRIAL" in done.stderr

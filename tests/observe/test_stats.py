@@ -32,7 +32,11 @@ def test_stats_file_lists_every_worker_with_its_placement_and_is_private(sched):
     ids = _start(sched)
     forked = sched.fork_workers(role="helper", target_role="rollout")
     workers = {w.id: w for w in sched.get_workers("rollout") + sched.get_workers("helper")}
-    snap = wait_stats(sched, lambda s: len(s["workers"]) == 4, what="4 workers")
+    snap = wait_stats(
+        sched,
+        lambda s: [w["state"] for w in s["workers"]] == ["running"] * 4,
+        what="4 running workers",
+    )
     assert stats_mode(sched) == 0o600
     assert snap["experiment"] == sched.experiment_name and snap["backend"] == sched.backend
     for wid in ids + forked:
@@ -136,3 +140,28 @@ def test_bad_metrics_port_is_refused_before_workers_start(backend, monkeypatch, 
         assert sched.roles == []
     finally:
         sched.close()
+
+
+def test_a_restarted_worker_shows_its_restart_and_new_generation(backend, sched):
+    from corral.errors import WorkerFailedError
+
+    ids = sched.create_workers(
+        Job(role="rollout", replicas=1, tasks=[SchedulingSpec(cpu=1, gpu=0, max_restarts=1)])
+    )
+    before = sched.get_workers("rollout")[0]
+    backend.kill_worker(before)
+    wait_stats(sched, lambda s: worker_row(s, ids[0])["state"] == "failed", what="failed")
+    with pytest.raises(WorkerFailedError) as err:
+        sched.call_engine(ids[0], "noop")
+    assert err.value.restarted
+    after = sched.get_workers("rollout")[0]
+    snap = wait_stats(
+        sched,
+        lambda s: (
+            worker_row(s, ids[0])["state"] == "running" and worker_row(s, ids[0])["restarts"] == 1
+        ),
+        what="running again after 1 restart",
+    )
+    row = worker_row(snap, ids[0])
+    assert row["generation"] == after.generation != before.generation
+    assert row["pid"] == after.pid and row["exit_code"] is None

@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 import uuid
 
 import pytest
@@ -79,15 +78,14 @@ def test_separate_spreads_over_nodes_and_shared_packs_on_one(make, ray_cluster):
     assert [w["bundle_index"] for w in where] == [0, 1]
 
 
-def test_sigkill_of_an_actor_gives_worker_failed_within_a_second(make):
+def test_sigkill_of_an_actor_mid_call_gives_worker_failed_naming_the_ray_actor(make):
+    """(How fast: benchmarks/faults.py; tests assert no timings.)"""
     sched = make()
     (wid,) = sched.create_workers(Job(role="victim", replicas=1))
     asyncio.run(sched.create_engine(wid, ECHO, "e"))
     worker = sched.get_workers("victim")[0]
-    killed_at = []
 
     def kill():
-        killed_at.append(time.monotonic())
         os.kill(worker.pid, signal.SIGKILL)
 
     timer = threading.Timer(0.5, kill)
@@ -112,9 +110,10 @@ def test_unsatisfiable_request_names_what_was_asked_and_leaves_no_group(make, ra
 
 
 def test_deferred_groups_time_out_with_the_pending_request(make, ray_cluster):  # noqa: F811
+    make().create_workers(gpu_job("hog", 1, gpu=4))  # fits in total, not while that runs
     sched = make(startup_timeout=3)
     with pytest.raises(WorkerTimeoutError, match="placement group") as info:
-        sched.create_workers(gpu_job("later", 3, gpu=4, strategy="deferred"))
+        sched.create_workers(gpu_job("later", 2, gpu=4, strategy="deferred"))
     assert "GPU" in str(info.value)
     assert ray_cluster.leftovers(sched.experiment_name, sched.trial_name) == []
 

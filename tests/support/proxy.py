@@ -8,12 +8,22 @@ import threading
 
 class CuttingProxy:
     """Forwards loopback TCP to a worker; the first ``cuts`` connections are closed after
-    ``cut_after`` bytes from the client, every later one passes through untouched."""
+    ``cut_after`` bytes in one direction, every later one passes through untouched.
 
-    def __init__(self, target: tuple[str, int], cut_after: int, cuts: int = 1):
+    ``direction="request"`` counts the bytes the client sends (the worker never sees the
+    whole request); ``direction="reply"`` counts the bytes the worker sends back (the
+    worker has run the request, the client never sees the whole reply)."""
+
+    def __init__(
+        self, target: tuple[str, int], cut_after: int, cuts: int = 1, direction: str = "request"
+    ):
+        if direction not in ("request", "reply"):
+            raise ValueError(f"direction must be 'request' or 'reply', not {direction!r}")
         self.target = target
         self.cut_after = cut_after
         self.cuts = cuts
+        self.direction = direction
+        self.cut = 0
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
         self.connections = 0
@@ -27,12 +37,12 @@ class CuttingProxy:
                 return
             self.connections += 1
             limit = self.cut_after if self.connections <= self.cuts else None
+            up, down = (limit, None) if self.direction == "request" else (None, limit)
             upstream = socket.create_connection(self.target)
-            threading.Thread(target=self._pipe, args=(client, upstream, limit), daemon=True).start()
-            threading.Thread(target=self._pipe, args=(upstream, client, None), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(client, upstream, up), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(upstream, client, down), daemon=True).start()
 
-    @staticmethod
-    def _pipe(src: socket.socket, dst: socket.socket, limit: int | None) -> None:
+    def _pipe(self, src: socket.socket, dst: socket.socket, limit: int | None) -> None:
         moved = 0
         try:
             while True:
@@ -41,6 +51,7 @@ class CuttingProxy:
                     break
                 if limit is not None and moved + len(data) > limit:
                     dst.sendall(data[: limit - moved])
+                    self.cut += 1
                     break
                 dst.sendall(data)
                 moved += len(data)

@@ -80,7 +80,7 @@ def test_factory_builds_it_and_describe_names_the_address() -> None:
     store.close()  # nothing was added: no lease, nothing to reach
 
 
-def test_unreachable_address_fails_quickly_and_clearly() -> None:
+def test_unreachable_address_fails_with_an_error_naming_it() -> None:
     with socket.socket() as sock:  # a port nobody listens on
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 
 from corral.observe.calls import CallStats, NullCallStats, percentile
 from corral.observe.dashboard import static_file
@@ -77,6 +78,15 @@ def test_prometheus_text_escapes_labels_and_lists_families():
     assert render(None) == ""
 
 
+def _collect(lines, count: int, timeout: float = 10.0) -> list[str]:
+    """At least ``count`` lines from the follower, or what came within ``timeout``."""
+    got: list[str] = []
+    deadline = time.monotonic() + timeout
+    while len(got) < count and time.monotonic() < deadline:
+        got += next(lines)
+    return got
+
+
 def test_follow_lines_gives_the_tail_then_new_lines_then_starts_over_after_truncation(tmp_path):
     path = tmp_path / "w.log"
     path.write_text("".join(f"old {i}\n" for i in range(500)) + "part")
@@ -85,15 +95,9 @@ def test_follow_lines_gives_the_tail_then_new_lines_then_starts_over_after_trunc
     assert next(lines) == ["old 497", "old 498", "old 499"]
     with open(path, "a") as fh:
         fh.write("ial\nnew\n")
-    got = []
-    while len(got) < 2:
-        got += next(lines)
-    assert got == ["partial", "new"]
+    assert _collect(lines, 2) == ["partial", "new"]
     path.write_text("fresh\n")
-    got = []
-    while not got:
-        got = next(lines)
-    assert got == ["fresh"]
+    assert _collect(lines, 1) == ["fresh"]
     stop.set()
 
 
@@ -102,10 +106,7 @@ def test_follow_lines_waits_for_a_file_that_does_not_exist_yet(tmp_path):
     lines = follow_lines(str(tmp_path / "later.log"), stop, poll=0.01)
     assert next(lines) == []
     (tmp_path / "later.log").write_text("hello\n")
-    got = []
-    while not got:
-        got = next(lines)
-    assert got == ["hello"]
+    assert _collect(lines, 1) == ["hello"]
 
 
 def test_page_script_and_style_ship_in_the_package_and_load_nothing_from_elsewhere():
@@ -116,3 +117,38 @@ def test_page_script_and_style_ship_in_the_package_and_load_nothing_from_elsewhe
         assert [u for u in urls if "www.w3.org/2000/svg" not in u] == [], (name, urls)
     page = static_file("index.html").decode()
     assert 'src="/static/dashboard.js"' in page and 'href="/static/dashboard.css"' in page
+
+
+def test_a_counted_restart_without_a_new_generation_reads_restarting():
+    from corral.observe.snapshot import SnapshotBuilder
+
+    builder = SnapshotBuilder(scheduler=None)
+    assert builder._restart_state("r/0", 0, "g1") == "running"
+    assert builder._restart_state("r/0", 1, "g1") == "restarting"  # old record, new count
+    assert builder._restart_state("r/0", 1, "g2") == "running"  # the new process registered
+    assert builder._restart_state("r/0", 1, "g2") == "running"
+
+
+def test_call_stats_lose_no_call_while_threads_record_and_the_sampler_drains():
+    stats = CallStats()
+    per_thread, threads = 5000, 8
+    go = threading.Event()
+
+    def record():
+        go.wait()
+        for _ in range(per_thread):
+            stats.end("r", stats.begin("r"))
+
+    workers = [threading.Thread(target=record) for _ in range(threads)]
+    for t in workers:
+        t.start()
+    go.set()
+    samples = 0
+    while any(t.is_alive() for t in workers):
+        assert stats.sample().get("r", {"in_flight": 0})["in_flight"] >= 0
+        samples += 1
+    for t in workers:
+        t.join()
+    out = stats.sample()
+    assert out["r"]["total"] == per_thread * threads and out["r"]["in_flight"] == 0
+    assert samples > 1  # the sampler really ran while calls were being recorded

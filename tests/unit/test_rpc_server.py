@@ -447,3 +447,30 @@ def test_kill_of_unknown_forked_worker_is_false(runtime, client) -> None:
     assert (
         client.request(runtime.test_address, "/kill_forked_worker", {"worker_id": "x/0"}) is False
     )
+
+
+# ---------------------------------------------------------------- malformed arrays
+
+
+@pytest.mark.parametrize("kind", ["numpy", "torch"])
+def test_array_that_does_not_fit_its_buffer_gets_a_400_and_the_server_keeps_serving(
+    runtime, client, kind
+) -> None:
+    """A /call frame whose tensor claims more elements than its buffer holds is answered
+    with a clean 400 naming the mismatch (not a dropped connection), and nothing runs."""
+    import numpy as np
+    import torch
+
+    from tests.unit.test_wire import _frame_with_shape
+
+    calls_before = runtime.engines.engines["main"].calls
+    arg = np.ones(4, np.float32) if kind == "numpy" else torch.ones(4)
+    body = _frame_with_shape({"engine_name": "main", "method": "echo", "args": [arg]}, [5])
+    msg, sock = raw_request(runtime.test_address, "POST", "/call", body, secret=SECRET)
+    sock.close()
+    assert msg.status == 400
+    reply = wire.decode(bytes(msg.body))
+    assert reply["error"]["type"] == "ProtocolError"
+    assert "does not fit" in reply["error"]["message"]
+    assert runtime.engines.engines["main"].calls == calls_before
+    assert client.request(runtime.test_address, "/health", method="GET")["status"] == "ok"

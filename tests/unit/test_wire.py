@@ -413,6 +413,45 @@ def test_encoder_refuses_a_frame_the_decoder_would_refuse() -> None:
 
 # ---------------------------------------------------------------- HTTP limits on a real server
 
+
+def _frame_with_shape(value, shape: list[int]) -> bytes:
+    """A valid frame of ``value`` whose header then claims ``shape`` for every array in it."""
+    data = bytearray(wire.encode_bytes(value))
+    header_len, n_buffers = struct.unpack_from("<II", data, 4)
+    start = 12 + 8 * n_buffers
+    header = json.loads(data[start : start + header_len])
+
+    def claim(node):
+        if isinstance(node, dict):
+            if node.get(TAG) in ("nd", "pt"):
+                node["s"] = shape
+            for child in node.values():
+                claim(child)
+        elif isinstance(node, list):
+            for child in node:
+                claim(child)
+
+    claim(header)
+    new = json.dumps(header).encode()
+    return bytes(data[:4] + struct.pack("<I", len(new)) + data[8:start] + new) + bytes(
+        data[start + header_len :]
+    )
+
+
+@pytest.mark.parametrize("kind", ["numpy", "torch"])
+@pytest.mark.parametrize(
+    "n,shape",
+    [(4, [5]), (4, [3]), (4, [2, 3]), (4, []), (0, [2]), (0, [1, 1])],
+    ids=["longer", "shorter", "2d-longer", "0d-of-4", "empty-buffer", "empty-buffer-2d"],
+)
+def test_array_whose_shape_does_not_fit_its_buffer_is_a_protocol_error(kind, n, shape) -> None:
+    """The decoder checks length against shape itself (not left to numpy/torch)."""
+    value = np.ones(n, np.float32) if kind == "numpy" else torch.ones(n, dtype=torch.float32)
+    assert wire.decode(_frame_with_shape(value, [n])).shape == (n,)  # the frame is sound
+    with pytest.raises(ProtocolError, match="does not fit"):
+        wire.decode(_frame_with_shape(value, shape))
+
+
 SECRET = "s3cret-for-wire-tests"
 
 

@@ -13,6 +13,7 @@ import struct
 from datetime import timedelta
 
 import numpy as np
+import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -325,3 +326,32 @@ def test_buffer_length_past_the_end_is_a_protocol_error() -> None:
     struct.pack_into("<Q", data, 12, 2**64 - 1)
     ok, exc = decode_or_protocol_error(bytes(data))
     assert not ok and "truncated" in str(exc)
+
+
+def test_trailing_bytes_after_the_last_buffer_are_a_protocol_error() -> None:
+    ok, exc = decode_or_protocol_error(wire.encode_bytes([1, 2]) + b"\x00")
+    assert not ok and "trailing" in str(exc)
+
+
+@pytest.mark.parametrize("index", [-1, -2, 2, "0", None])
+def test_a_buffer_index_outside_the_frame_is_a_protocol_error(index) -> None:
+    """Negative indexes would wrap around to another buffer; they are refused."""
+    header = {TAG: "bytes", "b": index}
+    ok, exc = decode_or_protocol_error(frame(json.dumps(header).encode(), [b"ab", b"cd"]))
+    assert not ok and "does not exist" in str(exc), exc
+
+
+@pytest.mark.parametrize("dtype", ["|O", "|V8", "|S4", "<U2"])
+def test_numpy_dtypes_outside_the_allowlist_are_refused_by_name(dtype) -> None:
+    """Object, void (struct), bytes and str arrays are never built from a frame."""
+    header = {TAG: "nd", "d": dtype, "s": [1], "b": 0}
+    ok, exc = decode_or_protocol_error(frame(json.dumps(header).encode(), [b"\x00" * 8]))
+    assert not ok and "refusing numpy dtype" in str(exc), exc
+
+
+@pytest.mark.parametrize("name", ["load", "__class__", "Tensor", "qint8", "float"])
+def test_torch_dtypes_outside_the_allowlist_are_refused_before_any_lookup(name) -> None:
+    """The name is checked against the allowlist before ``getattr(torch, name)``."""
+    header = {TAG: "pt", "d": name, "s": [1], "dev": "cpu", "b": 0}
+    ok, exc = decode_or_protocol_error(frame(json.dumps(header).encode(), [b"\x00" * 4]))
+    assert not ok and "refusing torch dtype" in str(exc), exc

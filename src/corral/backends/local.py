@@ -32,6 +32,7 @@ def detect_gpu_devices() -> list[int]:
 
 class LocalLauncher(Launcher):
     name = "local"
+    fds_per_worker = 5  # output pipe, three log files, a connection
 
     def __init__(self, gpu_devices: list[int] | None = None, gpu_sharing: str = "exclusive"):
         devices = detect_gpu_devices() if gpu_devices is None else list(gpu_devices)
@@ -54,7 +55,7 @@ class LocalLauncher(Launcher):
         self._gpus: dict[str, list[list[int]]] = {}
         self._specs: dict[str, tuple] = {}
         self._log_dir = ""
-        self._pump = LogPump()
+        self._pump = LogPump(on_error=lambda text: self.progress(text))
         self._lock = threading.Lock()
 
     def check(self, job: NormalizedJob) -> None:

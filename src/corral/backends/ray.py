@@ -60,8 +60,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from corral import options as opts
+from corral.backends.ray_placement import infeasible, node_totals, remove_trial_leftovers
 from corral.config import scheduler_field
-from corral.errors import ConfigError, WorkerCreationError
+from corral.errors import ConfigError, PlacementError, WorkerCreationError
 from corral.launcher import Launcher, LaunchRequest, WorkerExit
 from corral.logs import replica_log_path
 from corral.procs import pid_alive
@@ -156,6 +157,7 @@ class RayWorkerActor:
         ctx = ray.get_runtime_context()
         node_ip = ray.util.get_node_ip_address()
         os.environ[E.BACKEND_ID] = ctx.get_actor_id()
+        os.environ[E.NODE] = ctx.get_node_id()  # the worker's "host" for LOCAL_RANK
         os.environ[E.ADVERTISE_HOST] = advertise_host or node_ip
         for key, value in (visible_devices or {}).items():
             os.environ[key] = value
@@ -317,7 +319,12 @@ def _finish_tee(tee: tuple[subprocess.Popen, int] | None, timeout: float = 2.0) 
 _TEE_CODE = """
 import os, sys
 from corral.logs import LogSink
-stream = LogSink(open(os.devnull, "rb"), sys.argv[1], sys.argv[2], int(sys.argv[3]))
+def report(text):
+    try:
+        os.write(1, ("corral: " + text + "\\n").encode())
+    except OSError:
+        pass
+stream = LogSink(open(os.devnull, "rb"), sys.argv[1], sys.argv[2], int(sys.argv[3]), report)
 os.write(int(sys.argv[4]), b"1")
 os.close(int(sys.argv[4]))
 while True:
@@ -448,6 +455,16 @@ class RayLauncher(Launcher):
                     f"{format_resources(self.ray.cluster_resources())}); use gpu=0, join a "
                     "cluster with GPUs, or declare them with ray.init(num_gpus=N)",
                 )
+        bundles = [self._bundle(spec, kind) for spec in job.tasks]
+        why = infeasible(bundles, node_totals(self.ray), format_resources)
+        if why:
+            raise PlacementError(
+                f"{job.role}: placement",
+                f"{job.replicas} worker(s)",
+                f"it can never be placed: {why} (available now: "
+                f"{format_resources(self.ray.available_resources())}). Lower cpu/gpu or "
+                "replicas, or add nodes",
+            )
 
     # ----------------------------------------------------------------- launch
     def launch(self, request: LaunchRequest) -> None:
@@ -595,7 +612,19 @@ class RayLauncher(Launcher):
         from ray.util.placement_group import remove_placement_group
 
         refs = {pg.ready(): pg for pg in record.pgs}
-        ready, pending = ray.wait(list(refs), num_returns=len(refs), timeout=self.startup_timeout)
+        deadline = time.monotonic() + self.startup_timeout
+        pending = list(refs)
+        last = None
+        while pending:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            _, pending = ray.wait(pending, num_returns=len(pending), timeout=min(left, 1.0))
+            if pending:  # waiting for busy resources: say so while it waits
+                reason = self.pending_reason(job.role)
+                if reason and reason != last:
+                    self.progress(f"waiting for {job.role}: {reason}")
+                    last = reason
         if not pending:
             return
         waiting = [refs[r] for r in pending]
@@ -687,6 +716,9 @@ class RayLauncher(Launcher):
         if starting:
             return f"placement groups placed; Ray actors still starting: {', '.join(starting[:4])}"
         return None
+
+    def remove_leftovers(self, experiment: str, trial: str) -> list[str]:
+        return remove_trial_leftovers(self.ray, name_prefix(experiment, trial))
 
     def backend_id(self, role: str, index: int) -> str | None:
         for r in self._records(role):
@@ -782,6 +814,7 @@ class RayLauncher(Launcher):
             index,
             child_info["address"],
             child_info,
+            host=child_info.get("node_id") or child_info.get("host", ""),  # as workers report it
             backend_id=child_info["actor_id"],
             forked=True,
         )

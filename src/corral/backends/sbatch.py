@@ -486,6 +486,7 @@ def render_task_script(params: SbatchParams) -> str:
     role = validate_role_name(params.role)
     log_dir = _check_path("log_dir", params.log_dir)
     gpus = params.spec.gpu
+    restartable = params.spec.max_restarts > 0
     argv = _worker_argv(params)
     role_dir = f"{log_dir.rstrip('/')}/{role}"
 
@@ -510,9 +511,12 @@ def render_task_script(params: SbatchParams) -> str:
             '        corral_devices+="${corral_devices:+,}${corral_i}"',
             "    fi",
             "done",
-            'export CUDA_VISIBLE_DEVICES="$corral_devices"',
-            'export ASCEND_RT_VISIBLE_DEVICES="$corral_devices"',
         ]
+        if restartable:
+            # a replica restarted inside the allocation keeps the dead one's GPUs
+            lines.append('corral_devices="${CORRAL_DEVICES:-$corral_devices}"')
+        lines.append('export CUDA_VISIBLE_DEVICES="$corral_devices"')
+        lines.append('export ASCEND_RT_VISIBLE_DEVICES="$corral_devices"')
     else:
         lines.append('export CUDA_VISIBLE_DEVICES=""  # CPU-only role: no GPU visible')
         lines.append('export ASCEND_RT_VISIBLE_DEVICES=""')
@@ -523,6 +527,11 @@ def render_task_script(params: SbatchParams) -> str:
         f"mkdir -p {_q(role_dir)}",
         'rm -f "$corral_exit"',
     ]
+    if restartable:  # where this replica runs, for a restart on the same node and GPUs
+        lines.append(
+            'printf "%s %s\\n" "${SLURMD_NODENAME:-$(hostname)}" "$CUDA_VISIBLE_DEVICES" > '
+            f"{_q(role_dir)}/${{corral_index}}.place"
+        )
     for i, cmd in enumerate(params.spec.additional_bash_cmds):
         if not isinstance(cmd, str):
             raise ConfigError(f"SchedulingSpec.additional_bash_cmds[{i}]", cmd, "use a str")
@@ -662,4 +671,12 @@ def render_sbatch_script(params: SbatchParams) -> str:
         " ".join(srun) + " \\",
         f"    bash -c {_q(task)}",
     ]
+    if p.spec.max_restarts > 0:
+        # keep the allocation while the controller lives, so that a dead replica can be
+        # restarted inside it (srun --jobid --overlap) even when the step above ended
+        parts += [
+            "corral_step_rc=$?",
+            f"{_q(p.python or 'python3')} -m corral.worker.hold || true",
+            'exit "$corral_step_rc"',
+        ]
     return "\n".join(parts) + "\n"

@@ -43,11 +43,14 @@ from corral.backends.sbatch import (
     exit_code_path,
     plan_layout,
     render_sbatch_script,
+    render_task_script,
     replica_log_path,
     sbatch_log_path,
 )
+from corral.backends.slurm_cluster import fit_problem, never_clears, read_inventory
+from corral.backends.slurm_steps import read_place, start_step, step_failure
 from corral.config import cluster_field, scheduler_field
-from corral.errors import ConfigError, SchedulerError, WorkerCreationError
+from corral.errors import ConfigError, PlacementError, SchedulerError
 from corral.launcher import Launcher, LaunchRequest, WorkerExit
 from corral.scheduler import Scheduler
 from corral.spec import NormalizedJob, SchedulingSpec, normalize_job
@@ -59,6 +62,8 @@ SQUEUE_CACHE_SECONDS = 0.5
 STOP_TIMEOUT_SECONDS = 60.0
 COMMAND_TIMEOUT_SECONDS = 60.0
 GRACEFUL_STOP_SECONDS = 5.0
+QUERY_TIMEOUT_SECONDS = 3.0
+OUTAGE_RETRY_SECONDS = 5.0
 
 # ------------------------------------------------------------------ job states --
 PENDING = "pending"  # queued: workers not started (yet)
@@ -152,6 +157,15 @@ def _run(argv: list[str], timeout: float = COMMAND_TIMEOUT_SECONDS) -> subproces
         ) from None
 
 
+def _unreachable(stderr: str) -> bool:
+    """slurmctld did not answer (as opposed to refusing the request)."""
+    text = stderr.lower()
+    return any(
+        word in text
+        for word in ("unable to contact slurm controller", "connection refused", "timed out")
+    )
+
+
 @dataclass
 class JobState:
     state: str
@@ -185,13 +199,31 @@ class SlurmQueue:
         self._at = -1e9
         self._asked: frozenset[str] = frozenset()
         self._final: dict[str, JobState] = {}
+        self._retry_at = 0.0
+        self.outage_since: float | None = None
 
     def states(self, job_ids: list[str]) -> dict[str, JobState]:
+        """Job states; while slurmctld does not answer, the last known ones (an outage of
+        the cluster manager is not a death: workers' own exit files still are)."""
         ids = frozenset(j for j in job_ids if j not in self._final)
         with self._lock:
-            fresh = time.monotonic() - self._at < self.cache_seconds
-            if ids and not (fresh and ids <= self._asked):
-                self._states = self._squeue(sorted(ids))
+            now = time.monotonic()
+            fresh = now - self._at < self.cache_seconds
+            if ids and not (fresh and ids <= self._asked) and now >= self._retry_at:
+                try:
+                    self._states = self._squeue(sorted(ids))
+                    if self.outage_since is not None:
+                        log.warning("slurmctld answers again after %.1fs", now - self.outage_since)
+                    self.outage_since = None
+                except SchedulerError as exc:
+                    if self.outage_since is None:
+                        self.outage_since = now
+                        log.warning(
+                            "slurmctld does not answer (%s); using the last known job states "
+                            "and the workers' exit files until it does",
+                            exc,
+                        )
+                    self._retry_at = time.monotonic() + OUTAGE_RETRY_SECONDS
                 self._at = time.monotonic()
                 self._asked = ids
             out = {}
@@ -200,6 +232,9 @@ class SlurmQueue:
                     out[job_id] = self._final[job_id]
                     continue
                 state = self._states.get(job_id)
+                if self.outage_since is not None:
+                    out[job_id] = state or JobState("UNKNOWN")
+                    continue
                 if state is None or classify_state(state.state) == ENDED:
                     # gone from squeue, or ended: scontrol knows the exit code
                     found = self._scontrol(job_id)
@@ -219,7 +254,12 @@ class SlurmQueue:
 
     @staticmethod
     def _squeue(job_ids: list[str]) -> dict[str, JobState]:
-        r = _run(["squeue", "-h", "-t", "all", "-j", ",".join(job_ids), "-o", "%i|%T|%r|%N"])
+        r = _run(
+            ["squeue", "-h", "-t", "all", "-j", ",".join(job_ids), "-o", "%i|%T|%r|%N"],
+            timeout=QUERY_TIMEOUT_SECONDS,
+        )
+        if r.returncode != 0 and _unreachable(r.stderr):
+            raise SchedulerError(f"squeue: {r.stderr.strip()}")
         if r.returncode != 0:
             if "Invalid job id" in r.stderr:
                 return {}
@@ -234,7 +274,10 @@ class SlurmQueue:
 
     @staticmethod
     def _scontrol(job_id: str) -> JobState | None:
-        r = _run(["scontrol", "show", "job", "-o", job_id])
+        try:
+            r = _run(["scontrol", "show", "job", "-o", job_id], timeout=QUERY_TIMEOUT_SECONDS)
+        except SchedulerError:
+            return None
         if r.returncode != 0:
             return None
         fields = dict(re.findall(r"(\w+)=(\S*)", r.stdout))
@@ -327,6 +370,9 @@ class SlurmLauncher(Launcher):
         self._jobs: dict[str, list[RoleJob]] = {}
         """Role -> its jobs: the first one, then one per restarted replica."""
         self._specs: dict[str, NormalizedJob] = {}
+        self._inventory: dict | None = None
+        self._steps: dict[tuple[str, int], subprocess.Popen] = {}
+        """Replicas restarted as steps inside their job: the ``srun --overlap`` clients."""
         self._lock = threading.Lock()
         if not dry_run:
             for command in ("sbatch", "squeue", "scontrol", "scancel"):
@@ -374,22 +420,51 @@ class SlurmLauncher(Launcher):
     def check(self, job: NormalizedJob) -> None:
         spec = check_homogeneous(job.tasks)
         check_container(spec)
-        plan_layout(job.replicas, spec, self.n_gpus_per_node)
+        layout = plan_layout(job.replicas, spec, self.n_gpus_per_node)
+        if self.dry_run:
+            return
+        if self._inventory is None:
+            self._inventory = read_inventory(_run) or {}
+        problem = fit_problem(self._inventory, self.partition, layout.nodes, layout.gpus_per_node)
+        if problem is not None:
+            name, value, why = problem
+            raise PlacementError(
+                f"{job.role}: {name}", value, f"{job.role} can never be placed: {why}"
+            )
+
+    def hopeless(self, role: str) -> str | None:
+        """A queue reason that can never clear: the job is cancelled and this says why."""
+        with self._lock:
+            jobs = [j for j in self._jobs.get(role, ()) if j.indices]
+        if not jobs:
+            return None
+        states = self._states()
+        for job in jobs:
+            state = states.get(job.job_id)
+            if state is None or normalize_state(state.state) != "PENDING":
+                continue
+            why = never_clears(state.reason, self._inventory)
+            if why:
+                _run(["scancel", job.job_id])
+                return f"Slurm job {job.job_id} is PENDING ({why}); it was cancelled"
+        return None
 
     def _submit(self, path: str, job: NormalizedJob, what: str) -> str:
-        """sbatch the script at ``path``; its job id, or WorkerCreationError saying why not."""
+        """sbatch the script at ``path``; its job id, or PlacementError saying why not."""
         r = _run(["sbatch", "--parsable", path])
         job_id = r.stdout.strip().split(";")[0]
         if r.returncode != 0 or not job_id.isdigit():
             spec = job.tasks[0]
             layout = plan_layout(job.replicas, spec, self.n_gpus_per_node)
             message = (r.stderr or r.stdout).strip() or f"exit code {r.returncode}"
-            raise WorkerCreationError(
+            raise PlacementError(
+                f"{job.role}: sbatch",
+                f"{job.replicas} worker(s)",
                 f"Slurm refused the {what} job: {message}. Asked for {job.replicas} "
                 f"worker(s) x (cpu={spec.cpu}, gpu={spec.gpu}, mem={spec.mem}G) on "
                 f"{layout.nodes} node(s) ({layout.ntasks_per_node} per node"
                 + (f", gres gpu:{layout.gpus_per_node}" if layout.gpus_per_node else "")
-                + f"); check n_gpus_per_node and the partition's nodes (sinfo). Script: {path}"
+                + f"); check n_gpus_per_node and the partition's nodes (sinfo). Script: {path}",
             )
         self.queue.invalidate()
         return job_id
@@ -429,6 +504,8 @@ class SlurmLauncher(Launcher):
         if nj is None or owner is None or not 0 <= index < nj.replicas:
             raise SchedulerError(f"cannot restart {role}/{index}: no Slurm job runs it")
         log_dir = owner.log_dir
+        if self._restart_in_allocation(role, index, env, owner, nj):
+            return
         one = NormalizedJob(role, 1, (nj.tasks[index],), nj.strategy)
         params = dataclasses.replace(self.params(one, env, log_dir), index_offset=index)
         script = render_sbatch_script(params)
@@ -443,6 +520,38 @@ class SlurmLauncher(Launcher):
                 owner.indices.remove(index)
             self._jobs.setdefault(role, []).append(RoleJob(job_id, [index], log_dir, path))
         log.info("restarting %s/%s as Slurm job %s", role, index, job_id)
+
+    def _restart_in_allocation(
+        self, role: str, index: int, env: dict[str, str], owner: RoleJob, nj: NormalizedJob
+    ) -> bool:
+        """Start the replica again as a step of its own job on its node and GPUs (see
+        corral.backends.slurm_steps); False if the job no longer runs."""
+        place = read_place(owner.log_dir, role, index)
+        self.queue.invalidate()
+        state = self._states().get(owner.job_id)
+        if place is None or state is None or normalize_state(state.state) != "RUNNING":
+            return False
+        old = self._steps.pop((role, index), None)
+        if old is not None and old.poll() is None:
+            old.kill()
+            old.wait()
+        self._forget_exit(owner.log_dir, role, index)
+        task = render_task_script(self.params(nj, env, owner.log_dir))
+        self._steps[(role, index)] = start_step(
+            owner.job_id, place, nj.tasks[index].cpu, index, env, task
+        )
+        log.info(
+            "restarting %s/%s inside Slurm job %s on %s (GPUs %s)",
+            role,
+            index,
+            owner.job_id,
+            place.node,
+            place.devices or "none",
+        )
+        return True
+
+    def remove_leftovers(self, experiment: str, trial: str) -> list[str]:
+        return [f"Slurm job {job_id}: cancelled" for job_id in cancel_trial_jobs(experiment, trial)]
 
     def job_id(self, role: str) -> str | None:
         """The role's first job (restarted replicas run in jobs of their own)."""
@@ -485,6 +594,15 @@ class SlurmLauncher(Launcher):
                     states = self._states()
                 self._job_ended(role, job, indices, states, mine)
             dead.update(mine)
+        for (step_role, index), proc in list(self._steps.items()):
+            if step_role != role or index in dead:
+                continue
+            why = step_failure(proc)
+            if why is not None:
+                job = next((j for j, _ in jobs if index in j.indices), None)
+                if job is None or not os.path.exists(exit_code_path(job.log_dir, role, index)):
+                    path = replica_log_path(job.log_dir, role, index) if job else None
+                    dead[index] = WorkerExit(why, proc.returncode, path)
         return dead
 
     def _job_ended(
@@ -553,12 +671,38 @@ class SlurmLauncher(Launcher):
         deadline = time.monotonic() + GRACEFUL_STOP_SECONDS
         for job_id in ids:
             self.wait_gone(job_id, max(0.0, deadline - time.monotonic()), warn=False)
-        r = _run(["scancel", *ids])
+        deadline = time.monotonic() + STOP_TIMEOUT_SECONDS
+        while True:  # through a slurmctld outage: retry until it answers
+            try:
+                r = _run(["scancel", *ids], timeout=QUERY_TIMEOUT_SECONDS)
+            except SchedulerError as exc:
+                r = subprocess.CompletedProcess([], 1, "", str(exc))
+            if not (r.returncode != 0 and _unreachable(r.stderr)):
+                break
+            if time.monotonic() >= deadline:
+                log.warning(
+                    "slurmctld did not answer for %.0fs: Slurm jobs %s may still run; "
+                    "scancel them when it is back",
+                    STOP_TIMEOUT_SECONDS,
+                    " ".join(ids),
+                )
+                return
+            time.sleep(1.0)
         if r.returncode != 0 and "Invalid job id" not in r.stderr:
             log.warning("scancel %s: %s", " ".join(ids), r.stderr.strip())
-        deadline = time.monotonic() + STOP_TIMEOUT_SECONDS
         for job_id in ids:
             self.wait_gone(job_id, max(0.0, deadline - time.monotonic()))
+        self._reap_steps(role)
+
+    def _reap_steps(self, role: str) -> None:
+        """The srun clients of restart steps end with their job; reap them (by pid)."""
+        for key in [k for k in self._steps if k[0] == role]:
+            proc = self._steps.pop(key)
+            try:
+                proc.wait(5.0)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
     def wait_finished(self, role: str, timeout: float) -> bool:
         """Wait (quietly) until every job of the role ends by itself; True if they did."""
@@ -574,9 +718,17 @@ class SlurmLauncher(Launcher):
         deadline = time.monotonic() + timeout
         interval = 0.05
         while True:
-            r = _run(["squeue", "-h", "-t", "all", "-j", job_id, "-o", "%T"])
+            try:
+                r = _run(
+                    ["squeue", "-h", "-t", "all", "-j", job_id, "-o", "%T"],
+                    timeout=QUERY_TIMEOUT_SECONDS,
+                )
+            except SchedulerError as exc:
+                r = subprocess.CompletedProcess([], 1, "", f"timed out: {exc}")
             state = r.stdout.strip()
-            if r.returncode != 0 or not state or state_is_final(state):
+            if r.returncode != 0 and _unreachable(r.stderr):
+                pass  # slurmctld is down: the job's fate is unknown, keep asking
+            elif r.returncode != 0 or not state or state_is_final(state):
                 return True
             if time.monotonic() >= deadline:
                 if not warn:

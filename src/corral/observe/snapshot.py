@@ -32,6 +32,7 @@ class SnapshotBuilder:
         self.scheduler = scheduler
         self.started = time.time()
         self._gpus: dict[str, str | None] = {}
+        self._seen: dict[str, tuple[int, str]] = {}  # worker id -> (restarts, generation)
 
     def _gpus_of(self, worker: Any) -> str | None:
         key = f"{worker.id}#{worker.generation}"
@@ -119,6 +120,7 @@ class SnapshotBuilder:
                     backend_id=worker.backend_id,
                     generation=worker.generation,
                     started=started_at(worker.generation),
+                    state=self._restart_state(row["id"], row["restarts"], worker.generation),
                 )
             exit_ = dead.get(index)
             if exit_ is not None and state.kind == "forked":
@@ -136,6 +138,15 @@ class SnapshotBuilder:
                 )
             rows.append(row)
         return rows
+
+    def _restart_state(self, worker_id: str, restarts: int, generation: str) -> str:
+        """ "restarting" while the controller counts a restart but still holds the old
+        process's record (the new one has not registered yet), else "running"."""
+        before = self._seen.get(worker_id)
+        if before is not None and restarts > before[0] and generation == before[1]:
+            return "restarting"
+        self._seen[worker_id] = (restarts, generation)
+        return "running"
 
 
 def _pending_reason(s: Any, role: str) -> str | None:

@@ -10,6 +10,7 @@ STATE_STYLE = {
     "running": "green",
     "failed": "bold red",
     "starting": "yellow",
+    "restarting": "yellow",
     "exited": "dim",
 }
 STATUS_STYLE = {"live": "green", "ended": "dim", "unresponsive": "bold red"}

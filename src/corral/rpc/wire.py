@@ -205,7 +205,9 @@ def decode(data: bytes | bytearray | memoryview, import_types: bool = False) -> 
         raise
     except RecursionError:
         raise ProtocolError("frame nests too deeply") from None
-    except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError, RuntimeError) as exc:
+        # RuntimeError: what torch raises for a buffer it cannot view; never let a frame
+        # reach the server as anything but a ProtocolError (a 400 reply)
         raise ProtocolError(f"malformed frame: {type(exc).__name__}: {exc}") from None
 
 

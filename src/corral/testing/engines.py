@@ -14,6 +14,7 @@ class EchoEngine:
         self.tag = tag
         self.calls = 0
         self.destroyed_marker: str | None = None
+        self.destroy_delay = 0.0
 
     def noop(self) -> None:
         return None
@@ -29,6 +30,11 @@ class EchoEngine:
         return self.calls
 
     def thread_name(self) -> str:
+        return threading.current_thread().name
+
+    def slow_thread_name(self, seconds: float) -> str:
+        """The thread name, after holding it for ``seconds`` (calls in flight overlap)."""
+        time.sleep(seconds)
         return threading.current_thread().name
 
     async def async_echo(self, value: Any, delay: float = 0.0) -> Any:
@@ -52,6 +58,14 @@ class EchoEngine:
         self.calls += 1
         return seconds
 
+    def chatter(self, lines: int, width: int = 100) -> int:
+        """Print ``lines`` lines of ``width`` characters (a chatty worker); bytes printed."""
+        line = "x" * (width - 1)
+        for _ in range(lines):
+            print(line, flush=False)
+        print("", flush=True)
+        return lines * width
+
     def say(self, text: str) -> str:
         """Print ``text`` to the worker's output (its log), flushed."""
         print(text, flush=True)
@@ -63,11 +77,14 @@ class EchoEngine:
     def exit_now(self, code: int = 3) -> None:
         os._exit(code)
 
-    def mark_destroy(self, path: str) -> None:
+    def mark_destroy(self, path: str, delay: float = 0.0) -> None:
+        """Make ``destroy()`` write ``path``, after ``delay`` seconds of work."""
         self.destroyed_marker = path
+        self.destroy_delay = delay
 
     def destroy(self) -> None:
         if self.destroyed_marker:
+            time.sleep(self.destroy_delay)
             with open(self.destroyed_marker, "w") as fh:
                 fh.write(f"destroyed {self.tag}\n")
 

@@ -27,6 +27,8 @@ BACKEND_ID = "CORRAL_BACKEND_ID"
 FORKED = "CORRAL_FORKED"
 ENGINES = "CORRAL_ENGINES"
 FILEROOT = "CORRAL_FILEROOT"
+RUN_ID = "CORRAL_RUN_ID"
+NODE = "CORRAL_NODE"
 
 DEFAULT_LEASE_TIMEOUT = 5.0
 
@@ -56,6 +58,13 @@ def advertise_host() -> str:
         return "127.0.0.1"
 
 
+def node_name() -> str:
+    """The node this worker runs on, as its launcher names it (LOCAL_RANK counts workers per
+    node): ``CORRAL_NODE`` (the Ray backend sets the Ray node id), Slurm's node name, or
+    the hostname. Several Ray or Slurm nodes may share one host (a test cluster)."""
+    return os.environ.get(NODE) or os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+
+
 @dataclass
 class WorkerSettings:
     experiment: str
@@ -73,6 +82,7 @@ class WorkerSettings:
     backend_id: str | None
     forked: bool
     engines: dict
+    run_id: str = ""
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> WorkerSettings:
@@ -104,6 +114,7 @@ class WorkerSettings:
             backend_id=env.get(BACKEND_ID) or None,
             forked=env.get(FORKED) == "1",
             engines=json.loads(env.get(ENGINES) or "{}"),
+            run_id=env.get(RUN_ID, ""),
         )
 
     @property

@@ -23,7 +23,7 @@ from corral.rpc.http import FRAME_TYPE, REQUEST_ID_HEADER, Message
 from corral.rpc.server import Reply, RPCServer
 from corral.worker import env as E
 from corral.worker.engines import EngineHost
-from corral.worker.env import WorkerSettings, advertise_host, read_secret
+from corral.worker.env import WorkerSettings, advertise_host, node_name, read_secret
 from corral.worker.fork import ForkManager
 
 RESULT_CACHE_ENTRIES = 256
@@ -155,11 +155,12 @@ class WorkerRuntime:
         s = self.settings
         info = {
             "pid": os.getpid(),
-            "host": socket.gethostname(),
+            "host": node_name(),
             "worker_ports": [str(p) for p in [self.server.port, *self.worker_ports]],
             "generation": self.generation,
             "backend_id": s.backend_id,
             "forked": s.forked,
+            "run_id": s.run_id,
             "gpus": os.environ.get("CUDA_VISIBLE_DEVICES"),
         }
         self.name_resolve.add(
@@ -186,14 +187,16 @@ class WorkerRuntime:
         finally:
             self.forks.kill_all()
             self.engines.close()
-            for key in (
-                keys.worker_address_key(s.experiment, s.trial, s.role, s.index),
-                keys.worker_info_key(s.experiment, s.trial, s.role, s.index),
-            ):
-                try:
-                    self.name_resolve.delete(key)
-                except Exception:
-                    pass
+            address_key = keys.worker_address_key(s.experiment, s.trial, s.role, s.index)
+            try:
+                # a newer worker (a restart, another run) may own the names by now
+                if self.name_resolve.get(address_key) == self.address:
+                    self.name_resolve.delete(address_key)
+                    self.name_resolve.delete(
+                        keys.worker_info_key(s.experiment, s.trial, s.role, s.index)
+                    )
+            except Exception:
+                pass
             self.server.stop()
 
     # dispatch --------------------------------------------------------------
@@ -351,10 +354,24 @@ class ControllerWatch:
                 continue
             if value is None:
                 return self.on_lost("controller lease removed")
+            owner, mine = _lease_run_id(value), getattr(s, "run_id", "")
+            if mine and owner and owner != mine:
+                return self.on_lost(
+                    f"the trial's lease now belongs to run {owner}, not this worker's run "
+                    f"{mine} (a new controller took over the trial)"
+                )
             if value != last_value:
                 last_value, last_change = value, time.monotonic()
             elif time.monotonic() - last_change > s.lease_timeout:
                 return self.on_lost(f"controller lease not renewed for {s.lease_timeout:.0f}s")
+
+
+def _lease_run_id(raw: str) -> str:
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return ""
+    return str(value.get("run_id", "")) if isinstance(value, dict) else ""
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -363,6 +380,7 @@ def main(argv: list[str] | None = None) -> None:
     from corral.worker.args import parse
 
     args = parse(argv)
+
     settings = WorkerSettings.from_env()
     if settings.die_with_parent:
         die_with_parent()

@@ -1,0 +1,45 @@
+"""Keep a Slurm allocation while its controller lives: ``python -m corral.worker.hold``.
+
+A role that may restart its workers ends its batch script with this process, so that the
+job (and its nodes and GPUs) stays allocated after its step ended and a dead replica can
+be started again inside it (``srun --jobid ... --overlap``). It exits as soon as the
+controller is lost (lease gone, stale, or taken by another run) or on SIGTERM (scancel).
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+
+from corral.discovery import make_name_resolve
+from corral.worker.env import WorkerSettings
+
+
+class _Holder:
+    """The smallest thing ControllerWatch can watch: settings, a store, a stop event."""
+
+    def __init__(self, settings: WorkerSettings):
+        self.settings = settings
+        self.name_resolve = make_name_resolve(settings.name_resolve)
+        self.stopped = threading.Event()
+
+
+def main() -> int:
+    from corral.worker.runtime import ControllerWatch
+
+    holder = _Holder(WorkerSettings.from_env())
+    reason: list[str] = []
+
+    def lost(why: str) -> None:
+        reason.append(why)
+        holder.stopped.set()
+
+    signal.signal(signal.SIGTERM, lambda *_: lost("SIGTERM"))
+    ControllerWatch(holder, lost).run()
+    print(f"corral: allocation released: {reason[0] if reason else 'stopped'}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,41 @@
+"""Long jobs on the real two-node Ray cluster: a request that waits for busy GPUs says
+why while it waits, and starts once they are free. (GPUs are declared, not physical.)"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from tests.conformance.backend_ray import GPUS_PER_NODE, ray_cluster  # noqa: F401
+from tests.ray.test_ray_backend import gpu_job, make  # noqa: F401
+
+pytestmark = pytest.mark.ray
+
+
+def test_waiting_for_busy_gpus_shows_the_pending_placement_then_starts(make):  # noqa: F811
+    lines: list[str] = []
+    other = make()  # another trial holds every GPU of both nodes
+    other.create_workers(gpu_job("hog", 2, gpu=GPUS_PER_NODE))
+    sched = make(startup_timeout=60, progress=lines.append)
+    result: dict = {}
+
+    def create():
+        try:
+            result["ids"] = sched.create_workers(gpu_job("patient", 1, gpu=1))
+        except Exception as exc:  # reported below
+            result["error"] = exc
+
+    thread = threading.Thread(target=create)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not any(line.startswith("waiting for patient") for line in lines):
+        assert thread.is_alive(), result
+        assert time.monotonic() < deadline, lines
+        time.sleep(0.1)
+    other.delete_workers("hog")
+    thread.join(60)
+    assert result.get("ids") == ["patient/0"], result
+    waiting = next(line for line in lines if line.startswith("waiting for patient"))
+    assert "PENDING" in waiting and "GPU 1" in waiting, waiting
