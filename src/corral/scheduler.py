@@ -49,6 +49,7 @@ from corral.launcher import Launcher, LaunchRequest, WorkerExit
 from corral.leftovers import clean_dead_run
 from corral.logs import log_dir_for, replica_log_path, tail
 from corral.observe.publisher import StatsPublisher, make_call_stats
+from corral.rpc import wire
 from corral.rpc.client import AsyncRPCClient, RPCClient, WorkerUnreachableError, new_request_id
 from corral.runs import ControllerLease, Lease, new_run_id
 from corral.spec import NormalizedJob, SchedulingSpec, Worker, normalize_job, validate_role_name
@@ -401,20 +402,35 @@ class Scheduler:
         """AReaL's ``/configure`` call at creation: the config, role and rank (the worker
         seeds its random generators from ``config.seed`` + rank)."""
 
+        config = self._sendable_config()
+
         def configure(pair: tuple[int, Worker]) -> None:
             rank, worker = pair
             try:
-                self.configure_worker(worker.id, self.exp_config, worker.role, rank, _worker=worker)
-            except TypeError as exc:
-                raise WorkerConfigurationError(
-                    worker.id, f"the experiment config cannot be sent: {exc}"
-                ) from None
+                self.configure_worker(worker.id, config, worker.role, rank, _worker=worker)
             except SchedulerError as exc:
                 if isinstance(exc, WorkerFailedError | WorkerTimeoutError):
                     raise
                 raise WorkerConfigurationError(worker.id, str(exc)) from exc
 
         self._fan_out(configure, list(enumerate(workers)))
+
+    def _sendable_config(self) -> Any:
+        """The experiment config as sent by ``/configure``; a config holding values the
+        wire cannot carry (a class, a function) is replaced by its ``seed`` alone, with a
+        warning, so that workers are still seeded."""
+        try:
+            wire.encode(self.exp_config)
+            return self.exp_config
+        except TypeError as exc:
+            seed = getattr(self.exp_config, "seed", None)
+            log.warning(
+                "the experiment config cannot be sent to workers (%s); they get only its "
+                "seed (%r) in /configure",
+                exc,
+                seed,
+            )
+            return {"seed": seed} if seed is not None else None
 
     def _await_registration(self, role: str, replicas: int, timeout: float) -> list[Worker]:
         deadline = time.monotonic() + timeout

@@ -29,7 +29,7 @@ from corral import (
     WorkerTimeoutError,
 )
 from corral.rpc import wire
-from tests.areal_compat.wire_types import Color, Sample, SeededConfig
+from tests.areal_compat.wire_types import Color, ConfigWithAClass, Sample, SeededConfig
 
 ROLLOUT = "tests.areal_compat.engines.RecordingRolloutEngine"
 AREAL_STYLE = "tests.areal_compat.areal_style_worker"
@@ -208,6 +208,16 @@ def test_workers_are_configured_and_seeded_at_creation(local):
         asyncio.run(sched.create_engine(wid, "tests.areal_compat.engines.SeedProbe", "p"))
         expected = random.Random(41 + rank).random()
         assert sched.call_engine(wid, "first_random", "p") == expected
+
+
+def test_a_config_the_wire_cannot_carry_still_seeds_the_workers(local, caplog):
+    cfg = ConfigWithAClass(experiment_name="compat", trial_name="unsendable", seed=5)
+    with caplog.at_level(logging.WARNING, logger="corral"):
+        sched = local(cfg)
+        (wid,) = sched.create_workers(Job(role="w", replicas=1))
+    assert "cannot be sent" in caplog.text
+    asyncio.run(sched.create_engine(wid, "tests.areal_compat.engines.SeedProbe", "p"))
+    assert sched.call_engine(wid, "first_random", "p") == random.Random(5).random()
 
 
 def test_get_workers_honours_the_callers_timeout(local):

@@ -26,3 +26,10 @@ class SeededConfig(BaseExperimentConfig):
     """An experiment config with a ``seed``, as AReaL's have."""
 
     seed: int = 1
+
+
+@dataclass
+class ConfigWithAClass(SeededConfig):
+    """A config the wire cannot carry whole (a class as a value)."""
+
+    engine_class: type = Sample

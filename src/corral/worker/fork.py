@@ -34,8 +34,11 @@ class ForkManager:
     """Starts and stops child workers. Children are spawned from one long-lived thread so
     that their parent-death signal (PR_SET_PDEATHSIG) fires only when this process dies."""
 
-    def __init__(self, settings: WorkerSettings, name_resolve: NameResolve):
+    def __init__(self, settings: WorkerSettings, name_resolve: NameResolve, secret: str = ""):
+        """``secret``: the trial secret, given to children when the worker got it by
+        environment (Ray) rather than as a file they can read."""
         self.settings = settings
+        self._secret = secret
         self.name_resolve = name_resolve
         self.children: dict[str, Child] = {}
         self._lock = threading.Lock()
@@ -61,6 +64,8 @@ class ForkManager:
             E.DIE_WITH_PARENT: "1",
         })  # fmt: skip
         child_env.pop(E.INDEX_OFFSET, None)
+        if not child_env.get(E.SECRET_FILE) and self._secret:
+            child_env[E.SECRET] = self._secret
         s = self.settings
         address_key = keys.worker_address_key(s.experiment, s.trial, role, index)
         self.name_resolve.delete(address_key)

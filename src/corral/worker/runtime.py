@@ -119,7 +119,7 @@ class WorkerRuntime:
         self._on_shutdown = on_shutdown or (lambda: os.kill(os.getpid(), signal.SIGTERM))
         self.name_resolve = make_name_resolve(settings.name_resolve)
         self.engines = EngineHost()
-        self.forks = ForkManager(settings, self.name_resolve)
+        self.forks = ForkManager(settings, self.name_resolve, secret)
         self.cache = ResultCache()
         self.stopped = threading.Event()
         self.config: dict = {}
