@@ -25,7 +25,17 @@ from typing import Any
 import baselines
 import numpy as np
 import stats_overhead
-from common import BackendUnavailable, Context, Row, Target, log, median, percentile, rounded
+from common import (
+    BackendUnavailable,
+    Context,
+    Row,
+    Target,
+    log,
+    median,
+    percentile,
+    rounded,
+    time_forks,
+)
 
 NAME = "local"
 MiB = 1 << 20
@@ -66,6 +76,7 @@ class Plan:
             {1: 5, 16: 3, 128: 2} if quick else {1: 30, 16: 10, 128: 5}
         )  # MiB -> repetitions
         self.workers = 8
+        self.fork_reps = 2 if quick else 5
 
 
 def _peer(row: Row, name: str) -> Row:
@@ -211,6 +222,27 @@ def delete_rows(deletes: dict, main_delete: tuple[float, dict] | None, n: int) -
     return [_peer(time_row, f"delete.n{n}"), left_row]
 
 
+# ------------------------------------------------------------------ fork
+def bench_fork(sched, plan: Plan) -> list[Row]:
+    bare = [baselines.bare_start(1) for _ in range(plan.fork_reps)]
+    forks = time_forks(sched, plan.fork_reps)
+    log(
+        f"fork: one worker forked next to a worker {median(forks):.3f}s; bare python {median(bare):.3f}s"
+    )
+    return [
+        Row(
+            key="local.fork.n1",
+            backend=NAME,
+            label="fork_workers, one forked worker ready next to its target",
+            unit="s",
+            value=median(forks),
+            baseline=median(bare),
+            baseline_label="1 x `python -c pass`",
+            samples={"corral": rounded(forks), "baseline": rounded(bare)},
+        )
+    ]
+
+
 # ------------------------------------------------------------------ 2: noop latency
 def noop_sizes() -> tuple[int, int]:
     """Bytes of one noop request and one noop reply on corral's wire (head + frame)."""
@@ -354,7 +386,7 @@ def bench_fanout(sched, ids: list[str], ports: list[int], plan: Plan) -> list[Ro
         samples={"corral": rounded(rates, 1), "baseline": rounded(raw_rates, 1)},
         extra={
             "first_gather_calls_per_s": round(n / first, 1),
-            "first_gather_note": "the first gather opens one connection per call in flight",
+            "first_gather_note": "the first gather opens the connections (up to 8 per worker)",
             "raw_sequential_calls_per_s": round(1 / median(sequential), 1),
         },
     )
@@ -541,6 +573,7 @@ def run(ctx: Context) -> list[Row]:
     ports = [s.port for s in servers]
 
     rows, deletes = bench_cold_start(ctx, sched, plan)
+    rows += bench_fork(sched, plan)
     role = "main"
     log(f"starting {plan.workers} workers with an {ENGINE.rsplit('.', 1)[1]} each")
     ids = sched.create_workers(_job(role, plan.workers))

@@ -126,6 +126,48 @@ def bare_actor_start(ray, n: int) -> float:
             ray.kill(a, no_restart=True)
 
 
+def bare_actor_start_pg(ray, n: int) -> float:
+    """Seconds until ``n`` new bare actors, each in its own 1-CPU placement group (created
+    and waited for first, as corral's default ``separate`` strategy does) and with no
+    runtime_env of its own, answer a ping. Groups and actors are removed afterwards."""
+    from ray.util.placement_group import placement_group, remove_placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    cls = _bare_actor_class(ray)
+    started = time.perf_counter()
+    groups = [placement_group([{"CPU": 1.0}], strategy="SPREAD") for _ in range(n)]
+    actors = []
+    try:
+        ray.get([g.ready() for g in groups])
+        actors = [
+            cls.options(
+                num_cpus=1,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(
+                    placement_group=g, placement_group_bundle_index=0
+                ),
+            ).remote()
+            for g in groups
+        ]
+        ray.get([a.ping.remote() for a in actors])
+        return time.perf_counter() - started
+    finally:
+        for a in actors:
+            ray.kill(a, no_restart=True)
+        for g in groups:
+            remove_placement_group(g)
+        _wait_groups_removed(ray, groups)
+
+
+def _wait_groups_removed(ray, groups, timeout: float = 30.0) -> None:
+    from ray.util.placement_group import placement_group_table
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if all(placement_group_table(g).get("state") == "REMOVED" for g in groups):
+            return
+        time.sleep(0.05)
+
+
 def _scheduler(ctx: Context):
     from corral.backends.ray import RayScheduler
     from corral.config import BaseExperimentConfig
@@ -196,6 +238,7 @@ def run(ctx: Context) -> list[Row]:
         await asyncio.gather(*(sched.create_engine(i, ENGINE) for i in ids))
 
     bare_start = [bare_actor_start(ray, plan.workers) for _ in range(plan.bare_reps)]
+    bare_pg: list[float] = []
     cold: list[float] = []
     deletes: list[float] = []
     lefts: list[dict] = []
@@ -203,12 +246,14 @@ def run(ctx: Context) -> list[Row]:
     role = ""
     for rep in range(plan.cold_reps):
         role = f"ray{plan.workers}-r{rep}"
+        bare_pg.append(bare_actor_start_pg(ray, plan.workers))  # interleaved with corral's
         started = time.perf_counter()
         ids = sched.create_workers(_job(role, plan.workers))
         cold.append(time.perf_counter() - started)
         asyncio.run(engines(ids))
         log(
-            f"ray: cold start of {plan.workers} rep {rep}: {cold[-1]:.2f}s (bare actors {bare_start})"
+            f"ray: cold start of {plan.workers} rep {rep}: {cold[-1]:.2f}s (bare actors in "
+            f"placement groups {bare_pg[-1]:.2f}s)"
         )
         if rep < plan.cold_reps - 1:
             seconds, left = _timed_delete(ray, sched, role)
@@ -257,6 +302,18 @@ def run(ctx: Context) -> list[Row]:
     local_delete, local_delete_label = _local(ctx, f"local.delete.n{n}")
     return [
         Row(
+            key=f"ray.cold_start.n{n}.vs_bare",
+            backend=NAME,
+            label=f"Ray: cold start, {n} workers ready vs bare actors",
+            unit="s",
+            value=median(cold),
+            baseline=median(bare_pg),
+            baseline_label=f"{n} bare Ray actors, each in its own 1-CPU placement group, no "
+            "runtime_env, created and pinged",
+            targets=[Target("ratio", "<=", 1.5, "<= 1.5x bare actors")],
+            samples={"corral": rounded(cold), "baseline": rounded(bare_pg)},
+        ),
+        Row(
             key=f"ray.cold_start.n{n}",
             backend=NAME,
             label=f"Ray: cold start, {n} workers ready",
@@ -297,6 +354,7 @@ def run(ctx: Context) -> list[Row]:
             value=percentile(ms, 50),
             baseline=local_p50,
             baseline_label=local_label,
+            targets=[Target("ratio", "<=", 1.5, "<= 1.5x local")],
         ),
         Row(
             key=f"ray.payload.f32_{plan.payload_mib}MiB",

@@ -18,9 +18,11 @@ exit, error or Ctrl-C.
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import os
 import shutil
 import subprocess
+import sys
 import time
 
 from common import (
@@ -33,6 +35,7 @@ from common import (
     percentile,
     processes_left,
     rounded,
+    time_forks,
 )
 
 NAME = "slurm"
@@ -45,11 +48,54 @@ NODES = 4
 GPUS_PER_NODE = 4
 GPUS_PER_WORKER = 2
 BASELINE_JOB_NAME = "corral-bench-baseline"
+CLUSTER_LOCK = "/tmp/corral-slurm.lock"  # every user of the shared test cluster takes it
+CLUSTER_SCRIPT = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".ci", "slurm_cluster.sh"
+)
 
 
 def _use_lab_conf() -> None:
     if not os.environ.get("SLURM_CONF") and os.path.exists(LAB_CONF):
         os.environ["SLURM_CONF"] = LAB_CONF
+
+
+def _ping() -> tuple[bool, str]:
+    try:
+        r = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return False, f"scontrol ping failed: {exc}"
+    return "is UP" in r.stdout, (r.stdout + r.stderr).strip() or f"exit code {r.returncode}"
+
+
+def ensure_cluster() -> None:
+    """Start the test cluster (``.ci/slurm_cluster.sh up``) when no slurmctld answers and
+    this is the lab's configuration; a full run always measures the Slurm rows."""
+    _use_lab_conf()
+    if _ping()[0] or os.environ.get("SLURM_CONF") not in (None, LAB_CONF):
+        return
+    if not os.path.exists(CLUSTER_SCRIPT) or not shutil.which("bash"):
+        return
+    log("slurm: no slurmctld answers; starting the test cluster (.ci/slurm_cluster.sh up)")
+    r = subprocess.run(
+        ["bash", CLUSTER_SCRIPT, "up"],
+        env={**os.environ, "CORRAL_SLURM_KEEP": "1"},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    if r.returncode != 0:
+        log(f"slurm: starting the test cluster failed:\n{(r.stdout + r.stderr)[-2000:]}")
+
+
+def take_cluster_lock(ctx: Context) -> None:
+    """Hold the shared cluster's lock for the whole Slurm part (released at exit)."""
+    fh = open(CLUSTER_LOCK, "a")
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        log(f"slurm: waiting for {CLUSTER_LOCK} (another user of the test cluster)")
+        fcntl.flock(fh, fcntl.LOCK_EX)
+    ctx.on_close(fh.close)
 
 
 def check() -> str | None:
@@ -66,12 +112,8 @@ def check() -> str | None:
     if missing:
         return f"Slurm client commands not found: {', '.join(missing)} (not a Slurm login node)"
     _use_lab_conf()
-    try:
-        r = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"scontrol ping failed: {exc}"
-    if "is UP" not in r.stdout:
-        text = (r.stdout + r.stderr).strip() or f"exit code {r.returncode}"
+    up, text = _ping()
+    if not up:
         return f"slurmctld does not answer `scontrol ping` ({text}); bash .ci/slurm_cluster.sh up"
     nodes = _idle_gpu_nodes()
     if nodes < NODES:
@@ -105,6 +147,7 @@ class Plan:
         self.bare_reps = 1 if quick else 3
         self.noop_warmup = 50 if quick else 200
         self.noop_calls = 300 if quick else 2000
+        self.fork_reps = 2 if quick else 5
 
 
 # ------------------------------------------------------------------ baseline --
@@ -123,23 +166,25 @@ def _wait_gone(job_id: str, timeout: float = 60.0) -> None:
         time.sleep(0.1)
 
 
-def bare_sbatch_first_line(ctx: Context, rep: int) -> float:
-    """Seconds from ``sbatch`` of a 4-node ``srun hostname`` job until the first line
-    of its output file exists."""
+def bare_sbatch_srun(ctx: Context, rep: int, tasks: int) -> float:
+    """Seconds from ``sbatch`` of a 4-node job whose ``srun`` starts ``tasks`` x
+    ``python -c pass`` (as many per node as corral's workers) until that step has ended."""
     folder = os.path.join(ctx.fileroot, "slurm-baseline")
     os.makedirs(folder, exist_ok=True)
-    out = os.path.join(folder, f"hostname-{rep}.out")
-    script = os.path.join(folder, f"hostname-{rep}.sbatch")
+    out = os.path.join(folder, f"pass-{rep}.out")
+    script = os.path.join(folder, f"pass-{rep}.sbatch")
     with open(script, "w") as fh:
         fh.write(
             "#!/bin/bash\n"
             f"#SBATCH --job-name={BASELINE_JOB_NAME}\n"
             f"#SBATCH --output={out}\n"
             f"#SBATCH --nodes={NODES}\n"
-            "#SBATCH --ntasks-per-node=1\n"
+            f"#SBATCH --ntasks={tasks}\n"
+            f"#SBATCH --ntasks-per-node={tasks // NODES}\n"
             "#SBATCH --cpus-per-task=1\n"
             "#SBATCH --no-requeue\n"
-            "srun hostname\n"
+            f"srun {sys.executable} -c pass\n"
+            "echo done\n"
         )
     started = time.perf_counter()
     r = subprocess.run(["sbatch", "--parsable", script], capture_output=True, text=True)
@@ -151,13 +196,13 @@ def bare_sbatch_first_line(ctx: Context, rep: int) -> float:
     while True:
         try:
             with open(out) as fh:
-                if "\n" in fh.read():
+                if "done" in fh.read():
                     break
         except FileNotFoundError:
             pass
         if time.monotonic() > deadline:
             _scancel(job_id)
-            raise RuntimeError(f"baseline job {job_id} printed nothing in 120 s ({out})")
+            raise RuntimeError(f"baseline job {job_id} did not finish srun in 120 s ({out})")
         time.sleep(0.005)
     elapsed = time.perf_counter() - started
     _wait_gone(job_id)
@@ -215,6 +260,8 @@ def _local(ctx: Context, key: str) -> tuple[float | None, str]:
 
 
 def run(ctx: Context) -> list[Row]:
+    take_cluster_lock(ctx)
+    ensure_cluster()
     reason = check()
     if reason:
         raise BackendUnavailable(reason)
@@ -225,8 +272,8 @@ def run(ctx: Context) -> list[Row]:
     async def engines(ids: list[str]) -> None:
         await asyncio.gather(*(sched.create_engine(i, ENGINE) for i in ids))
 
-    bare = [bare_sbatch_first_line(ctx, rep) for rep in range(plan.bare_reps)]
-    log(f"slurm: bare sbatch of srun hostname on {NODES} nodes, first line: {rounded(bare, 3)}")
+    bare = [bare_sbatch_srun(ctx, rep, n) for rep in range(plan.bare_reps)]
+    log(f"slurm: bare sbatch + srun of {n} x python -c pass on {NODES} nodes: {rounded(bare, 3)}")
     cold: list[float] = []
     deletes: list[float] = []
     lefts: list[dict] = []
@@ -256,6 +303,9 @@ def run(ctx: Context) -> list[Row]:
     ms = [x * 1e3 for x in lat]
     log(f"slurm: noop p50 {percentile(ms, 50):.3f} ms, p99 {percentile(ms, 99):.3f} ms")
 
+    fork_s = time_forks(sched, plan.fork_reps, cpu=1)
+    log(f"slurm: fork of one worker next to a worker: {rounded(fork_s, 3)}")
+
     seconds, left = _timed_delete(sched, role)
     deletes.append(seconds)
     lefts.append(left)
@@ -264,7 +314,18 @@ def run(ctx: Context) -> list[Row]:
     local_p50, local_label = _local(ctx, "local.noop.p50")
     local_p99, local_p99_label = _local(ctx, "local.noop.p99")
     local_delete, local_delete_label = _local(ctx, f"local.delete.n{n}")
+    local_fork, local_fork_label = _local(ctx, "local.fork.n1")
     return [
+        Row(
+            key="slurm.fork.n1",
+            backend=NAME,
+            label="Slurm: fork_workers, one forked worker ready next to its target",
+            unit="s",
+            value=median(fork_s),
+            baseline=local_fork,
+            baseline_label=local_fork_label,
+            samples={"corral": rounded(fork_s)},
+        ),
         Row(
             key=f"slurm.cold_start.n{n}",
             backend=NAME,
@@ -272,8 +333,8 @@ def run(ctx: Context) -> list[Row]:
             unit="s",
             value=median(cold),
             baseline=median(bare),
-            baseline_label=f"bare sbatch of `srun hostname` on {NODES} nodes until its first "
-            "output line",
+            baseline_label=f"bare sbatch + srun of {n} x `python -c pass` on {NODES} nodes, "
+            "until the step ended",
             samples={"corral": rounded(cold), "baseline": rounded(bare)},
             extra={"distinct_nodes": hosts},
         ),

@@ -260,3 +260,30 @@ def processes_left(pids: Iterable[int]) -> dict[str, Any]:
         "in_worker_sessions": in_sessions,
         "left": len(alive) + len(zombies) + len(in_sessions),
     }
+
+
+# ----------------------------------------------------------------- shared measurements
+def time_forks(sched: Any, reps: int, cpu: int = 0) -> list[float]:
+    """Seconds until one worker forked next to a one-worker role is ready (colocation
+    with ``fork=True``, the ``POST /fork`` path), ``reps`` times; each is deleted after."""
+    from corral import Job, SchedulingSpec, SchedulingStrategy
+
+    host = "forkhost"
+    sched.create_workers(Job(role=host, replicas=1, tasks=[SchedulingSpec(cpu=cpu, gpu=0)]))
+    times = []
+    try:
+        for rep in range(reps):
+            started = time.perf_counter()
+            sched.create_workers(
+                Job(
+                    role=f"forked{rep}",
+                    replicas=1,
+                    tasks=[SchedulingSpec(cpu=cpu, gpu=0)],
+                    scheduling_strategy=SchedulingStrategy("colocation", target=host, fork=True),
+                )
+            )
+            times.append(time.perf_counter() - started)
+            sched.delete_workers(f"forked{rep}")
+    finally:
+        sched.delete_workers(host)
+    return times

@@ -36,6 +36,8 @@ BACKENDS = {
     "local": "bench_local",
     "ray": "bench_ray",
     "slurm": "bench_slurm",
+    "scale": "bench_scale",
+    "data": "bench_data",
 }
 
 

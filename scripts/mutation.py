@@ -198,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", action="store_true", help="only check every snippet exists")
     ap.add_argument("--no-baseline", action="store_true", help="skip the unmutated runs")
     ap.add_argument("--timeout", type=float, default=420.0, help="seconds per test run")
+    ap.add_argument("--markdown", help="also write the results as a Markdown table here")
     args = ap.parse_args(argv)
 
     chosen = list(MUTANTS)
@@ -238,7 +239,21 @@ def main(argv: list[str] | None = None) -> int:
             )
     finally:
         shutil.rmtree(copy, ignore_errors=True)
+    if args.markdown:
+        write_markdown(args.markdown, results)
     return report(results)
+
+
+def write_markdown(path: str, results: list[Outcome]) -> None:
+    """One row per mutant: id, backend, file, the bug, the verdict and the failing test."""
+    rows = ["| mutant | backend | file | bug put back | verdict | first failing test |"]
+    rows.append("|---|---|---|---|---|---|")
+    for r in results:
+        detail = r.detail.removeprefix("FAILED ").split(" - ")[0].replace("|", "\\|")
+        m = r.mutant
+        rows.append(f"| `{m.id}` | {m.backend} | {m.file} | {m.why} | {r.verdict} | {detail} |")
+    with open(path, "w") as fh:
+        fh.write("\n".join(rows) + "\n")
 
 
 def check_snippets(root: str, mutants: list[Mutant]) -> int:

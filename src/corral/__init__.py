@@ -16,6 +16,7 @@ from corral.config import (
     load_expr_config,
     make_scheduler,
 )
+from corral.data.ref import Ref
 from corral.errors import (
     ConfigError,
     CorralError,
@@ -25,6 +26,8 @@ from corral.errors import (
     GPUAllocationError,
     PlacementError,
     PortAllocationError,
+    RefError,
+    RefLostError,
     ResourceLimitError,
     RPCConnectionError,
     SchedulerError,
@@ -67,4 +70,5 @@ __all__ = [
     "EngineCallError", "SchedulingStrategyType", "WorkerConfigurationError",
     "WorkerConnectionError", "PortAllocationError", "GPUAllocationError", "RPCConnectionError",
     "EngineCallError", "TrialInUseError", "PlacementError", "ResourceLimitError", "WorkerPreemptedError",
+    "Ref", "RefError", "RefLostError",
 ]  # fmt: skip

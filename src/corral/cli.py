@@ -173,33 +173,45 @@ def cmd_stop(args: argparse.Namespace) -> int:
 
 
 def cmd_dashboard(args: argparse.Namespace) -> int:
+    from corral.errors import ConfigError
     from corral.observe.dashboard import run_dashboard
+    from corral.observe.source import TrialSource
 
     if bool(args.experiment) != bool(args.trial):
         print("corral dashboard: give both EXPERIMENT and TRIAL, or neither", file=sys.stderr)
         return 2
     secret = _secret(args.fileroot, args.experiment, args.trial) if args.trial else None
-    run_dashboard(
-        args.fileroot,
-        args.experiment,
-        args.trial,
-        host=args.host,
-        port=args.port,
-        max_age=args.max_age,
-        trial_secret=secret,
-        print_fn=lambda text: print(text, flush=True),
-    )
+    try:
+        run_dashboard(
+            TrialSource(
+                args.fileroot, args.experiment, args.trial, args.max_age, _name_resolve(args)
+            ),
+            host=args.host,
+            port=args.port,
+            trial_secret=secret,
+            print_fn=lambda text: print(text, flush=True),
+        )
+    except ConfigError as exc:
+        print(f"corral dashboard: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 
 def cmd_top(args: argparse.Namespace) -> int:
+    from corral.errors import ConfigError
     from corral.observe.source import TrialSource
     from corral.observe.top import run_top
 
     if bool(args.experiment) != bool(args.trial):
         print("corral top: give both EXPERIMENT and TRIAL, or neither", file=sys.stderr)
         return 2
-    source = TrialSource(args.fileroot, args.experiment, args.trial, max_age=args.max_age)
+    try:
+        source = TrialSource(
+            args.fileroot, args.experiment, args.trial, args.max_age, _name_resolve(args)
+        )
+    except ConfigError as exc:
+        print(f"corral top: {exc}", file=sys.stderr)
+        return 2
     return run_top(source, once=args.once, interval=args.interval)
 
 

@@ -301,3 +301,19 @@ class WorkerPreemptedError(WorkerFailedError):
 class ResourceLimitError(WorkerCreationError):
     """The controller's own limits (open files, ...) cannot hold the workers asked for;
     names the limit, its value and how to raise it."""
+
+
+class RefError(CorralError):
+    """A ``corral.Ref`` that cannot be used: freed, from another trial, or unknown to its
+    owner (never made there, or forged)."""
+
+
+class RefLostError(RefError):
+    """The worker that owns a ``corral.Ref`` died, was restarted or deleted: the value is gone."""
+
+    def __init__(self, message: str, owner: str = ""):
+        self.owner = owner
+        super().__init__(message)
+
+    def __reduce__(self):
+        return (type(self), (self.args[0] if self.args else "", self.owner))

@@ -9,6 +9,7 @@ import selectors
 import sys
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import IO
 
@@ -50,19 +51,56 @@ def tail(path: str | None, lines: int = 20, max_bytes: int = 16384) -> str:
 RETRY_WRITE_SECONDS = 5.0
 
 
+class OpenFiles:
+    """Append-mode files shared by many log sinks, at most ``limit`` open at once: the
+    least recently written one is closed and reopened on its next write. A controller
+    with thousands of workers thus holds a fixed number of log file descriptors."""
+
+    def __init__(self, limit: int = 16):
+        self.limit = limit
+        self._open: OrderedDict[str, IO[bytes]] = OrderedDict()
+
+    def handle(self, path: str) -> IO[bytes]:
+        fh = self._open.get(path)
+        if fh is None:
+            fh = self._open[path] = open(path, "ab", buffering=0)
+            while len(self._open) > self.limit:
+                _close_quietly(self._open.popitem(last=False)[1])
+        else:
+            self._open.move_to_end(path)
+        return fh
+
+    def release(self, path: str) -> None:
+        fh = self._open.pop(path, None)
+        if fh is not None:
+            _close_quietly(fh)
+
+    def close(self) -> None:
+        while self._open:
+            _close_quietly(self._open.popitem()[1])
+
+
+def _close_quietly(fh: IO[bytes]) -> None:
+    try:
+        fh.close()
+    except OSError:
+        pass
+
+
 class _LogFile:
     """One append-only log file that survives a full disk: a failed write drops that
     output (counted), later writes are retried every few seconds, and the first write
-    that succeeds again notes how much was lost. The worker never blocks on its logs."""
+    that succeeds again notes how much was lost. The worker never blocks on its logs.
+    Its descriptor comes from a shared ``OpenFiles``."""
 
-    def __init__(self, path: str, on_error: Callable[[str], None] | None):
+    def __init__(self, path: str, on_error: Callable[[str], None] | None, files: OpenFiles):
         self.path = path
         self.on_error = on_error
+        self.files = files
         self.lost = 0
         self.retry_at = 0.0
-        self.fh: IO[bytes] | None = None
         try:
-            self.fh = open(path, "ab", buffering=0)
+            open(path, "ab").close()  # exists from the start (error messages tail it)
         except OSError as exc:
             self._failed(exc, 0, time.monotonic())
 
@@ -72,16 +110,16 @@ class _LogFile:
             self.lost += len(data)
             return
         try:
-            if self.fh is None:
-                self.fh = open(self.path, "ab", buffering=0)
+            fh = self.files.handle(self.path)
             if self.lost:
-                self.fh.write(
+                fh.write(
                     f"[corral: {self.lost} bytes of output lost: {self.path} could "
                     "not be written]\n".encode()
                 )
-            self.fh.write(data)
+            fh.write(data)
             self.lost = 0
         except OSError as exc:
+            self.files.release(self.path)
             self._failed(exc, len(data), now)
 
     def _failed(self, exc: OSError, size: int, now: float) -> None:
@@ -99,13 +137,6 @@ class _LogFile:
                 "its output is dropped until writes succeed again, the worker runs on"
             )
 
-    def close(self) -> None:
-        try:
-            if self.fh is not None:
-                self.fh.close()
-        except OSError:
-            pass
-
 
 class LogSink:
     """Writes one worker's output to its replica, role and merged log files."""
@@ -117,14 +148,17 @@ class LogSink:
         role: str,
         index: int,
         on_error: Callable[[str], None] | None = None,
+        files: OpenFiles | None = None,
     ):
         self.pipe = pipe
         self.prefix = f"[{role}/{index}] ".encode()
         self.partial = b""
+        self._own_files = files is None
+        self.files = OpenFiles(3) if files is None else files
         os.makedirs(os.path.join(log_dir, role), exist_ok=True)
-        self.replica = _LogFile(replica_log_path(log_dir, role, index), on_error)
-        self.role = _LogFile(role_log_path(log_dir, role), on_error)
-        self.merged = _LogFile(merged_log_path(log_dir), on_error)
+        self.replica = _LogFile(replica_log_path(log_dir, role, index), on_error, self.files)
+        self.role = _LogFile(role_log_path(log_dir, role), on_error, self.files)
+        self.merged = _LogFile(merged_log_path(log_dir), on_error, self.files)
 
     def feed(self, data: bytes) -> None:
         self.replica.write(data)
@@ -138,8 +172,11 @@ class LogSink:
     def close(self) -> None:
         if self.partial:
             self.feed(b"\n")
-        for fh in (self.replica, self.role, self.merged, self.pipe):
-            fh.close()
+        _close_quietly(self.pipe)
+        if self._own_files:
+            self.files.close()
+        else:
+            self.files.release(self.replica.path)
 
 
 class LogPump:
@@ -153,9 +190,10 @@ class LogPump:
         self._sel.register(self._wake_r, selectors.EVENT_READ, None)
         self._thread: threading.Thread | None = None
         self._closed = False
+        self._files = OpenFiles()
 
     def add(self, pipe: IO[bytes], log_dir: str, role: str, index: int) -> None:
-        stream = LogSink(pipe, log_dir, role, index, lambda text: self.on_error(text))
+        stream = LogSink(pipe, log_dir, role, index, lambda text: self.on_error(text), self._files)
         with self._lock:
             self._sel.register(pipe, selectors.EVENT_READ, stream)
             if self._thread is None:

@@ -25,6 +25,8 @@ from typing import Any
 from corral import envvars, keys
 from corral import options as opts
 from corral.config import cluster_field, scheduler_field
+from corral.data.plane import DataPlane
+from corral.data.store import parse_keep
 from corral.discovery import NameResolve, make_name_resolve
 from corral.errors import (
     ConfigError,
@@ -45,6 +47,7 @@ from corral.errors import (
 )
 from corral.fdlimit import ensure_fds, is_fd_exhaustion, too_many_files
 from corral.health import DEFAULT_INTERVAL, HealthMonitor, WorkerHealth, health_key
+from corral.ioloop import IOLoop
 from corral.launcher import Launcher, LaunchRequest, WorkerExit
 from corral.leftovers import clean_dead_run
 from corral.logs import log_dir_for, replica_log_path, tail
@@ -150,7 +153,10 @@ class Scheduler:
         self._lock = threading.RLock()
         self._restart_hooks: dict[str, Callable[[Scheduler, str], Any]] = {}
         self._unrestartable: dict[str, str] = {}
-        self._pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="corral-fanout")
+        # Blocking launcher work (Ray forks) fans out on a few threads; requests to many
+        # workers at once (rendezvous, teardown) run as coroutines on one loop thread.
+        self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="corral-fanout")
+        self._io = IOLoop()
         self.monitor = HealthMonitor(
             self._watched_roles, launcher.poll, self._record_health, self.progress, health_interval
         )
@@ -159,6 +165,12 @@ class Scheduler:
         self._closed = False
         self._calls = make_call_stats()  # per-role call figures for corral dashboard / top
         self._stats = StatsPublisher(self, self._calls)
+        self._data = DataPlane(
+            f"{self.experiment_name}/{self.trial_name}",
+            self._ids.get,
+            lambda w, path, payload, timeout: self._request(w, path, payload, timeout, 0),
+            lambda w, path, payload, timeout: self._arequest(w, path, payload, timeout, 0),
+        )
         _live_schedulers.add(self)
 
     # ------------------------------------------------------------------ setup
@@ -404,16 +416,22 @@ class Scheduler:
 
         config = self._sendable_config()
 
-        def configure(pair: tuple[int, Worker]) -> None:
-            rank, worker = pair
+        async def configure(rank: int, worker: Worker) -> None:
+            payload = {"config": config, "role": worker.role, "rank": rank}
             try:
-                self.configure_worker(worker.id, config, worker.role, rank, _worker=worker)
+                await self._arequest(worker, "/configure", payload)
             except SchedulerError as exc:
                 if isinstance(exc, WorkerFailedError | WorkerTimeoutError):
                     raise
                 raise WorkerConfigurationError(worker.id, str(exc)) from exc
 
-        self._fan_out(configure, list(enumerate(workers)))
+        async def configure_all() -> None:  # one I/O loop, as the rendezvous
+            try:
+                await asyncio.gather(*(configure(r, w) for r, w in enumerate(workers)))
+            finally:
+                self._async_client.forget_all()
+
+        self._io.run(configure_all())
 
     def _sendable_config(self) -> Any:
         """The experiment config as sent by ``/configure``; a config holding values the
@@ -527,7 +545,16 @@ class Scheduler:
         pairs = list(zip(workers, envs, strict=True))
         if only is not None:
             pairs = [pairs[i] for i in only]
-        self._fan_out(lambda pair: self._request(pair[0], "/set_env", {"env": pair[1]}), pairs)
+
+        async def set_all() -> None:
+            try:
+                await asyncio.gather(
+                    *(self._arequest(w, "/set_env", {"env": env}) for w, env in pairs)
+                )
+            finally:
+                self._async_client.forget_all()
+
+        self._io.run(set_all())
 
     # -------------------------------------------------------------- fork
     def fork_workers(self, role: str, target_role: str, command: str | None = None) -> list[str]:
@@ -813,6 +840,7 @@ class Scheduler:
             except TimeoutError as exc:
                 raise _no_answer(worker, path, timeout, exc) from None
             except WorkerUnreachableError as exc:
+                self._async_client.forget(worker.address)
                 problem = await asyncio.to_thread(self._diagnose, worker, exc)
                 if problem is not None:
                     raise problem from None
@@ -890,8 +918,10 @@ class Scheduler:
         ``max_retries`` (attempts when the connection drops; default 3) and
         ``retry_delay`` (seconds before the second attempt, doubling after; default 0:
         corral retries only once it has checked that the worker is alive).
-        ``rpc_meta`` may also hold ``timeout`` and ``max_retries``. A live worker runs the
-        method at most once whatever the attempts; a dead one raises WorkerFailedError.
+        A live worker runs the method at most once whatever the attempts; a dead one
+        raises WorkerFailedError. ``rpc_meta``: ``timeout`` (used when ``http_timeout`` is
+        not given), ``max_retries`` (retries after a dropped connection) and ``keep`` (True, or a byte threshold: arrays/tensors of the result stay on the
+        worker and come back as ``corral.Ref``; see docs/data-plane.md).
         """
         worker = self._worker(worker_id)
         call = _CallOptions.resolve(rpc_meta, http_timeout, max_retries, retry_delay)
@@ -901,6 +931,8 @@ class Scheduler:
             "args": list(args),
             "kwargs": kwargs,
         }
+        if call.keep is not None:
+            payload["keep"] = parse_keep(call.keep)
         started, ok = self._calls.begin(worker.role), False
         try:
             result = self._request(
@@ -934,6 +966,8 @@ class Scheduler:
             "args": list(args),
             "kwargs": kwargs,
         }
+        if call.keep is not None:
+            payload["keep"] = parse_keep(call.keep)
         started, ok = self._calls.begin(worker.role), False
         try:
             result = await self._arequest(
@@ -986,6 +1020,7 @@ class Scheduler:
                     self._delete_role(name, reverse_order)
             if not self._roles:
                 self._drop_lease()
+            self._async_client.prune()
 
     def _delete_role(self, role: str, reverse_order: bool = False) -> None:
         state = self._roles.pop(role, None)
@@ -994,6 +1029,7 @@ class Scheduler:
         for w in state.workers:
             if state.kind != "reused":
                 self._ids.pop(w.id, None)
+                self._data.owner_gone(w, f"was deleted with delete_workers({role!r})")
                 self._unrestartable.pop(w.id, None)
                 self.monitor.forget(w.id)
         if state.kind == "reused":
@@ -1002,13 +1038,10 @@ class Scheduler:
             self._fan_out(lambda w: self._kill_forked(w, state.target), state.workers)
         elif reverse_order:
             for worker in reversed(state.workers):  # one by one: rank 0 last
-                self._destroy_engines_quietly(worker)
-            for worker in reversed(state.workers):
-                self._ask_to_exit(worker)
+                self._io.run(self._retire([worker]))
             self._stop_launched(role, reverse_order=True)
         else:
-            self._fan_out(self._destroy_engines_quietly, state.workers)
-            self._fan_out(self._ask_to_exit, state.workers)
+            self._io.run(self._retire(state.workers))
             self._stop_launched(role)
         try:
             self.name_resolve.clear_subtree(self._key(keys.role_prefix, role))
@@ -1026,16 +1059,25 @@ class Scheduler:
             log.debug("destroying engines of %s: %s", worker.id, exc)
         self._client.forget(worker.address)
 
-    def _ask_to_exit(self, worker: Worker) -> None:
-        """Let the worker end on its own before the backend stops it (Slurm jobs then
-        complete without scancel's SIGTERM/SIGKILL sequence)."""
+    async def _retire(self, workers: list[Worker]) -> None:
+        """Destroy every worker's engines, then ask each to exit; failures are only logged
+        (the backend stops whatever is left)."""
+
+        async def quietly(worker: Worker, path: str, timeout: float) -> None:
+            try:
+                await self._async_client.request(
+                    worker.address, path, {}, timeout=timeout, identity=worker.identity
+                )
+            except Exception as exc:
+                log.debug("%s on %s: %s", path, worker.id, exc)
+
         try:
-            self._client.request(
-                worker.address, "/shutdown", {}, timeout=2.0, identity=worker.identity
-            )
-        except Exception as exc:
-            log.debug("asking %s to exit: %s", worker.id, exc)
-        self._client.forget(worker.address)
+            await asyncio.gather(*(quietly(w, "/destroy_engines", 5.0) for w in workers))
+            await asyncio.gather(*(quietly(w, "/shutdown", 2.0) for w in workers))
+        finally:
+            for w in workers:
+                self._async_client.forget(w.address)
+                self._client.forget(w.address)
 
     def _kill_forked(self, worker: Worker, target_role: str | None) -> None:
         self._destroy_engines_quietly(worker)
@@ -1071,9 +1113,11 @@ class Scheduler:
             self.delete_workers()
         finally:
             self._closed = True
+            self._data.close()
             self.monitor.stop()
             self._client.close()
             self._pool.shutdown(wait=False)
+            self._io.close()
             self.launcher.close()
             _live_schedulers.discard(self)
 
@@ -1095,6 +1139,7 @@ class _CallOptions:
     timeout: float | None
     retries: int
     retry_delay: float
+    keep: Any = None
 
     @classmethod
     def resolve(
@@ -1118,7 +1163,7 @@ class _CallOptions:
             retries = int(meta.get("max_retries", 2))
         delay = opts.check_number("retry_delay", retry_delay)
         # No delay by default: a retry follows a check that the worker is alive.
-        return cls(timeout, retries, 0.0 if delay is None else delay)
+        return cls(timeout, retries, 0.0 if delay is None else delay, meta.get("keep"))
 
 
 def _tag(exc: EngineCallError, worker_id: str, method: str) -> EngineCallError:

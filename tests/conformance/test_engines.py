@@ -58,8 +58,8 @@ def test_several_engines_per_worker(sched, worker):
 
 
 def test_sync_methods_run_on_one_engine_thread_and_coroutines_are_awaited(sched, worker):
-    """Eight calls in flight at once (each holds the engine thread for a moment), and
-    every one ran on the same engine thread."""
+    """Eight calls in flight at once (each holds the engine thread for a moment): every
+    one ran on the same engine thread, one after another."""
     asyncio.run(sched.create_engine(worker, ECHO, "e"))
 
     async def concurrently():
@@ -70,6 +70,7 @@ def test_sync_methods_run_on_one_engine_thread_and_coroutines_are_awaited(sched,
     names = set(asyncio.run(concurrently()))
     names |= {sched.call_engine(worker, "thread_name", "e") for _ in range(3)}
     assert len(names) == 1 and names.pop().startswith("corral-engine")
+    assert sched.call_engine(worker, "overlap", "e") == 1
     assert sched.call_engine(worker, "async_echo", "e", "x", delay=0.01) == "x"
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from corral import Job
 from corral.errors import NameResolveError, WorkerConnectionError
-from tests.support.proxy import CuttingProxy
+from tests.support.proxy import CuttingProxy, sockets_only
 from tests.unit.test_name_resolve_contract import LocalEtcd
 
 ECHO = "corral.testing.engines.EchoEngine"
@@ -22,6 +22,7 @@ def test_cut_mid_transfer_gives_a_clear_error_and_the_next_call_works(sched):
     proxy = CuttingProxy((worker.ip, worker.port), cut_after=8 << 20)
     try:
         worker.ip, worker.port = "127.0.0.1", proxy.port
+        sockets_only(sched, worker.address)
         payload = np.arange(16 << 20, dtype=np.float32)
         with pytest.raises(WorkerConnectionError, match="net/0"):
             sched.call_engine(wid, "echo", "e", payload, rpc_meta={"max_retries": 0})

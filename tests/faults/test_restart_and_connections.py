@@ -18,7 +18,7 @@ from corral import (
     WorkerFailedError,
 )
 from corral.rpc.client import WorkerUnreachableError
-from tests.support.proxy import CuttingProxy
+from tests.support.proxy import CuttingProxy, sockets_only
 
 ECHO = "corral.testing.engines.EchoEngine"
 
@@ -34,6 +34,7 @@ def sched(tmp_path):
 def _through_proxy(sched, wid: str, proxy: CuttingProxy) -> None:
     worker = sched.get_workers(wid.split("/")[0])[int(wid.split("/")[1])]
     worker.ip, worker.port = "127.0.0.1", proxy.port
+    sockets_only(sched, worker.address)
 
 
 def test_retry_after_a_cut_request_runs_the_method_once(sched):

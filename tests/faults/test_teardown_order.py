@@ -1,13 +1,17 @@
-"""Teardown order on the local backend: engines are destroyed (and the scheduler waits for
-it) before the backend stops the processes."""
+"""Teardown on the local backend: engines are destroyed (and the scheduler waits for it)
+before the backend stops the processes, and a worker that dies takes its forked children."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import time
 
 import pytest
 
 from corral import BaseExperimentConfig, Job, LocalScheduler
+from corral.procs import pid_alive
 
 ECHO = "corral.testing.engines.EchoEngine"
 
@@ -32,3 +36,16 @@ def test_a_slow_destroy_finishes_before_the_worker_is_stopped(sched, tmp_path):
         sched.call_engine(wid, "mark_destroy", "e", str(marker), 3.8)
     sched.delete_workers("slow")
     assert [m.read_text() for m in markers] == [f"destroyed {wid}\n" for wid in ids]
+
+
+def test_a_worker_killed_by_sigkill_takes_its_forked_child_along(sched):
+    """The child asked for the parent-death signal: the controller and its lease are fine,
+    so nothing else would end it."""
+    sched.create_workers(Job(role="host", replicas=1))
+    sched.fork_workers("child", "host")
+    parent, child = sched.get_workers("host")[0], sched.get_workers("child")[0]
+    os.kill(parent.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while pid_alive(child.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not pid_alive(child.pid), f"forked child {child.id} outlived its worker"

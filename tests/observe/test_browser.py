@@ -11,6 +11,7 @@ import asyncio
 import json
 import os
 import threading
+import time
 import uuid
 
 import pytest
@@ -24,6 +25,7 @@ from tests.support.browser import Browser, BrowserError, chromium_path
 
 ENGINE = "corral.testing.engines.EchoEngine"
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+UPDATE_SCREENSHOT = bool(os.environ.get("CORRAL_UPDATE_SCREENSHOT"))
 BACKENDS = [b for b in os.environ.get("CORRAL_TEST_BACKENDS", "local,ray,slurm").split(",")]
 
 
@@ -72,9 +74,14 @@ def test_dashboard_in_chromium_lists_workers_streams_logs_and_shows_a_failure(
         workers = {w.id: w for w in sched.get_workers("rollout") + sched.get_workers("reward")}
 
         def load():  # calls keep flowing so the plots have something to draw
-            while not stop.wait(0.02):
+            beat = 0
+            while not stop.wait(0.02 if beat % 200 < 100 else 0.005):
+                beat += 1
                 try:
-                    sched.call_engine(ids[0], "noop", "e")
+                    if beat % 25 == 0:  # now and then a slower call, for the p99 line
+                        sched.call_engine(ids[0], "sleep", "e", 0.002 * (beat % 7))
+                    else:
+                        sched.call_engine(ids[0], "noop", "e")
                 except Exception:
                     return
 
@@ -116,6 +123,9 @@ def test_dashboard_in_chromium_lists_workers_streams_logs_and_shows_a_failure(
                 what=f"log line {marker}",
             )
 
+        if UPDATE_SCREENSHOT:  # let the plots fill before the picture for the docs
+            time.sleep(float(os.environ.get("CORRAL_SCREENSHOT_SECONDS", "45")))
+
         # a killed worker turns failed, with the exit code its backend reports
         backend.kill_worker(workers[ids[1]])
         snap = wait_stats(
@@ -140,7 +150,7 @@ def test_dashboard_in_chromium_lists_workers_streams_logs_and_shows_a_failure(
         height = browser.eval("document.documentElement.scrollHeight")
         browser.screenshot(str(shot), height=min(int(height), 1600))
         assert shot.stat().st_size > 10_000
-        if os.environ.get("CORRAL_UPDATE_SCREENSHOT") and backend.name == "local":
+        if UPDATE_SCREENSHOT and backend.name == "local":
             browser.screenshot(os.path.join(REPO, "docs", "img", "dashboard.png"),
                                height=min(int(height), 1600))  # fmt: skip
         assert not [c for c in browser.console if c.startswith("exception")], browser.console

@@ -134,7 +134,16 @@ def test_a_busy_port_is_a_config_error_naming_the_port(dash):
 
     with pytest.raises(ConfigError) as err:
         Dashboard(dash.source, port=dash.port)
-    assert "--port" in str(err.value) and str(dash.port) in str(err.value)
+    assert "--port" in str(err.value) and f"127.0.0.1:{dash.port}" in str(err.value)
+
+
+@pytest.mark.parametrize("host, port", [("127.0.0.1", 70000), ("no-such-host.invalid", 0)])
+def test_bad_listen_address_is_a_config_error(tmp_path, host, port):
+    from corral.errors import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        Dashboard(TrialSource(str(tmp_path)), host=host, port=port)
+    assert "--host/--port" in str(err.value) and f"{host}:{port}" in str(err.value)
 
 
 def test_corral_dashboard_command_prints_a_working_address(local_backend, trial):
@@ -176,3 +185,31 @@ def test_corral_dashboard_needs_both_experiment_and_trial(tmp_path):
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert done.returncode == 2 and "EXPERIMENT and TRIAL" in done.stderr
+
+
+def test_a_trial_without_stats_comes_from_name_resolve_with_its_log(local_backend, monkeypatch):
+    import os
+
+    from corral.discovery import FileNameResolve
+
+    monkeypatch.setenv("CORRAL_STATS", "0")
+    sched = local_backend.scheduler()
+    nr = FileNameResolve(os.path.join(local_backend.fileroot, "name_resolve"))
+    source = TrialSource(local_backend.fileroot, max_age=600, name_resolve=nr)
+    server = Dashboard(source, port=0).serve_in_thread()
+    try:
+        (wid,) = sched.create_workers(Job(role="solo", replicas=1))
+        _, r = _get(server, f"/api/trials?token={server.token}")
+        (snap,) = [t for t in json.load(r) if t["trial"] == sched.trial_name]
+        assert snap["status"] == "registered"
+        assert [(w["id"], w["pid"]) for w in snap["workers"]] == [
+            (wid, sched.get_workers("solo")[0].pid)
+        ]
+        query = f"experiment={sched.experiment_name}&trial={sched.trial_name}&worker={wid}"
+        conn, r = _get(server, f"/logs?{query}&token={server.token}")
+        (tail,) = _events(r, "lines")
+        assert any(f"corral worker {wid}" in line for line in tail)
+        conn.close()
+    finally:
+        server.close()
+        sched.close()

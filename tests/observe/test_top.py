@@ -67,3 +67,30 @@ def test_top_shows_a_killed_worker_failed_with_its_exit_code(local_backend):
 
 def test_top_without_trials_says_so(tmp_path):
     assert "no trials found" in _top(str(tmp_path))
+
+
+def test_a_trial_without_a_stats_file_is_listed_from_name_resolve(local_backend, monkeypatch):
+    monkeypatch.setenv("CORRAL_STATS", "0")
+    sched = local_backend.scheduler()
+    try:
+        sched.create_workers(Job(role="rollout", replicas=2))
+        from corral.observe.source import stats_path
+
+        assert not os.path.exists(
+            stats_path(sched.fileroot, sched.experiment_name, sched.trial_name)
+        )
+        text = _top(local_backend.fileroot, sched.experiment_name, sched.trial_name)
+        assert "registered" in text and "no stats file" in text
+        for w in sched.get_workers("rollout"):
+            cells = _row(text, w.id)
+            assert f"{w.pid}" in cells and "registered" in cells
+    finally:
+        sched.close()
+
+
+def test_top_refuses_a_name_that_leaves_the_fileroot(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "corral.cli", "--fileroot", str(tmp_path), "top", "..", "t", "--once"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2 and "experiment='..'" in done.stderr

@@ -237,6 +237,27 @@ def test_a_worker_that_asks_for_nothing_still_gets_a_bundle(make):
     assert sched.launcher.placement("tiny", 0)["bundle_index"] == 0
 
 
+def test_actors_get_their_environment_without_a_runtime_env(make):
+    """Workers reuse Ray's started worker processes: no per-actor runtime_env. The worker
+    environment still arrives (thread counts from cpu=, also for torch imported later), and
+    the trial secret is neither in the process's environment nor in its exec environment."""
+    sched = make()
+    ids = sched.create_workers(
+        Job(role="envy", replicas=2, tasks=[SchedulingSpec(cpu=2, env_vars={"MY_FLAG": "on"})])
+    )
+    asyncio.run(sched.create_engine(ids[0], ECHO))
+    env = sched.call_engine(ids[0], "ray_runtime_env")
+    assert not env.get("env_vars"), f"actor has a runtime_env of its own: {env}"
+    assert sched.call_engine(ids[0], "getenv", None, "MY_FLAG") == "on"
+    assert sched.call_engine(ids[0], "getenv", None, "OMP_NUM_THREADS") == "2"
+    assert sched.call_engine(ids[0], "getenv", None, "CORRAL_ROLE") == "envy"
+    assert sched.call_engine(ids[0], "getenv", None, "CORRAL_SECRET") is None
+    assert sched.call_engine(ids[0], "torch_threads") == 2
+    pid = sched.launcher.placement("envy", 0)["pid"]
+    with open(f"/proc/{pid}/environ", "rb") as fh:
+        assert sched.secret.encode() not in fh.read()
+
+
 def test_demo_runs_on_ray(tmp_path):
     proc = subprocess.run(
         [

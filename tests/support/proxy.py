@@ -24,6 +24,7 @@ class CuttingProxy:
         self.cuts = cuts
         self.direction = direction
         self.cut = 0
+        self._open: list[socket.socket] = []
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
         self.connections = 0
@@ -39,6 +40,7 @@ class CuttingProxy:
             limit = self.cut_after if self.connections <= self.cuts else None
             up, down = (limit, None) if self.direction == "request" else (None, limit)
             upstream = socket.create_connection(self.target)
+            self._open += [client, upstream]
             threading.Thread(target=self._pipe, args=(client, upstream, up), daemon=True).start()
             threading.Thread(target=self._pipe, args=(upstream, client, down), daemon=True).start()
 
@@ -64,5 +66,29 @@ class CuttingProxy:
                 pass
             s.close()
 
+    def reset(self) -> None:
+        """Break every connection open now (as a restarted or vanished peer would)."""
+        open_now, self._open = self._open, []
+        for s in open_now:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
     def close(self) -> None:
         self.sock.close()
+
+
+def sockets_only(sched, address: str) -> None:
+    """Send large bodies to ``address`` over the socket, so a proxy there sees (and can cut)
+    them: on one host they would otherwise travel through shared memory."""
+    calls = getattr(sched, "_calls", None)
+    for client in (
+        getattr(sched, "_client", None),
+        getattr(sched, "_async_client", None),
+        getattr(calls, "client", None),
+        getattr(calls, "async_client", None),
+    ):
+        peers = getattr(client, "shm", None)
+        if peers is not None:
+            peers.remote.add(address)

@@ -31,6 +31,7 @@ EXPECTED_KEYS = [
     "local.payload.f32_128MiB.memcpy",
     "local.delete.n8",
     "local.delete.n8.left",
+    "local.fork.n1",
 ]
 TORCH_KEYS = [
     "local.payload.bf16_16MiB",
@@ -115,3 +116,23 @@ def test_leaves_no_fileroot_behind(quick_run):
     out, _ = quick_run
     doc = json.loads((out / "latest.json").read_text())
     assert not os.path.exists(doc["fileroot"])
+
+
+def test_scale_rows_show_constant_threads_and_bounded_descriptors(tmp_path):
+    """The scale benchmark (simulated workers, quick sizes) runs end to end; the controller's
+    thread count is the same at both sizes and it holds at most 2 descriptors per worker."""
+    proc = subprocess.run(
+        [sys.executable, RUN, "--quick", "--backends", "scale", "--out", str(tmp_path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=280,  # a hang guard, not a performance check
+    )
+    assert proc.returncode == 0, f"stderr:\n{proc.stderr[-5000:]}"
+    rows = {r["key"]: r for r in json.loads((tmp_path / "latest.json").read_text())["rows"]}
+    for size in (128, 512):
+        for what in ("register", "fanout", "delete", "fds_per_worker", "rss_per_worker"):
+            assert _number(rows[f"scale.{what}.n{size}"]["value"]), f"scale.{what}.n{size}"
+        assert rows[f"scale.fds_per_worker.n{size}"]["value"] <= 2.0
+    threads = rows["scale.threads.n512"]
+    assert threads["value"] == threads["baseline"], "controller threads grew with workers"

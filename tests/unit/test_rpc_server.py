@@ -474,3 +474,37 @@ def test_array_that_does_not_fit_its_buffer_gets_a_400_and_the_server_keeps_serv
     assert "does not fit" in reply["error"]["message"]
     assert runtime.engines.engines["main"].calls == calls_before
     assert client.request(runtime.test_address, "/health", method="GET")["status"] == "ok"
+
+
+# ---------------------------------------------------------------- pooled connections
+
+
+def test_a_pooled_connection_the_worker_dropped_is_redialled_not_failed(runtime) -> None:
+    """The worker (here: the network) drops an idle pooled connection; the next request
+    goes out on a fresh connection and succeeds, with no error to the caller."""
+    from tests.support.proxy import CuttingProxy
+
+    host, _, port = runtime.test_address.rpartition(":")
+    proxy = CuttingProxy((host, int(port)), cut_after=0, cuts=0)
+    client = RPCClient(SECRET)
+    try:
+        address = f"127.0.0.1:{proxy.port}"
+        assert client.request(address, "/health", method="GET")["status"] == "ok"
+        proxy.reset()
+        assert client.request(address, "/health", method="GET")["status"] == "ok"
+        assert proxy.connections == 2
+    finally:
+        client.close()
+        proxy.close()
+
+
+def test_a_connection_the_worker_closes_after_refusing_is_not_pooled(runtime) -> None:
+    """A refusal (401) comes with ``Connection: close``: the client must not keep that
+    connection for the next request."""
+    bad = RPCClient("not-the-secret")
+    try:
+        with pytest.raises(AuthenticationError):
+            bad.request(runtime.test_address, "/health", method="GET")
+        assert bad._idle.get(runtime.test_address, []) == []
+    finally:
+        bad.close()

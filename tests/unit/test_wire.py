@@ -452,6 +452,18 @@ def test_array_whose_shape_does_not_fit_its_buffer_is_a_protocol_error(kind, n, 
         wire.decode(_frame_with_shape(value, shape))
 
 
+@pytest.mark.parametrize(
+    "header,keep",
+    [("", True), ("Connection: keep-alive\r\n", True), ("Connection: close\r\n", False),
+     ("connection: Close\r\n", False)],
+)  # fmt: skip
+def test_connection_close_in_a_reply_head_means_no_keep_alive(header: str, keep: bool) -> None:
+    from corral.rpc.http import parse_head
+
+    msg = parse_head(f"HTTP/1.1 409 Conflict\r\n{header}Content-Length: 0".encode())
+    assert msg.keep_alive is keep
+
+
 SECRET = "s3cret-for-wire-tests"
 
 

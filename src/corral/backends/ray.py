@@ -140,10 +140,17 @@ class RayWorkerActor:
 
     def __init__(
         self,
-        env_keys: list[str],
+        env: dict[str, str],
         advertise_host: str | None = None,
         visible_devices: dict[str, str] | None = None,
     ):
+        # The environment comes as an argument, not as a per-actor runtime_env: an actor
+        # without a runtime_env of its own runs in one of the worker processes Ray has
+        # already started, instead of a fresh one per actor. Set it before anything that
+        # reads it is imported (thread counts, visible devices).
+        env = dict(env)
+        secret_value = env.pop(E.SECRET, "")
+        apply_worker_env(env)
         import ray
 
         from corral.worker.env import WorkerSettings, read_secret
@@ -152,8 +159,6 @@ class RayWorkerActor:
         self._done = threading.Event()
         self._stop_lock = threading.Lock()
         self._reason = "stopped"
-        for key in [k for k in os.environ if k.startswith("CORRAL_") and k not in env_keys]:
-            del os.environ[key]  # inherited from the raylet's environment, not ours
         ctx = ray.get_runtime_context()
         node_ip = ray.util.get_node_ip_address()
         os.environ[E.BACKEND_ID] = ctx.get_actor_id()
@@ -162,7 +167,7 @@ class RayWorkerActor:
         for key, value in (visible_devices or {}).items():
             os.environ[key] = value
         settings = WorkerSettings.from_env(os.environ)
-        secret = read_secret(os.environ)
+        secret = secret_value or read_secret(os.environ)
         os.environ.pop(E.SECRET, None)
         self._tee = _start_tee(settings.log_dir, settings.role, settings.index)
         self.runtime = WorkerRuntime(
@@ -188,7 +193,8 @@ class RayWorkerActor:
         self._info = {
             "address": self.runtime.address,
             "pid": os.getpid(),
-            "host": socket.gethostname(),
+            "host": os.environ[E.NODE],  # as the registration says (LOCAL_RANK counts per node)
+            "hostname": socket.gethostname(),
             "node_ip": node_ip,
             "node_id": ctx.get_node_id(),
             "actor_id": ctx.get_actor_id(),
@@ -244,6 +250,43 @@ class RayWorkerActor:
     def _controller_lost(self, why: str) -> None:
         self._stop_now(f"exited: {why}")
         threading.Timer(0.5, os._exit, (0,)).start()
+
+
+def apply_worker_env(env: dict[str, str]) -> None:
+    """Make this (possibly reused) Ray worker process carry exactly the worker's environment.
+
+    ``CORRAL_*`` variables not in ``env`` (inherited from the raylet) are removed. Thread-count
+    variables only take effect in libraries loaded after this point, so libraries already
+    loaded in the process (torch, a BLAS behind numpy) are told the count directly.
+    """
+    for key in [k for k in os.environ if k.startswith("CORRAL_") and k not in env]:
+        del os.environ[key]
+    os.environ.update(env)
+    if env.get("PYTHONUNBUFFERED"):
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.reconfigure(line_buffering=True)
+            except (AttributeError, ValueError, OSError):
+                pass
+    threads = env.get("OMP_NUM_THREADS", "")
+    if threads.isdigit() and int(threads) > 0:
+        limit_loaded_thread_pools(int(threads))
+
+
+def limit_loaded_thread_pools(n: int) -> None:
+    """Set the thread count of numerical libraries that are already loaded (best effort)."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        try:
+            torch.set_num_threads(n)
+        except Exception:
+            pass
+    if "numpy" in sys.modules:
+        try:
+            from threadpoolctl import threadpool_limits
+        except ImportError:
+            return
+        threadpool_limits(limits=n)
 
 
 def _start_tee(log_dir: str | None, role: str, index: int) -> tuple[subprocess.Popen, int] | None:
@@ -586,10 +629,9 @@ class RayLauncher(Launcher):
                 scheduling_strategy=PlacementGroupSchedulingStrategy(
                     placement_group=pg, placement_group_bundle_index=bundle_index
                 ),
-                runtime_env={"env_vars": env},
                 **options,
             )
-            .remote(sorted(env), env.get(E.ADVERTISE_HOST), visible_devices)
+            .remote(env, env.get(E.ADVERTISE_HOST), visible_devices)
         )
         return _Replica(
             role=role,
@@ -873,7 +915,7 @@ class RayLauncher(Launcher):
             if ready:
                 try:
                     info = ray.get(r.info_ref, timeout=1)
-                    if info.get("host") == socket.gethostname():
+                    if info.get("hostname") == socket.gethostname():
                         pids.append(info["pid"])
                 except Exception:
                     pass

@@ -60,10 +60,11 @@ class Dashboard:
         self.stop = threading.Event()
         try:
             self.httpd = ThreadingHTTPServer((host, port), _handler(self))
-        except OSError as exc:
+        except (OSError, OverflowError) as exc:
+            reason = getattr(exc, "strerror", None) or str(exc)
             raise ConfigError(
-                "--port", port, f"cannot listen on {host}:{port} ({exc.strerror}); use another "
-                "port, or 0 for any free one"
+                "--host/--port", f"{host}:{port}", f"cannot listen there ({reason}); use a "
+                "local address and a free port 1-65535, or port 0 for any free one"
             ) from None  # fmt: skip
         self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
@@ -205,17 +206,13 @@ def _handler(dash: Dashboard) -> type[BaseHTTPRequestHandler]:
 
 
 def run_dashboard(
-    fileroot: str,
-    experiment: str | None = None,
-    trial: str | None = None,
+    source: TrialSource,
     host: str = "127.0.0.1",
     port: int = DEFAULT_PORT,
-    max_age: float = 3600.0,
     trial_secret: str | None = None,
     print_fn=print,
 ) -> None:
     """Serve until Ctrl-C (``corral dashboard``)."""
-    source = TrialSource(fileroot, experiment, trial, max_age=max_age)
     token = os.environ.get("CORRAL_DASHBOARD_TOKEN") or None
     dash = Dashboard(source, host, port, token=token, extra_secrets=(trial_secret or "",))
     print_fn(f"corral dashboard: {dash.url}")

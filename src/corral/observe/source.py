@@ -8,6 +8,7 @@ import json
 import os
 import time
 
+from corral.discovery import NameResolve
 from corral.observe.publisher import STATS_FILE
 from corral.spec import validate_role_name
 
@@ -43,7 +44,14 @@ class TrialSource:
         experiment: str | None = None,
         trial: str | None = None,
         max_age: float = DEFAULT_MAX_AGE,
+        name_resolve: NameResolve | None = None,
     ):
+        """``name_resolve``: also list trials whose controller holds a lease there but
+        writes no stats file (status "registered", from ``registered.py``)."""
+        self.name_resolve = name_resolve
+        for field_name, value in (("experiment", experiment), ("trial", trial)):
+            if value is not None:
+                validate_role_name(value, field_name)
         self.fileroot = os.path.abspath(fileroot)
         self.experiment = experiment
         self.trial = trial
@@ -80,11 +88,27 @@ class TrialSource:
             )
             snap["age"] = round(age, 1)
             found.append(snap)
-        found.sort(key=lambda s: -float(s["controller"].get("started", 0)))
+        seen = {(s["experiment"], s["trial"]) for s in found}
+        for key, snap in self._registered().items():
+            wanted = (self.experiment in (None, key[0])) and (self.trial in (None, key[1]))
+            if key not in seen and wanted:
+                found.append(snap)
+        found.sort(key=lambda s: -float(s["controller"].get("started") or 0))
         return found
 
+    def _registered(self) -> dict[tuple[str, str], dict]:
+        if self.name_resolve is None:
+            return {}
+        from corral.observe.registered import registered_trials
+
+        try:
+            return registered_trials(self.name_resolve, self.fileroot)
+        except Exception:  # an unreachable etcd must not take the page down
+            return {}
+
     def find(self, experiment: str, trial: str) -> dict | None:
-        return read_snapshot(stats_path(self.fileroot, experiment, trial))
+        snap = read_snapshot(stats_path(self.fileroot, experiment, trial))
+        return snap if snap is not None else self._registered().get((experiment, trial))
 
     def log_path(self, experiment: str, trial: str, worker_id: str) -> str | None:
         """The log file of one worker, as its controller published it (never a path

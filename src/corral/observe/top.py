@@ -12,8 +12,9 @@ STATE_STYLE = {
     "starting": "yellow",
     "restarting": "yellow",
     "exited": "dim",
+    "registered": "cyan",
 }
-STATUS_STYLE = {"live": "green", "ended": "dim", "unresponsive": "bold red"}
+STATUS_STYLE = {"live": "green", "ended": "dim", "unresponsive": "bold red", "registered": "cyan"}
 
 
 def _duration(seconds: float | None) -> str:
@@ -53,8 +54,11 @@ def render(trials: list[dict]):
             (f"{t['experiment']} / {t['trial']}", "bold"),
             "  ",
             (t["status"], STATUS_STYLE.get(t["status"], "")),
-            f"  {t['backend']} · controller pid {c['pid']} on {c['host']}"
-            f" · up {_duration(t['time'] - c['started'])}",
+            f"  {t['backend'] or 'backend unknown'} · controller pid {c['pid']} on {c['host']}"
+            + (f" · up {_duration(t['time'] - c['started'])}" if c.get("started") else "")
+            + (
+                " · no stats file: workers from name-resolve" if t["status"] == "registered" else ""
+            ),
         )
         roles = Table(title=title, title_justify="left", expand=False, box=None, pad_edge=False)
         for name in ("ROLE", "KIND", "REPLICAS", "CALLS", "ERRORS", "IN FLIGHT", "CALLS/S",
@@ -64,7 +68,7 @@ def render(trials: list[dict]):
             k = r["calls"]
             roles.add_row(
                 r["role"],
-                r["kind"] if r["kind"] == "launched" else f"{r['kind']} on {r['target']}",
+                f"{r['kind']} on {r['target']}" if r.get("target") else r["kind"],
                 str(r["replicas"]),
                 str(k["total"]),
                 str(k["errors"]),
@@ -79,7 +83,7 @@ def render(trials: list[dict]):
             workers.add_column(name, justify="right" if name in ("RESTARTS", "EXIT") else "left")
         failures = []
         for w in t["workers"]:
-            running = w["state"] == "running" and w.get("started")
+            running = w["state"] in ("running", "registered") and w.get("started")
             workers.add_row(
                 w["id"] + (f" (on {w['forked_from']})" if w.get("forked_from") else ""),
                 w["backend"],

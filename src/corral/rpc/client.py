@@ -8,15 +8,17 @@ of running the method twice.
 from __future__ import annotations
 
 import asyncio
+import collections
+import itertools
 import json
+import os
 import socket
 import threading
-import uuid
 from typing import Any
 
 from corral import errors
 from corral.errors import AuthenticationError, ProtocolError
-from corral.rpc import wire
+from corral.rpc import shm, wire
 from corral.rpc.http import (
     FRAME_TYPE,
     IDENTITY_HEADER,
@@ -26,17 +28,21 @@ from corral.rpc.http import (
     Message,
     SocketReader,
     parse_head,
-    render_head,
     send_message,
     tune_socket,
 )
 
 CONNECT_TIMEOUT = 5.0
+#: Connections the async client keeps open to one worker (per event loop); more calls wait.
+MAX_CONNECTIONS_PER_ADDRESS = 8
+SMALL_BODY = 64 * 1024
+MAX_SEGMENT = 1 << 40
 _REMOTE_ERRORS = {
     name: getattr(errors, name)
     for name in (
         "EngineImportError", "EngineCreationError", "EngineCallError",
         "WorkerNotFoundError", "ConfigError", "ProtocolError", "WorkerCreationError",
+        "RefError", "RefLostError",
     )
 }  # fmt: skip
 
@@ -55,8 +61,34 @@ def split_address(address: str) -> tuple[str, int]:
     return host, int(port)
 
 
+class _RequestIds:
+    """Request ids: a random per-process prefix and a counter (unique without uuid4's
+    cost per call); a forked child picks a new prefix."""
+
+    def __init__(self) -> None:
+        self.reset()
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=self.reset)
+
+    def reset(self) -> None:
+        self.prefix = os.urandom(8).hex()
+        self.counter = itertools.count(1)
+
+    def next(self) -> str:
+        return f"{self.prefix}{next(self.counter):08x}"
+
+
+_ids = _RequestIds()
+
+
 def new_request_id() -> str:
-    return uuid.uuid4().hex
+    """An id no other request of any process will carry (the worker caches by it)."""
+    return _ids.next()
+
+
+def _static_head(secret: str) -> str:
+    """The header lines every request of a client carries, rendered once."""
+    return f"Host: corral\r\n{SECRET_HEADER}: {secret}\r\nContent-Type: {FRAME_TYPE}\r\n"
 
 
 def raise_remote(error: dict) -> None:
@@ -69,6 +101,8 @@ def raise_remote(error: dict) -> None:
         raise errors.EngineCallError(message, remote_traceback=tb)
     if cls is errors.ConfigError:
         raise errors.SchedulerError(message)
+    if cls is errors.RefLostError:
+        raise errors.RefLostError(message, str(error.get("owner", "")))
     if cls is not None:
         raise cls(message + (f"\n--- remote traceback ---\n{tb}" if tb else ""))
     raise errors.EngineCallError(f"{kind}: {message}", remote_traceback=tb)
@@ -108,7 +142,78 @@ def _request_headers(secret: str, request_id: str, identity: str | None = None) 
     return headers
 
 
+_SHM_HEADERS = (shm.SEGMENT_HEADER, shm.RELEASED_HEADER, shm.OFFER_HEADER)
+
+
+class SharedMemoryPeers:
+    """Which addresses are on this host, and the shared-memory side of one request."""
+
+    def __init__(self) -> None:
+        self.token = shm.host_token()
+        self.offer = f"{self.token} {os.getpid()}"
+        self.local: dict[str, int] = {}  # address -> the server's pid
+        self.remote: set[str] = set()
+
+    def prepare(self, address: str, headers: dict[str, str], parts: list, fresh: bool) -> list:
+        """Set the shared-memory headers; a large body to a local peer moves into a segment
+        (kept alive by the returned list, which is sent instead of ``parts``). The offer
+        rides only on a connection's first request (``fresh``): the server remembers it."""
+        for name in _SHM_HEADERS:  # a retry: drop what the last attempt added
+            headers.pop(name, None)
+        if not self.token or address in self.remote:
+            return parts
+        if fresh:
+            headers[shm.OFFER_HEADER] = self.offer
+        pid = self.local.get(address)
+        if pid is None:
+            return parts
+        if pid in shm._RELEASED:
+            released = shm.released_for(pid)
+            if released:
+                headers[shm.RELEASED_HEADER] = released
+        if shm.wants_segment(parts, True):
+            segment = shm.Segment.from_parts(parts, pid)
+            headers[shm.SEGMENT_HEADER] = segment.descriptor()
+            return _SegmentParts(segment)
+        return parts
+
+    def receive(self, address: str, reply: Message) -> memoryview | None:
+        """The reply body if it is in a segment (None: read it from the socket)."""
+        pid = reply.headers.get(shm.LOCAL_HEADER)
+        if pid and pid.isdigit():
+            self.local[address] = int(pid)
+        shm.take_released(reply.headers.get(shm.RELEASED_HEADER), self.local.get(address))
+        descriptor = reply.headers.get(shm.SEGMENT_HEADER)
+        if descriptor is None:
+            return None
+        try:
+            return shm.open_segment(descriptor, MAX_SEGMENT)
+        except ProtocolError:
+            return None
+
+    def refused(self, address: str, reply: Message, body: memoryview | None) -> bool:
+        """True if shared memory failed either way: stop using it for ``address``; the
+        request is resent over the socket (same id: it runs at most once)."""
+        failed = reply.headers.get(shm.REFUSED_HEADER) or (
+            shm.SEGMENT_HEADER in reply.headers and body is None
+        )
+        if failed:
+            self.local.pop(address, None)
+            self.remote.add(address)
+        return bool(failed)
+
+
+class _SegmentParts(list):
+    """No body bytes to send; holds the request's segment until the reply is in."""
+
+    def __init__(self, segment: shm.Segment):
+        super().__init__()
+        self.segment = segment
+
+
 class _Conn:
+    offered = False  # has this connection carried the shared-memory offer yet?
+
     def __init__(self, address: str):
         host, port = split_address(address)
         self.sock = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT)
@@ -129,6 +234,8 @@ class RPCClient:
         self.secret = secret
         self._idle: dict[str, list[_Conn]] = {}
         self._lock = threading.Lock()
+        self.shm = SharedMemoryPeers()
+        self.bytes_received = 0  # reply bytes, by socket or shared memory (benchmarks)
 
     def _take(self, address: str) -> tuple[_Conn, bool]:
         with self._lock:
@@ -172,57 +279,199 @@ class RPCClient:
 
         Raises TimeoutError at ``timeout`` and WorkerUnreachableError if the connection
         cannot be made or breaks (a reused connection is retried once on a fresh one).
+        Large bodies to and from a worker on this host go through shared memory.
         """
         request_id = request_id or new_request_id()
         parts = wire.encode(payload) if method == "POST" else []
         headers = _request_headers(self.secret, request_id, identity)
-        for attempt in range(2):
+        retried = False
+        while True:
             try:
                 conn, reused = self._take(address)
             except TimeoutError:
                 raise
             except OSError as exc:
                 raise WorkerUnreachableError(address, exc) from None
+            send = self.shm.prepare(address, headers, parts, not conn.offered)
+            conn.offered = True
             try:
                 conn.sock.settimeout(timeout)
-                send_message(conn.sock, f"{method} {path} HTTP/1.1", headers, parts)
+                send_message(conn.sock, f"{method} {path} HTTP/1.1", headers, send)
                 reply = conn.reader.read_head()
                 if reply is None:
                     raise ConnectionResetError("worker closed the connection")
-                reply.body = conn.reader.read_body(reply.content_length)
+                body = self.shm.receive(address, reply)
+                if body is None:
+                    reply.body = conn.reader.read_body(reply.content_length)
+                    self.bytes_received += reply.content_length
+                else:
+                    reply.body = body
+                    self.bytes_received += body.nbytes
+                if shm.SEGMENT_HEADER in reply.headers:
+                    conn.sock.sendall(shm.ACK if body is not None else shm.NAK)
             except TimeoutError:
                 conn.close()
                 raise TimeoutError(f"no reply from {address}{path} within {timeout}s") from None
             except OSError as exc:
                 conn.close()
-                if reused and attempt == 0:
+                if reused and not retried:
+                    retried = True
                     continue
                 raise WorkerUnreachableError(address, exc) from None
             if reply.keep_alive:
                 self._give_back(address, conn)
             else:
                 conn.close()
+            if self.shm.refused(address, reply, body):
+                continue
             return interpret_reply(address, reply)
-        raise AssertionError("unreachable")
+
+
+class _LoopPool:
+    """Connections to one address used from one event loop: the idle ones, how many are
+    open, and the calls waiting for one. At most ``limit`` connections are open at once;
+    a call beyond that waits for the next connection to come back."""
+
+    __slots__ = ("idle", "open", "waiters", "limit")
+
+    def __init__(self, limit: int):
+        self.idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+        self.open = 0
+        self.waiters: collections.deque[asyncio.Future] = collections.deque()
+        self.limit = limit
+
+    async def acquire(self, opener) -> tuple[Any, bool]:
+        """(connection, reused). Opens a new one while under the limit, else waits."""
+        while True:
+            if self.idle:
+                return self.idle.pop(), True
+            if self.open < self.limit:
+                self.open += 1
+                try:
+                    return await opener(), False
+                except BaseException:
+                    self.open -= 1
+                    self._wake()
+                    raise
+            waiter = asyncio.get_running_loop().create_future()
+            self.waiters.append(waiter)
+            try:
+                conn = await waiter
+            except asyncio.CancelledError:
+                if waiter.done() and not waiter.cancelled() and waiter.result() is not None:
+                    self.release(waiter.result())
+                else:
+                    self._remove(waiter)
+                raise
+            if conn is not None:
+                return conn, True
+            # None: a connection was closed, so there is room to open one
+
+    def release(self, conn) -> None:
+        """Give a healthy connection back: straight to the oldest waiter, or to the idle list."""
+        while self.waiters:
+            waiter = self.waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(conn)
+                return
+        self.idle.append(conn)
+
+    def discard(self, writer: asyncio.StreamWriter) -> None:
+        """A connection that broke or was closed: free its slot for a waiter."""
+        writer.close()
+        self.open -= 1
+        self._wake()
+
+    def _wake(self) -> None:
+        while self.waiters:
+            waiter = self.waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
+    def _remove(self, waiter: asyncio.Future) -> None:
+        try:
+            self.waiters.remove(waiter)
+        except ValueError:
+            pass
 
 
 class AsyncRPCClient:
-    """asyncio client with the same wire and semantics as RPCClient."""
+    """asyncio client with the same wire and semantics as RPCClient.
 
-    def __init__(self, secret: str):
+    At most ``max_connections`` connections per worker address and event loop: a fan-out
+    of thousands of calls reuses a few connections (and the worker a few threads) instead
+    of opening one per call in flight.
+    """
+
+    def __init__(self, secret: str, max_connections: int = MAX_CONNECTIONS_PER_ADDRESS):
+        if max_connections < 1:
+            raise ValueError(f"max_connections must be >= 1, not {max_connections}")
         self.secret = secret
-        self._pools: dict[
-            asyncio.AbstractEventLoop,
-            dict[str, list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]],
-        ] = {}
+        self.shm = SharedMemoryPeers()
+        self.bytes_received = 0
+        self.max_connections = max_connections
+        self._static_head = _static_head(secret)
+        self._pools: dict[asyncio.AbstractEventLoop, dict[str, _LoopPool]] = {}
+        self._cache: tuple[Any, dict[str, _LoopPool]] = (None, {})
+        self._lock = threading.Lock()
 
-    def _pool(self, address: str) -> list:
-        """Idle connections of the running loop. Connections of loops that were closed
-        (each ``asyncio.run`` makes a new loop) are dropped so their sockets are freed."""
+    def _loop_pools(self) -> dict[str, _LoopPool]:
+        """The running loop's pools. Several loops (threads) may share this client; pools of
+        loops that were closed (each ``asyncio.run`` makes a new loop) are dropped so their
+        sockets are freed."""
         loop = asyncio.get_running_loop()
-        for old in [lp for lp in self._pools if lp.is_closed()]:
-            del self._pools[old]  # their transports close their sockets when collected
-        return self._pools.setdefault(loop, {}).setdefault(address, [])
+        cached = self._cache  # one read: another thread may replace it meanwhile
+        if cached[0] is loop:
+            return cached[1]
+        self.prune()
+        with self._lock:
+            by_address = self._pools.setdefault(loop, {})
+            self._cache = (loop, by_address)
+        return by_address
+
+    def _pool(self, address: str) -> _LoopPool:
+        by_address = self._loop_pools()
+        pool = by_address.get(address)
+        if pool is None:
+            pool = by_address[address] = _LoopPool(self.max_connections)
+        return pool
+
+    def connections(self) -> int:
+        """Open connections, all loops and addresses together."""
+        with self._lock:
+            return sum(p.open for pools in self._pools.values() for p in pools.values())
+
+    def forget(self, address: str) -> None:
+        """Close the running loop's idle connections to ``address`` (a worker that is gone
+        or done with). Call it from a coroutine on that loop."""
+        by_address = self._loop_pools()
+        pool = by_address.get(address)
+        if pool is not None:
+            idle, pool.idle = pool.idle, []
+            for _reader, writer in idle:
+                pool.discard(writer)
+            if pool.open == 0 and not pool.waiters:
+                del by_address[address]
+
+    def prune(self) -> None:
+        """Close the idle connections of event loops that were closed (each ``asyncio.run``
+        makes a new loop) and drop their pools."""
+        with self._lock:
+            closed = [lp for lp in self._pools if lp.is_closed()]
+            dropped = [self._pools.pop(lp) for lp in closed]
+            if self._cache[0] is not None and self._cache[0].is_closed():
+                self._cache = (None, {})
+        for by_address in dropped:
+            for pool in by_address.values():
+                for _reader, writer in pool.idle:
+                    _close_dead_transport(writer)
+                pool.idle = []
+
+    def forget_all(self) -> None:
+        """Close every idle connection of the running loop (a batch of requests is done)."""
+        for address in list(self._loop_pools()):
+            self.forget(address)
 
     async def _open(self, address: str):
         host, port = split_address(address)
@@ -244,55 +493,121 @@ class AsyncRPCClient:
         request_id: str | None = None,
         identity: str | None = None,
     ) -> Any:
-        request_id = request_id or new_request_id()
         parts = wire.encode(payload)
-        length = wire.frame_size(parts)
-        head = render_head(
-            f"POST {path} HTTP/1.1", _request_headers(self.secret, request_id, identity), length
-        )
-        for attempt in range(2):
-            pool = self._pool(address)
-            reused = bool(pool)
+        request_id = request_id or new_request_id()
+        if timeout is None:
+            return await self._send(address, path, parts, request_id, identity)
+        try:
+            async with asyncio.timeout(timeout):
+                return await self._send(address, path, parts, request_id, identity)
+        except TimeoutError:
+            raise TimeoutError(f"no reply from {address}{path} within {timeout}s") from None
+
+    def _head(
+        self, path: str, request_id: str, identity: str | None, length: int, extra: dict
+    ) -> bytes:
+        who = f"{IDENTITY_HEADER}: {identity}\r\n" if identity else ""
+        more = "".join(f"{k}: {v}\r\n" for k, v in extra.items())
+        return (
+            f"POST {path} HTTP/1.1\r\n{self._static_head}{REQUEST_ID_HEADER}: {request_id}\r\n"
+            f"{who}{more}Content-Length: {length}\r\n\r\n"
+        ).encode("latin-1")
+
+    def _frame(
+        self, address: str, path: str, parts: list, request_id: str, identity, writer
+    ) -> list:
+        """Head and body parts for one attempt on this connection (shared memory decided
+        here: the offer rides on a connection's first request)."""
+        extra: dict[str, str] = {}
+        send = self.shm.prepare(address, extra, parts, not getattr(writer, "_offered", False))
+        writer._offered = True
+        length = wire.frame_size(send)
+        head = self._head(path, request_id, identity, length, extra)
+        if isinstance(send, _SegmentParts):
+            send.append(head)  # the list keeps the segment alive until the reply is in
+            return send
+        if length <= SMALL_BODY:
+            return [head + b"".join(send)]
+        return [head, *send]
+
+    async def _send(
+        self, address: str, path: str, parts: list, request_id: str, identity: str | None
+    ) -> Any:
+        pool = self._pool(address)
+        retried = False
+        while True:
             try:
-                reader, writer = pool.pop() if pool else await self._open(address)
+                conn, reused = await pool.acquire(lambda: self._open(address))
             except TimeoutError:
                 raise TimeoutError(
                     f"could not connect to {address} within {CONNECT_TIMEOUT}s"
                 ) from None
             except OSError as exc:
                 raise WorkerUnreachableError(address, exc) from None
+            reader, writer = conn
+            frame = self._frame(address, path, parts, request_id, identity, writer)
             try:
-                reply = await asyncio.wait_for(self._exchange(reader, writer, head, parts), timeout)
-            except TimeoutError:
-                writer.close()
-                raise TimeoutError(f"no reply from {address}{path} within {timeout}s") from None
-            except (OSError, asyncio.IncompleteReadError) as exc:
-                writer.close()
-                if reused and attempt == 0:
+                reply, body = await self._exchange(address, reader, writer, frame)
+            except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
+                pool.discard(writer)
+                if reused and not retried:
+                    retried = True
                     continue
                 raise WorkerUnreachableError(address, exc) from None
+            except BaseException:  # cancelled or timed out mid-exchange: the stream is unusable
+                pool.discard(writer)
+                raise
             if reply.keep_alive:
-                pool.append((reader, writer))
+                pool.release(conn)
             else:
-                writer.close()
+                pool.discard(writer)
+            if self.shm.refused(address, reply, body):
+                continue
             return interpret_reply(address, reply)
-        raise AssertionError("unreachable")
 
-    @staticmethod
-    async def _exchange(reader, writer, head: bytes, parts: list) -> Message:
-        writer.write(head)
-        writer.writelines(parts)
+    async def _exchange(self, address: str, reader, writer, parts: list):
+        if len(parts) == 1:
+            writer.write(parts[0])
+        else:
+            writer.writelines(parts)
         await writer.drain()
         raw = await reader.readuntil(b"\r\n\r\n")
         msg = parse_head(raw[:-4])
-        msg.body = await _read_exactly_into(reader, msg.content_length)
-        return msg
+        body = self.shm.receive(address, msg)
+        if shm.SEGMENT_HEADER in msg.headers:
+            writer.write(shm.ACK if body is not None else shm.NAK)
+            msg.body = body if body is not None else bytearray()
+            self.bytes_received += body.nbytes if body is not None else 0
+            return msg, body
+        length = msg.content_length
+        if length <= SMALL_BODY:
+            msg.body = bytearray(await reader.readexactly(length)) if length else bytearray()
+        else:
+            msg.body = await _read_exactly_into(reader, length)
+        self.bytes_received += length
+        return msg, body
 
     async def aclose(self) -> None:
-        pools, self._pools = self._pools, {}
+        """Close the idle connections of every loop (call it on the last loop in use)."""
+        with self._lock:
+            pools, self._pools = self._pools, {}
+            self._cache = (None, {})
         for by_address in pools.values():
-            for _reader, writer in (c for conns in by_address.values() for c in conns):
-                writer.close()
+            for pool in by_address.values():
+                for _reader, writer in pool.idle:
+                    writer.close()
+                pool.idle = []
+
+
+def _close_dead_transport(writer: asyncio.StreamWriter) -> None:
+    """Close the socket of a transport whose loop is closed (``writer.close()`` would need
+    the loop). Without this the socket waits for the garbage collector's cycle pass."""
+    sock = getattr(writer.transport, "_sock", None)  # selector transports (CPython)
+    if sock is not None:
+        try:
+            sock.close()
+        except OSError:
+            pass
 
 
 async def _read_exactly_into(reader: asyncio.StreamReader, length: int) -> memoryview:

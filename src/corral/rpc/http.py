@@ -23,6 +23,7 @@ _SMALL = 64 * 1024
 REASONS = {
     200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
     409: "Conflict", 413: "Payload Too Large", 500: "Internal Server Error",
+    503: "Service Unavailable",
 }  # fmt: skip
 
 
@@ -36,6 +37,8 @@ class Message:
     method: str = ""
     path: str = ""
     status: int = 0
+    #: (server side) the client's pid when it runs on this host and reads shared memory
+    peer: int | None = None
 
     @property
     def content_length(self) -> int:

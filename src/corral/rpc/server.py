@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import hmac
 import logging
+import os
 import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from corral.errors import ProtocolError
+from corral.rpc import shm
 from corral.rpc.http import (
     IDENTITY_HEADER,
     REASONS,
@@ -30,9 +33,23 @@ class Reply:
     status: int = 200
     parts: list = field(default_factory=list)
     content_type: str = "application/x-corral-frame"
+    #: a prebuilt shared-memory copy of ``parts`` (sent instead when the peer is local)
+    segment: Any = None
 
 
-Handler = Callable[[Message], Reply]
+class Deferred:
+    """A reply made on another thread: the handler returns it, the server calls
+    ``start(send)`` and goes on reading the connection; ``send(reply)`` is then called
+    exactly once, on that other thread, and writes the reply. Only for keep-alive
+    requests: the client sends its next request after it has read this reply."""
+
+    __slots__ = ("start",)
+
+    def __init__(self, start: Callable[[Callable[[Reply], None]], None]):
+        self.start = start
+
+
+Handler = Callable[[Message], "Reply | Deferred"]
 
 
 class RPCServer:
@@ -99,11 +116,22 @@ class RPCServer:
     def _serve(self, conn: socket.socket) -> None:
         reader = SocketReader(conn)
         answered: str | None = None
+        held: list = []  # a reply's segment, kept until the client has mapped it
+        peer: int | None = None  # the client's pid once it offered shared memory
         try:
             while not self._closed.is_set():
                 msg = reader.read_head()
                 if msg is None or not msg.method:
                     return
+                if msg.method in ("ACK", "NAK"):  # the client mapped (or failed to map) it
+                    if msg.method == "ACK" and answered and self._delivered is not None:
+                        self._delivered(answered)  # proof it has the whole reply
+                    if msg.method == "NAK":  # it will ask again with the same id
+                        for seg, peer in held:
+                            shm.POOL.returned([seg.name], peer)
+                    answered = None
+                    held.clear()
+                    continue
                 if answered and self._delivered is not None:
                     self._delivered(answered)
                     answered = None
@@ -125,10 +153,34 @@ class RPCServer:
                         False,
                     )
                     return
-                msg.body = reader.read_body(length)
+                offered = shm.OFFER_HEADER in msg.headers
+                if offered:
+                    peer = local_peer(msg)
+                if peer is not None and shm.RELEASED_HEADER in msg.headers:
+                    shm.take_released(msg.headers[shm.RELEASED_HEADER], peer)
+                descriptor = msg.headers.get(shm.SEGMENT_HEADER)
+                if descriptor is not None:
+                    try:
+                        msg.body = shm.open_segment(descriptor, self._max_body)
+                    except ProtocolError as exc:
+                        refused = Reply(400, [str(exc).encode()], "text/plain")
+                        self._reply(conn, refused, msg.keep_alive, refused=True)
+                        continue
+                else:
+                    msg.body = reader.read_body(length)
+                msg.peer = peer
                 reply = self._handler(msg)
                 msg.body = bytearray()
-                self._reply(conn, reply, msg.keep_alive)
+                if isinstance(reply, Deferred):
+                    # held before it is sent: the client's ACK may come at once
+                    hold = lambda seg, p=peer: held.append((seg, p))  # noqa: E731
+                    reply.start(
+                        lambda r, c=conn, p=peer, o=offered, h=hold: self._send_later(c, r, p, o, h)
+                    )
+                else:
+                    segment = self._reply(conn, reply, msg.keep_alive, peer, announce=offered)
+                    if segment is not None:
+                        held.append((segment, peer))
                 answered = msg.headers.get(REQUEST_ID_HEADER)
                 if not msg.keep_alive:
                     return
@@ -145,9 +197,65 @@ class RPCServer:
             conn.close()
 
     @staticmethod
-    def _reply(conn: socket.socket, reply: Reply, keep_alive: bool) -> None:
+    def _send_later(
+        conn: socket.socket, reply: Reply, peer: int | None, offered: bool, hold
+    ) -> None:
+        """Write a deferred reply (on the engine thread); if that fails, end the connection
+        (its own thread then sees it)."""
+        try:
+            RPCServer._reply(conn, reply, True, peer, announce=offered, hold=hold)
+        except OSError:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    @staticmethod
+    def _reply(
+        conn: socket.socket,
+        reply: Reply,
+        keep_alive: bool,
+        local: int | None = None,
+        refused: bool = False,
+        announce: bool = False,
+        hold=None,
+    ) -> shm.Segment | None:
+        """Send ``reply``; a large one to a local peer goes in a segment, which is returned
+        so that the caller holds it until the client acknowledges it (``hold(segment)``, if
+        given, is called with it before anything is sent)."""
         headers = {"Content-Type": reply.content_type}
         if not keep_alive:
             headers["Connection"] = "close"
+        if refused:
+            headers[shm.REFUSED_HEADER] = "1"
         status_line = f"HTTP/1.1 {reply.status} {REASONS.get(reply.status, 'Status')}"
-        send_message(conn, status_line, headers, reply.parts)
+        parts, segment = reply.parts, None
+        if local is not None:
+            if announce:  # answers the offer: the client now knows we share a host
+                headers[shm.LOCAL_HEADER] = str(os.getpid())
+            released = shm.released_for(local)
+            if released:
+                headers[shm.RELEASED_HEADER] = released
+            if reply.segment is not None:
+                segment = reply.segment
+                shm.POOL.lend(segment, local)
+            elif shm.wants_segment(parts, True):
+                segment = shm.Segment.from_parts(parts, local)
+            if segment is not None:
+                headers[shm.SEGMENT_HEADER] = segment.descriptor()
+                parts = []
+                if hold is not None:
+                    hold(segment)
+        send_message(conn, status_line, headers, parts)
+        return segment
+
+
+def local_peer(msg: Message) -> int | None:
+    """The client's pid if it offered shared memory and runs on this host, else None."""
+    offer = msg.headers.get(shm.OFFER_HEADER)
+    if not offer:
+        return None
+    token, _, pid = offer.partition(" ")
+    if token != shm.host_token() or not token or not pid.isdigit():
+        return None
+    return int(pid)

@@ -29,6 +29,8 @@ import struct
 import sys
 from typing import TYPE_CHECKING, Any
 
+from corral.data.ref import WIRE_TAG as _REF_TAG
+from corral.data.ref import Ref
 from corral.errors import ProtocolError
 
 if TYPE_CHECKING:
@@ -94,6 +96,8 @@ class _Encoder:
                 "k": [self.encode(k) for k in obj],
                 "v": [self.encode(v) for v in obj.values()],
             }
+        if isinstance(obj, Ref):
+            return obj.to_wire()
         np = sys.modules.get("numpy")
         if np is not None and isinstance(obj, np.ndarray):
             return self._ndarray(obj)
@@ -169,8 +173,11 @@ def encode_bytes(obj: Any) -> bytes:
     return b"".join(bytes(p) for p in encode(obj))
 
 
-def decode(data: bytes | bytearray | memoryview, import_types: bool = False) -> Any:
+def decode(
+    data: bytes | bytearray | memoryview, refs: list | None = None, import_types: bool = False
+) -> Any:
     """Decode one whole frame. Arrays are views into ``data`` when it is writable.
+    ``refs``: a list that receives every ``corral.Ref`` found in the frame.
     ``import_types``: import the modules of dataclasses and enums (see the module doc)."""
     view = memoryview(data).cast("B")
     if view.nbytes < _PREFIX.size:
@@ -200,7 +207,7 @@ def decode(data: bytes | bytearray | memoryview, import_types: bool = False) -> 
     except (ValueError, RecursionError) as exc:
         raise ProtocolError(f"frame header is not valid JSON: {exc}") from None
     try:
-        return _Decoder(buffers, import_types).decode(tree)
+        return _Decoder(buffers, refs, import_types).decode(tree)
     except ProtocolError:
         raise
     except RecursionError:
@@ -212,8 +219,11 @@ def decode(data: bytes | bytearray | memoryview, import_types: bool = False) -> 
 
 
 class _Decoder:
-    def __init__(self, buffers: list[memoryview], import_types: bool = False):
+    def __init__(
+        self, buffers: list[memoryview], refs: list | None = None, import_types: bool = False
+    ):
         self.buffers = buffers
+        self.refs = refs
         self.import_types = import_types
 
     def find_class(self, path: str) -> Any:
@@ -233,6 +243,12 @@ class _Decoder:
         for part in qualname.split("."):
             cls = getattr(cls, part, None) if cls is not None else None
         return cls if isinstance(cls, type) else None
+
+    def ref(self, node: dict) -> Ref:
+        ref = Ref.from_wire(node)
+        if self.refs is not None:
+            self.refs.append(ref)
+        return ref
 
     def decode(self, node: Any) -> Any:
         if isinstance(node, list):
@@ -361,4 +377,5 @@ _DECODERS = {
     "dc": _Decoder.dataclass,
     "enum": _Decoder.enum,
     "dtype": _Decoder.dtype,
+    _REF_TAG: _Decoder.ref,
 }

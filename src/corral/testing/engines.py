@@ -15,6 +15,9 @@ class EchoEngine:
         self.calls = 0
         self.destroyed_marker: str | None = None
         self.destroy_delay = 0.0
+        self._inside = 0
+        self.max_overlap = 0
+        self._overlap_lock = threading.Lock()
 
     def noop(self) -> None:
         return None
@@ -33,9 +36,18 @@ class EchoEngine:
         return threading.current_thread().name
 
     def slow_thread_name(self, seconds: float) -> str:
-        """The thread name, after holding it for ``seconds`` (calls in flight overlap)."""
+        """The thread name, after holding it for ``seconds``; ``max_overlap`` records how
+        many of these ever ran at once."""
+        with self._overlap_lock:
+            self._inside += 1
+            self.max_overlap = max(self.max_overlap, self._inside)
         time.sleep(seconds)
+        with self._overlap_lock:
+            self._inside -= 1
         return threading.current_thread().name
+
+    def overlap(self) -> int:
+        return self.max_overlap
 
     async def async_echo(self, value: Any, delay: float = 0.0) -> Any:
         await asyncio.sleep(delay)
@@ -52,6 +64,18 @@ class EchoEngine:
 
     def pid(self) -> int:
         return os.getpid()
+
+    def torch_threads(self) -> int:
+        """torch's intra-op thread count, importing torch now if it is not loaded yet."""
+        import torch
+
+        return torch.get_num_threads()
+
+    def ray_runtime_env(self) -> dict:
+        """The runtime_env Ray gave the process this engine runs in (Ray workers only)."""
+        import ray
+
+        return dict(ray.get_runtime_context().runtime_env)
 
     def sleep(self, seconds: float) -> float:
         time.sleep(seconds)

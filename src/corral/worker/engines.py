@@ -6,12 +6,13 @@ single engine thread. Coroutine methods run on the worker's event loop thread.
 
 from __future__ import annotations
 
+import _thread
 import importlib
 import inspect
+import queue
 import re
 import threading
 import traceback
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from corral.errors import (
@@ -53,15 +54,97 @@ def resolve_import_path(path: str) -> Any:
     return obj
 
 
+class EngineThread:
+    """One long-lived thread that runs calls in order; each caller waits on a plain lock.
+
+    A lighter hand-off than ``ThreadPoolExecutor.submit().result()`` (no Future, no
+    Condition): this hop is on every engine call's path."""
+
+    def __init__(self, name: str = "corral-engine_0"):
+        self.name = name
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._start_lock = threading.Lock()
+        self._closed = False
+
+    def _ensure(self) -> threading.Thread:
+        if self._closed:
+            raise RuntimeError("the engine thread is shut down (the worker is stopping)")
+        if self._thread is None:
+            with self._start_lock:
+                if self._thread is None:
+                    thread = threading.Thread(target=self._serve, name=self.name, daemon=True)
+                    thread.start()
+                    self._thread = thread
+        return self._thread
+
+    def run(self, fn, *args, **kwargs) -> Any:
+        """Run ``fn`` on the engine thread and return its result (raise its exception)."""
+        if self._ensure() is threading.current_thread():
+            return fn(*args, **kwargs)  # already there (an engine calling back in)
+        done = _thread.allocate_lock()
+        done.acquire()
+        box: list = [None, None]
+        self._queue.put((fn, args, kwargs, done, box))
+        done.acquire()
+        error = box[1]
+        if error is not None:
+            box.clear()
+            raise error
+        return box[0]
+
+    def submit(self, task: Any) -> None:
+        """Queue ``task.run()`` without waiting; if the thread shuts down before it runs,
+        ``task.cancel()`` is called instead."""
+        self._ensure()
+        self._queue.put(task)
+
+    def _serve(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            if not isinstance(item, tuple):
+                try:
+                    item.run()
+                except BaseException:  # a task reports its own errors; never end the thread
+                    pass
+                del item
+                continue
+            fn, args, kwargs, done, box = item
+            try:
+                box[0] = fn(*args, **kwargs)
+            except BaseException as exc:  # handed to the caller, raised there
+                box[1] = exc
+            finally:
+                done.release()
+            del item, fn, args, kwargs, done, box
+
+    def close(self) -> None:
+        """Refuse new calls; calls still queued fail; the thread ends after its current one."""
+        self._closed = True
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if isinstance(item, tuple):
+                item[4][1] = RuntimeError("the engine thread is shut down (the worker is stopping)")
+                item[3].release()
+            elif item is not None:
+                item.cancel()
+        self._queue.put(None)
+
+
 class EngineHost:
     def __init__(self) -> None:
         self.engines: dict[str, Any] = {}
-        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="corral-engine")
+        self._thread = EngineThread()
         self._loop = None
         self._loop_lock = threading.Lock()
 
     def _on_engine_thread(self, fn, *args, **kwargs) -> Any:
-        return self._thread.submit(fn, *args, **kwargs).result()
+        return self._thread.run(fn, *args, **kwargs)
 
     def _await(self, awaitable) -> Any:
         """Run a coroutine on the worker's event loop thread, started on first use."""
@@ -99,7 +182,7 @@ class EngineHost:
                 f"no engine named {name!r} on this worker (engines: {known}); create it first"
             ) from None
 
-    def call(self, name: str, method: str, args: list, kwargs: dict) -> Any:
+    def _method(self, name: str, method: str) -> tuple[Any, Any]:
         engine = self.get(name)
         if not isinstance(method, str) or method.startswith("_"):
             raise EngineCallError(
@@ -110,6 +193,37 @@ class EngineHost:
             raise EngineCallError(
                 f"engine {name!r} ({type(engine).__name__}) has no method {method!r}"
             )
+        return engine, fn
+
+    def prepare(self, name: str, method: str, args: list, kwargs: dict):
+        """For a synchronous method: a callable that runs it where it is called (meant for
+        the engine thread, through ``submit``), with ``call``'s error wrapping. None for a
+        coroutine method (``call`` runs those on the event loop). Raises what ``call``
+        raises for an unknown engine or method."""
+        engine, fn = self._method(name, method)
+        if inspect.iscoroutinefunction(fn):
+            return None
+
+        def run() -> Any:
+            try:
+                result = fn(*args, **kwargs)
+                if inspect.isawaitable(result):
+                    result = self._await(result)
+                return result
+            except Exception as exc:
+                raise EngineCallError(
+                    f"{type(engine).__name__}.{method} raised {type(exc).__name__}: {exc}",
+                    remote_traceback=traceback.format_exc(),
+                ) from exc
+
+        return run
+
+    def submit(self, task: Any) -> None:
+        """Queue ``task.run()`` on the engine thread (``task.cancel()`` if it stops first)."""
+        self._thread.submit(task)
+
+    def call(self, name: str, method: str, args: list, kwargs: dict) -> Any:
+        engine, fn = self._method(name, method)
         try:
             if inspect.iscoroutinefunction(fn):
                 return self._await(fn(*args, **kwargs))
@@ -139,7 +253,7 @@ class EngineHost:
         return problems
 
     def close(self) -> None:
-        self._thread.shutdown(wait=False, cancel_futures=True)
+        self._thread.close()
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self._loop.stop)
 

@@ -15,12 +15,14 @@ from collections import OrderedDict
 from typing import Any
 
 from corral import keys
+from corral.data import store as data_store
+from corral.data.fetch import RefResolver
 from corral.discovery import make_name_resolve
 from corral.errors import CorralError, ProtocolError
 from corral.procs import pid_alive
-from corral.rpc import wire
+from corral.rpc import shm, wire
 from corral.rpc.http import FRAME_TYPE, REQUEST_ID_HEADER, Message
-from corral.rpc.server import Reply, RPCServer
+from corral.rpc.server import Deferred, Reply, RPCServer
 from corral.worker import env as E
 from corral.worker.engines import EngineHost
 from corral.worker.env import WorkerSettings, advertise_host, node_name, read_secret
@@ -43,6 +45,8 @@ def failure(status: int, exc: BaseException) -> Reply:
     if not tb and not isinstance(exc, CorralError):
         tb = traceback.format_exc()
     error["traceback"] = tb
+    if getattr(exc, "owner", None):
+        error["owner"] = exc.owner
     if isinstance(exc, CorralError) and not isinstance(exc, ProtocolError) and status == 500:
         status = 500
     return Reply(status, wire.encode({"ok": False, "error": error}), FRAME_TYPE)
@@ -134,6 +138,13 @@ class WorkerRuntime:
             delivered=self.cache.delivered,
         )
         self.address = f"{advertise_host()}:{self.server.port}"
+        self.store = data_store.ObjectStore(
+            settings.worker_id, self.generation, f"{settings.experiment}/{settings.trial}"
+        )
+        data_store.install(self.store)
+        self.refs = RefResolver(
+            self.store, settings.experiment, settings.trial, self.name_resolve, secret
+        )
         self._routes = {
             ("GET", "/health"): self._health,
             ("POST", "/create_engine"): self._create_engine,
@@ -144,6 +155,8 @@ class WorkerRuntime:
             ("POST", "/fork"): self._fork,
             ("POST", "/kill_forked_worker"): self._kill_forked,
             ("POST", "/shutdown"): self._shutdown,
+            ("POST", "/data/free"): self._data_free,
+            ("POST", "/data/stats"): self._data_stats,
         }
 
     # lifecycle -------------------------------------------------------------
@@ -201,31 +214,51 @@ class WorkerRuntime:
 
     # dispatch --------------------------------------------------------------
     def handle(self, msg: Message) -> Reply:
+        if msg.path == "/data/get" and msg.method == "POST":
+            return self._data_get(msg)
         route = self._routes.get((msg.method, msg.path))
         if route is None:
             return Reply(404, [f"no endpoint {msg.method} {msg.path}".encode()], "text/plain")
         if msg.method == "GET":
             return route(None)
+        refs: list = []
         try:
             # The peer proved it holds the trial secret: rebuild its dataclasses and enums
             # by importing their modules (see corral.rpc.wire, "Decoding policy").
-            payload = wire.decode(msg.body, import_types=True) if msg.body else {}
+            payload = wire.decode(msg.body, refs, import_types=True) if msg.body else {}
             if not isinstance(payload, dict):
                 raise ProtocolError("request body must be a mapping")
         except ProtocolError as exc:
             return failure(400, exc)
+        if refs:
+            payload = {**payload, "_refs": refs}
         request_id = msg.headers.get(REQUEST_ID_HEADER)
         if request_id:
             cached = self.cache.begin(request_id)
             if cached is not None:
                 return cached
         try:
+            if msg.path == "/call" and msg.keep_alive and not _uses_refs(payload):
+                run = self._prepare_call(payload)
+                if run is not None:  # a synchronous method: reply from the engine thread
+                    return Deferred(
+                        lambda send: self.engines.submit(_Call(self, request_id, run, send))
+                    )
             reply = ok(route(payload))
         except Exception as exc:
             reply = failure(500, exc)
+        return self._finish(request_id, reply)
+
+    def _finish(self, request_id: str | None, reply: Reply) -> Reply:
         if request_id:
             self.cache.finish(request_id, reply)
         return reply
+
+    def _prepare_call(self, p: dict):
+        name = p.get("engine_name") or self.settings.worker_id
+        return self.engines.prepare(
+            name, p["method"], list(p.get("args", [])), dict(p.get("kwargs", {}))
+        )
 
     def _health(self, _payload: Any) -> Reply:
         s = self.settings
@@ -246,9 +279,43 @@ class WorkerRuntime:
 
     def _call(self, p: dict) -> Any:
         name = p.get("engine_name") or self.settings.worker_id
-        return self.engines.call(
-            name, p["method"], list(p.get("args", [])), dict(p.get("kwargs", {}))
-        )
+        args, kwargs = list(p.get("args", [])), dict(p.get("kwargs", {}))
+        if p.get("_refs"):  # refs in the arguments: the engine gets their values
+            args, kwargs = self.refs.resolve((args, kwargs), p["_refs"])
+        result = self.engines.call(name, p["method"], args, kwargs)
+        keep = data_store.parse_keep(p.get("keep"))
+        return result if keep is None else self.store.keep_tree(result, keep)
+
+    # data plane --------------------------------------------------------------
+    def _data_get(self, msg: Message) -> Reply:
+        """Values of refs this worker owns. Readers on this host share one segment."""
+        try:
+            p = wire.decode(msg.body)
+            keys_, trial, generation = list(p["keys"]), str(p["trial"]), str(p["generation"])
+            values = self.store.get(keys_, trial, generation)
+        except (ProtocolError, KeyError, TypeError) as exc:
+            return failure(400, ProtocolError(f"bad /data/get request: {exc}"))
+        except CorralError as exc:
+            return failure(500, exc)
+        if msg.peer is None:
+            return ok(values)
+
+        def build() -> Reply:
+            reply = ok(values)
+            reply.segment = shm.Segment.from_parts(reply.parts)  # for every reader
+            return reply
+
+        return self.store.shared_reply(keys_, build)
+
+    def _data_free(self, p: dict) -> int:
+        return self.store.free([str(k) for k in p.get("keys", [])])
+
+    def _data_stats(self, p: dict) -> dict:
+        """What this worker holds: refs, their bytes, shared-memory segments (after
+        dropping idle ones when ``trim``)."""
+        if p.get("trim"):
+            shm.POOL.trim()
+        return {**self.store.stats(), **shm.POOL.counts(), "mapped": shm.mapped_segments()}
 
     def _set_env(self, p: dict) -> None:
         env = p.get("env", {})
@@ -266,6 +333,7 @@ class WorkerRuntime:
             seed_everything(seed + int(p.get("rank") or 0))
 
     def _destroy_engines(self, _p: dict) -> list[str]:
+        self.store.clear()
         return self.engines.destroy_all()
 
     def _fork(self, p: dict) -> dict:
@@ -304,6 +372,32 @@ def seed_everything(seed: int) -> None:
     torch = sys.modules.get("torch")
     if torch is not None:
         torch.manual_seed(seed)
+
+
+def _uses_refs(payload: dict) -> bool:
+    """Refs in the arguments (resolved, maybe fetched, first) or a result to keep: such
+    calls take the ordinary path through ``_call``."""
+    return bool(payload.get("_refs")) or payload.get("keep") is not None
+
+
+class _Call:
+    """A synchronous engine call queued on the engine thread; it replies itself."""
+
+    __slots__ = ("runtime", "request_id", "fn", "send")
+
+    def __init__(self, runtime: WorkerRuntime, request_id: str | None, fn, send):
+        self.runtime, self.request_id, self.fn, self.send = runtime, request_id, fn, send
+
+    def run(self) -> None:
+        try:
+            reply = ok(self.fn())
+        except Exception as exc:
+            reply = failure(500, exc)
+        self.send(self.runtime._finish(self.request_id, reply))
+
+    def cancel(self) -> None:
+        stopping = CorralError("the worker is stopping; the call did not run")
+        self.send(self.runtime._finish(self.request_id, failure(503, stopping)))
 
 
 def _reserve_ports(count: int) -> list[int]:

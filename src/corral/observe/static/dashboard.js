@@ -108,7 +108,7 @@ function rolesTable(trial) {
   const body = trial.roles.map((r) =>
     el("tr", { "data-role": r.role },
       el("td", {}, r.role),
-      el("td", {}, r.kind === "launched" ? "launched" : `${r.kind} on ${r.target}`),
+      el("td", {}, r.target ? `${r.kind} on ${r.target}` : r.kind),
       el("td", { class: "num" }, r.replicas),
       el("td", { class: "num calls-total" }, r.calls.total),
       el("td", { class: "num" }, r.calls.errors),
@@ -131,7 +131,7 @@ function workersTable(trial) {
   const head = ["worker", "backend", "host", "GPUs", "pid / job / actor", "generation", "state",
     "uptime", "restarts", "exit code", ""];
   const rows = trial.workers.map((w) => {
-    const alive = w.state === "running" && w.started;
+    const alive = ["running", "registered"].includes(w.state) && w.started;
     const genTime = w.started ? clock(w.started) : "";
     return el("tr", { "data-worker": w.id, "data-state": w.state },
       el("td", { class: "worker-id" }, w.id, w.forked_from ? el("span", { class: "meta" }, ` forked on ${w.forked_from}`) : null),
@@ -169,8 +169,10 @@ function trialSection(t) {
     el("h2", {}, `${t.experiment} / ${t.trial}`,
       el("span", { class: `badge ${t.status}` }, t.status),
       el("span", { class: "meta" },
-        `${t.backend} · controller pid ${c.pid} on ${c.host} · up ${duration(t.time - c.started)}` +
-        (t.status === "live" ? "" : ` · last update ${duration(t.age)} ago`))),
+        `${t.backend || "backend unknown"} · controller pid ${c.pid} on ${c.host}` +
+        (c.started ? ` · up ${duration(t.time - c.started)}` : "") +
+        (t.status === "registered" ? " · no stats file: workers from name-resolve only" : "") +
+        (["live", "registered"].includes(t.status) ? "" : ` · last update ${duration(t.age)} ago`))),
     rolesTable(t), roleCharts(t), workersTable(t), failures(t));
 }
 

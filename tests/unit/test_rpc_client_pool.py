@@ -1,0 +1,112 @@
+"""The async client's connection pool against a real in-process RPC server: a bounded
+number of connections per worker however many calls are in flight, no slot lost to a
+cancelled or timed-out call, and request ids that stay unique across fork."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+
+import pytest
+
+from corral.rpc import wire
+from corral.rpc.client import AsyncRPCClient, new_request_id
+from corral.rpc.server import Reply, RPCServer
+
+SECRET = "s" * 64
+
+
+class CountingServer:
+    """An RPCServer whose handler echoes ``n`` (after ``delay`` if asked) and records how
+    many connections it served (one server thread each) and how many were open at once."""
+
+    def __init__(self):
+        self.threads: set[int] = set()
+        self.peak = 0
+        self._lock = threading.Lock()
+        self.server = RPCServer(SECRET, self.handle, host="127.0.0.1").start()
+        self.address = f"127.0.0.1:{self.server.port}"
+
+    @property
+    def accepted(self) -> int:
+        return len(self.threads)
+
+    def handle(self, msg) -> Reply:
+        with self._lock:
+            self.threads.add(threading.get_ident())
+            self.peak = max(self.peak, len(self.server._conns))
+        payload = wire.decode(msg.body)
+        if payload.get("delay"):
+            time.sleep(payload["delay"])
+        return Reply(200, wire.encode({"ok": True, "result": payload.get("n")}))
+
+    def stop(self):
+        self.server.stop()
+
+
+@pytest.fixture
+def server():
+    s = CountingServer()
+    yield s
+    s.stop()
+
+
+def test_a_fan_out_of_many_calls_uses_at_most_max_connections(server):
+    client = AsyncRPCClient(SECRET, max_connections=3)
+
+    async def main():
+        results = await asyncio.gather(
+            *(client.request(server.address, "/call", {"n": i}) for i in range(300))
+        )
+        open_now = client.connections()
+        await client.aclose()
+        return results, open_now
+
+    results, open_now = asyncio.run(main())
+    assert results == list(range(300))
+    assert server.accepted <= 3, f"{server.accepted} connections for one worker"
+    assert server.peak <= 3
+    assert open_now <= 3
+
+
+def test_cancelled_and_timed_out_calls_give_their_connection_slot_back(server):
+    client = AsyncRPCClient(SECRET, max_connections=2)
+
+    async def main():
+        slow = [
+            asyncio.ensure_future(client.request(server.address, "/call", {"n": i, "delay": 0.5}))
+            for i in range(6)
+        ]
+        await asyncio.sleep(0.1)
+        for task in slow:
+            task.cancel()
+        await asyncio.gather(*slow, return_exceptions=True)
+        with pytest.raises(TimeoutError):
+            await client.request(server.address, "/call", {"n": 0, "delay": 0.5}, timeout=0.05)
+        # every slot is free again: these complete instead of waiting forever
+        done = await asyncio.wait_for(
+            asyncio.gather(*(client.request(server.address, "/call", {"n": i}) for i in range(10))),
+            10,
+        )
+        await client.aclose()
+        return done
+
+    assert asyncio.run(main()) == list(range(10))
+
+
+def test_request_ids_are_unique_and_differ_in_a_forked_child():
+    ids = {new_request_id() for _ in range(10000)}
+    assert len(ids) == 10000
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: report its next id and leave at once
+        os.write(write, new_request_id().encode())
+        os._exit(0)
+    os.close(write)
+    child_id = os.read(read, 100).decode()
+    os.close(read)
+    os.waitpid(pid, 0)
+    mine = new_request_id()
+    assert child_id[:16] != mine[:16], "a forked child must not reuse the parent's id prefix"
