@@ -37,6 +37,9 @@ COLO = "tests/conformance/test_colocation.py"
 ENGINES = "tests/conformance/test_engines.py"
 DEATH = "tests/conformance/test_controller_death.py"
 NET = "tests/conformance/test_network_faults.py -k cut_mid_transfer"
+STATS = "tests/observe/test_stats.py"
+DASH = "tests/observe/test_dashboard_http.py"
+OBS_UNITS = "tests/unit/test_observe_units.py"
 
 M = Mutant
 MUTANTS: list[Mutant] = [
@@ -276,4 +279,27 @@ MUTANTS: list[Mutant] = [
       "nodes = max(1, math.ceil(total_gpus / n_gpus_per_node)) if gpu > 0 else 1",
       "nodes = max(1, total_gpus // n_gpus_per_node) if gpu > 0 else 1",
       "tests/unit/test_sbatch.py", why="the node count rounds down"),
+    # ------------------------------------------------------------------ live view (observe/)
+    M("stats-no-exit-code", "observe/snapshot.py",
+      "exit_code=exit_.exit_code,", "exit_code=None,",
+      f"{STATS} -k killed", why="a failed worker shows no exit code"),
+    M("stats-no-restarts", "observe/snapshot.py",
+      '"restarts": state.restarts.get(index, 0),', '"restarts": 0,',
+      f"{STATS} -k restarted", why="restarts are not counted in the view"),
+    M("stats-file-mode", "observe/publisher.py",
+      "0o600)", "0o644)", f"{STATS} -k private", why="the stats file is world-readable"),
+    M("stats-hook-end", "scheduler.py",
+      "            self._calls.end(worker.role, started, ok)\n\n    async def async_call_engine(",
+      "            pass\n\n    async def async_call_engine(",
+      f"{STATS} -k count_calls", why="engine calls are never recorded as finished"),
+    M("stats-drain-order", "observe/calls.py",
+      "window = _drain(self._ended)  # ended first", "window = []  # ended first",
+      f"{OBS_UNITS} -k lose_no", why="finished calls are dropped by the sampler"),
+    M("dashboard-open", "observe/dashboard.py",
+      "return any(", "return True or any(",
+      f"{DASH} -k needs_the_token", why="the dashboard answers without the token"),
+    M("dashboard-traversal", "observe/source.py",
+      '    if experiment != "*":\n        validate_role_name(experiment, "experiment")',
+      '    if False:\n        validate_role_name(experiment, "experiment")',
+      f"{DASH} -k leave_the_fileroot", why="a log request names a path outside the fileroot"),
 ]  # fmt: skip

@@ -31,6 +31,9 @@ class Launcher(abc.ABC):
     """A backend: places and starts workers, tells whether they live, stops them."""
 
     name: str = "base"
+    # Set by the scheduler. A launcher whose workers cannot read the controller's fileroot
+    # (share_secret_by_env) hands it to each worker itself, never in an environment.
+    trial_secret: str = ""
     fds_per_worker: int = 1
     """Open files the controller holds per worker of this backend (see corral.fdlimit)."""
 
@@ -88,7 +91,8 @@ class Launcher(abc.ABC):
         return (first.ip, first.worker_ports[0]) if first.worker_ports else None
 
     def share_secret_by_env(self) -> bool:
-        """True if workers cannot read the controller's fileroot (no shared filesystem)."""
+        """True if workers cannot read the controller's fileroot (no shared filesystem): the
+        launcher then hands ``trial_secret`` to each worker itself (Ray: actor arguments)."""
         return False
 
     def remove_leftovers(self, experiment: str, trial: str) -> list[str]:

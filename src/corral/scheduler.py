@@ -26,6 +26,7 @@ from corral.config import cluster_field, scheduler_field
 from corral.data.plane import DataPlane
 from corral.data.store import parse_keep
 from corral.discovery import NameResolve, make_name_resolve
+from corral.discovery.signed import SignedNameResolve
 from corral.errors import (
     ConfigError,
     CorralError,
@@ -46,6 +47,7 @@ from corral.logs import log_dir_for, replica_log_path, tail
 from corral.observe.publisher import StatsPublisher, make_call_stats
 from corral.rpc.client import AsyncRPCClient, RPCClient, WorkerUnreachableError, new_request_id
 from corral.runs import ControllerLease, Lease, new_run_id
+from corral.safedirs import ensure_private_dir, make_private_subdir, write_exclusive
 from corral.spec import NormalizedJob, SchedulingSpec, Worker, normalize_job, validate_role_name
 from corral.worker import env as E
 
@@ -110,23 +112,31 @@ class Scheduler:
             else scheduler_field(exp_config, "startup_timeout")
         )
         self.fileroot = os.path.abspath(fileroot or cluster_field(exp_config, "fileroot"))
-        self._ensure_dir(self.fileroot, "cluster.fileroot")
+        ensure_private_dir(self.fileroot, "cluster.fileroot")
         self.log_dir = log_dir_for(self.fileroot, self.experiment_name, self.trial_name)
-        self.name_resolve = name_resolve or make_name_resolve(
-            cluster_field(exp_config, "name_resolve"), self.fileroot
+        self.secret = secrets.token_hex(32)  # in memory; the file is written at claim
+        # records are signed with the trial secret; unsigned or forged ones are refused
+        self.name_resolve = SignedNameResolve(
+            name_resolve
+            or make_name_resolve(cluster_field(exp_config, "name_resolve"), self.fileroot),
+            self.secret,
         )
         self.lease_timeout = lease_timeout
         self.launcher = launcher
         self.progress = progress or (lambda text: log.info(text))
         launcher.progress = self.progress
-        self.secret = secrets.token_hex(32)
+        launcher.trial_secret = self.secret
         self.secret_file = os.path.join(
             self.fileroot, "secrets", self.experiment_name, self.trial_name, "secret"
         )
         self.run_id = new_run_id()
         self.removed_leftovers: list[str] = []
         self._lease = ControllerLease(
-            self.name_resolve, self.experiment_name, self.trial_name, self.run_id, lease_timeout
+            SignedNameResolve(self.name_resolve.inner, self.secret, lenient=True),
+            self.experiment_name,
+            self.trial_name,
+            self.run_id,
+            lease_timeout,
         )
         self._client = RPCClient(self.secret)
         self._async_client = AsyncRPCClient(self.secret)
@@ -163,13 +173,18 @@ class Scheduler:
     @staticmethod
     def _ensure_dir(path: str, field_name: str) -> None:
         try:
-            os.makedirs(path, exist_ok=True)
+            make_private_subdir(path)
         except OSError as exc:
             raise ConfigError(
                 field_name, path, f"cannot create it ({exc.strerror}); use a writable directory"
             ) from None
         if not os.access(path, os.W_OK | os.X_OK):
             raise ConfigError(field_name, path, "it is not writable; use a writable directory")
+
+    @property
+    def secrets_dir(self) -> str:
+        """``<fileroot>/secrets/<experiment>/<trial>`` (not created here)."""
+        return os.path.dirname(self.secret_file)
 
     def _read_secret_file(self) -> str | None:
         try:
@@ -179,17 +194,22 @@ class Scheduler:
             return None
 
     def _write_secret(self) -> str:
-        """Written when the run claims its trial: a second live controller must not
-        overwrite the secret of the run it would clash with."""
-        path = self.secret_file
-        directory = os.path.dirname(path)
-        os.makedirs(directory, mode=0o700, exist_ok=True)
-        os.chmod(directory, 0o700)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(self.secret)
-        os.chmod(path, 0o600)
-        return path
+        """Written when the run claims its trial (never by a dry run): a second live
+        controller is refused before it gets here, a dead run's file is replaced, and
+        the file is created exclusively (0600, no symlink followed) in a 0700 directory.
+        """
+        make_private_subdir(os.path.dirname(self.secret_file))
+        write_exclusive(self.secret_file, self.secret)
+        self._wrote_secret = True
+        return self.secret_file
+
+    def _remove_secret(self) -> None:
+        """At close: delete the secret file if it is still this run's."""
+        if getattr(self, "_wrote_secret", False) and self._read_secret_file() == self.secret:
+            try:
+                os.unlink(self.secret_file)
+            except OSError:
+                pass
 
     def _key(self, fn, *args) -> str:
         return fn(self.experiment_name, self.trial_name, *args)
@@ -202,8 +222,9 @@ class Scheduler:
         old_secret = self._read_secret_file()
 
         def cleanup(old: Lease) -> list[str]:
+            old_records = self.name_resolve.inner  # the dead run's records: its own key
             removed = clean_dead_run(
-                self.name_resolve,
+                SignedNameResolve(old_records, old_secret) if old_secret else old_records,
                 self.experiment_name,
                 self.trial_name,
                 old,
@@ -272,10 +293,8 @@ class Scheduler:
             E.RUN_ID: self.run_id,
             "PYTHONUNBUFFERED": "1",
         }
-        if self.launcher.share_secret_by_env():
-            env[E.SECRET] = self.secret
-        else:
-            env[E.SECRET_FILE] = self.secret_file
+        if not self.launcher.share_secret_by_env():  # else the launcher hands it over
+            env[E.SECRET_FILE] = self.secret_file  # written when the run claims the trial
         if spec.engines:
             env[E.ENGINES] = json.dumps(spec.engines)
         env.update(thread_env(spec.cpu))
@@ -341,7 +360,7 @@ class Scheduler:
         self._ensure_lease()
         self.name_resolve.clear_subtree(self._key(keys.role_prefix, job.role))
         envs = [self.worker_env(job.role, i, spec) for i, spec in enumerate(job.tasks)]
-        os.makedirs(self.log_dir, exist_ok=True)
+        make_private_subdir(self.log_dir)  # 0700, like every directory below
         self.progress(
             f"starting {job.replicas} {job.role} worker(s) on {self.backend}; logs in {self.log_dir}"
         )
@@ -969,6 +988,7 @@ class Scheduler:
             self._pool.shutdown(wait=False)
             self._io.close()
             self.launcher.close()
+            self._remove_secret()
             _live_schedulers.discard(self)
 
     def __enter__(self) -> Scheduler:

@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 import torch
 
+from corral.auth import AUTH_HEADER, sign_request_head
 from corral.errors import ProtocolError
 from corral.rpc import wire
-from corral.rpc.http import MAX_HEAD_BYTES, SECRET_HEADER, SocketReader
+from corral.rpc.http import MAX_HEAD_BYTES, SocketReader
 from corral.rpc.server import Reply, RPCServer
 from corral.rpc.wire import MAX_BUFFERS, MAX_HEADER_BYTES, TAG, DataclassRecord
 
@@ -474,6 +475,10 @@ def _read_reply(sock: socket.socket):
     return msg
 
 
+def _auth(body: bytes = b"", length: int | None = None) -> str:
+    return f"{AUTH_HEADER}: {sign_request_head(SECRET, 'POST', '/x', body, length=length)}"
+
+
 def _closed(sock: socket.socket) -> bool:
     sock.settimeout(5)
     try:
@@ -485,7 +490,7 @@ def _closed(sock: socket.socket) -> bool:
 def test_content_length_over_max_body_gets_413_and_close(server) -> None:
     with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
         sock.sendall(
-            f"POST /x HTTP/1.1\r\n{SECRET_HEADER}: {SECRET}\r\n"
+            f"POST /x HTTP/1.1\r\n{_auth(length=(1 << 20) + 1)}\r\n"
             f"Content-Length: {(1 << 20) + 1}\r\n\r\n".encode()
         )
         reply = _read_reply(sock)
@@ -500,8 +505,7 @@ def test_content_length_at_max_body_is_served(server) -> None:
     with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
         body = b"z" * (1 << 20)
         sock.sendall(
-            f"POST /x HTTP/1.1\r\n{SECRET_HEADER}: {SECRET}\r\nContent-Length: {len(body)}"
-            "\r\n\r\n".encode()
+            f"POST /x HTTP/1.1\r\n{_auth(body)}\r\nContent-Length: {len(body)}\r\n\r\n".encode()
             + body
         )
         assert _read_reply(sock).status == 200
@@ -511,7 +515,7 @@ def test_content_length_at_max_body_is_served(server) -> None:
 def test_head_over_max_head_bytes_gets_400(server) -> None:
     with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
         filler = "".join(f"X-Pad-{i}: {'a' * 90}\r\n" for i in range(MAX_HEAD_BYTES // 90 + 50))
-        head = f"POST /x HTTP/1.1\r\n{SECRET_HEADER}: {SECRET}\r\n{filler}".encode()
+        head = f"POST /x HTTP/1.1\r\n{_auth()}\r\n{filler}".encode()
         assert len(head) > MAX_HEAD_BYTES + 1000
         sock.sendall(head)  # never terminated by a blank line
         reply = _read_reply(sock)
@@ -524,10 +528,7 @@ def test_head_over_max_head_bytes_gets_400(server) -> None:
 @pytest.mark.parametrize("length", ["-1", "abc", "1e9", "0x10", " "])
 def test_bad_content_length_gets_400(server, length: str) -> None:
     with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
-        sock.sendall(
-            f"POST /x HTTP/1.1\r\n{SECRET_HEADER}: {SECRET}\r\nContent-Length: {length}"
-            "\r\n\r\n".encode()
-        )
+        sock.sendall(f"POST /x HTTP/1.1\r\n{_auth()}\r\nContent-Length: {length}\r\n\r\n".encode())
         reply = _read_reply(sock)
         assert reply.status == 400
         assert "Content-Length" in bytes(reply.body).decode()

@@ -37,8 +37,8 @@ from Ray's ledger and rely on the target's devices instead.
 ``MASTER_ADDR``/``MASTER_PORT`` come from the actor on bundle 0 of the role's first
 placement group: it binds port 0 on its node's IP, closes it and reports both.
 
-Workers receive the trial secret in their environment (``CORRAL_SECRET``), because Ray
-nodes need not share a filesystem; their output goes to Ray's worker log and to corral's
+Workers receive the trial secret as an argument of the actor's constructor (Ray nodes need
+not share a filesystem), never in ``runtime_env`` or an environment variable; their output goes to Ray's worker log and to corral's
 per-replica, per-role and merged logs (when the log directory is writable on the node).
 ``SchedulingSpec.cmd`` and containers are not supported on Ray. ``max_restarts``: the
 core restarts a dead worker through ``restart``, as a new actor on the old one's bundle.
@@ -65,6 +65,7 @@ from corral.errors import ConfigError, PlacementError, WorkerCreationError
 from corral.launcher import Launcher, LaunchRequest, WorkerExit
 from corral.logs import replica_log_path
 from corral.procs import pid_alive
+from corral.safedirs import make_private_subdir
 from corral.scheduler import Scheduler
 from corral.spec import NormalizedJob, Worker
 from corral.worker import env as E
@@ -141,13 +142,14 @@ class RayWorkerActor:
         env: dict[str, str],
         advertise_host: str | None = None,
         visible_devices: dict[str, str] | None = None,
+        secret: str = "",
     ):
         # The environment comes as an argument, not as a per-actor runtime_env: an actor
         # without a runtime_env of its own runs in one of the worker processes Ray has
         # already started, instead of a fresh one per actor. Set it before anything that
         # reads it is imported (thread counts, visible devices).
         env = dict(env)
-        secret_value = env.pop(E.SECRET, "")
+        env.pop(E.SECRET, None)  # never in the environment (read_secret refuses it)
         apply_worker_env(env)
         import ray
 
@@ -165,8 +167,7 @@ class RayWorkerActor:
         for key, value in (visible_devices or {}).items():
             os.environ[key] = value
         settings = WorkerSettings.from_env(os.environ)
-        secret = secret_value or read_secret(os.environ)
-        os.environ.pop(E.SECRET, None)
+        secret = secret or read_secret(os.environ)
         self._tee = _start_tee(settings.log_dir, settings.role, settings.index)
         self.runtime = WorkerRuntime(
             settings, secret, on_shutdown=lambda: self._stop_now("exited on request")
@@ -297,7 +298,7 @@ def _start_tee(log_dir: str | None, role: str, index: int) -> tuple[subprocess.P
     if not log_dir:
         return None
     try:
-        os.makedirs(os.path.join(log_dir, role), exist_ok=True)
+        make_private_subdir(os.path.join(log_dir, role))
     except OSError:
         return None  # no shared filesystem on this node: Ray's worker log only
     sys.stdout.flush()
@@ -629,7 +630,7 @@ class RayLauncher(Launcher):
                 ),
                 **options,
             )
-            .remote(env, env.get(E.ADVERTISE_HOST), visible_devices)
+            .remote(env, env.get(E.ADVERTISE_HOST), visible_devices, self.trial_secret)
         )
         return _Replica(
             role=role,

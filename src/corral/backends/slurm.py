@@ -50,6 +50,7 @@ from corral.backends.slurm_steps import read_place, start_step, step_failure
 from corral.config import scheduler_field
 from corral.errors import ConfigError, PlacementError, SchedulerError
 from corral.launcher import Launcher, LaunchRequest, WorkerExit
+from corral.safedirs import make_private_subdir, user_name, write_private
 from corral.scheduler import Scheduler
 from corral.spec import NormalizedJob, SchedulingSpec, normalize_job
 from corral.worker import env as E
@@ -143,11 +144,18 @@ def _require(command: str) -> str:
     return path
 
 
-def _run(argv: list[str], timeout: float = COMMAND_TIMEOUT_SECONDS) -> subprocess.CompletedProcess:
+def _run(
+    argv: list[str], timeout: float = COMMAND_TIMEOUT_SECONDS, umask: int = -1
+) -> subprocess.CompletedProcess:
     _require(argv[0])
     try:
         return subprocess.run(
-            argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+            umask=umask,
         )
     except subprocess.TimeoutExpired:
         raise SchedulerError(
@@ -443,7 +451,8 @@ class SlurmLauncher(Launcher):
 
     def _submit(self, path: str, job: NormalizedJob, what: str) -> str:
         """sbatch the script at ``path``; its job id, or PlacementError saying why not."""
-        r = _run(["sbatch", "--parsable", path])
+        # the job inherits sbatch's umask: its logs and directories are private to the user
+        r = _run(["sbatch", "--parsable", path], umask=0o077)
         job_id = r.stdout.strip().split(";")[0]
         if r.returncode != 0 or not job_id.isdigit():
             spec = job.tasks[0]
@@ -473,12 +482,11 @@ class SlurmLauncher(Launcher):
         log_dir = request.log_dir
         script = self.render(job, request.envs[0], log_dir)
         role_dir = os.path.join(log_dir, job.role)
-        os.makedirs(role_dir, exist_ok=True)
+        make_private_subdir(role_dir)
         for index in range(job.replicas):  # a role made again must not read old exits
             self._forget_exit(log_dir, job.role, index)
         path = os.path.join(log_dir, f"{job.role}.sbatch")
-        with open(path, "w") as fh:
-            fh.write(script)
+        write_private(path, script)  # it holds env_vars (tokens): owner only
         job_id = self._submit(path, job, job.role)
         with self._lock:
             self._jobs[job.role] = [RoleJob(job_id, list(range(job.replicas)), log_dir, path)]
@@ -502,8 +510,7 @@ class SlurmLauncher(Launcher):
         params = dataclasses.replace(self.params(one, env, log_dir), index_offset=index)
         script = render_sbatch_script(params)
         path = os.path.join(log_dir, f"{role}.{index}.restart{len(jobs)}.sbatch")
-        with open(path, "w") as fh:
-            fh.write(script)
+        write_private(path, script)
         # the dead replica's exit file must not make the new one look dead
         self._forget_exit(log_dir, role, index)
         job_id = self._submit(path, one, f"{role}/{index} restart")
@@ -746,8 +753,9 @@ class SlurmLauncher(Launcher):
 
 
 def cancel_trial_jobs(experiment: str, trial: str) -> list[str]:
-    """scancel every queued or running job of a trial (jobs are named exp:trial:role)."""
-    r = _run(["squeue", "-h", "-o", "%i|%j"])
+    """scancel every queued or running job of a trial (jobs are named exp:trial:role) that
+    belongs to this user: ``-u`` keeps an admin from cancelling other users' jobs."""
+    r = _run(["squeue", "-h", "-u", user_name(), "-o", "%i|%j"])
     prefix = f"{experiment}:{trial}:"
     ids = [
         line.split("|", 1)[0]
@@ -823,7 +831,8 @@ class SlurmScheduler(Scheduler):
             **kwargs,
         )
         self.dry_run = dry_run
-        self._ensure_dir(self.log_dir, "cluster.fileroot (the log directory under it)")
+        if not dry_run:  # a dry run writes nothing
+            self._ensure_dir(self.log_dir, "cluster.fileroot (the log directory under it)")
 
     def render_script(self, job: Any) -> str:
         """The exact batch script ``create_workers(job)`` submits (nothing is submitted)."""

@@ -18,6 +18,7 @@ from corral.data import store as data_store
 from corral.data.fetch import RefResolver
 from corral.data.routes import DataRoutes
 from corral.discovery import make_name_resolve
+from corral.discovery.signed import SignedNameResolve
 from corral.errors import CorralError, ProtocolError
 from corral.procs import pid_alive
 from corral.rpc import wire
@@ -104,22 +105,30 @@ class WorkerRuntime:
         an in-process host such as a Ray actor passes its own stop)."""
         self.settings = settings
         self._on_shutdown = on_shutdown or (lambda: os.kill(os.getpid(), signal.SIGTERM))
-        self.name_resolve = make_name_resolve(settings.name_resolve)
+        self.name_resolve = SignedNameResolve(make_name_resolve(settings.name_resolve), secret)
         self.engines = EngineHost()
-        self.forks = ForkManager(settings, self.name_resolve)
+        self.forks = ForkManager(settings, self.name_resolve, secret)
         self.cache = ResultCache()
         self.stopped = threading.Event()
         self.config: dict = {}
         self.worker_ports: list[int] = []
         self.generation = f"{time.time():.6f}-{os.getpid()}"
-        self.server = RPCServer(
-            secret,
-            self.handle,
-            host=settings.bind_host,
-            identity=f"{settings.worker_id}#{self.generation}",
-            delivered=self.cache.delivered,
-        )
-        self.address = f"{advertise_host()}:{self.server.port}"
+        advertised = advertise_host()
+        try:
+            self.server = RPCServer(
+                secret,
+                self.handle,
+                host=settings.bind_host or advertised,
+                identity=f"{settings.worker_id}#{self.generation}",
+                delivered=self.cache.delivered,
+            )
+        except OSError as exc:
+            raise SystemExit(
+                f"corral worker: cannot listen on {settings.bind_host or advertised!r} "
+                f"({exc}); set {E.ADVERTISE_HOST} to an address of this host, or "
+                f"{E.BIND_HOST}=0.0.0.0 to listen on every interface"
+            ) from None
+        self.address = f"{advertised}:{self.server.port}"
         self.store = data_store.ObjectStore(
             settings.worker_id, self.generation, f"{settings.experiment}/{settings.trial}"
         )
