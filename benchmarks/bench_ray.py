@@ -173,7 +173,9 @@ def _scheduler(ctx: Context):
     from corral.config import BaseExperimentConfig
 
     cfg = BaseExperimentConfig(experiment_name=ctx.unique_name("benchray"), trial_name="t0")
-    sched = RayScheduler(cfg, fileroot=ctx.fileroot, startup_timeout=180.0, progress=lambda t: None)
+    sched = RayScheduler(
+        exp_config=cfg, fileroot=ctx.fileroot, startup_timeout=180.0, progress=lambda t: None
+    )
     ctx.on_close(sched.close)
     return sched
 

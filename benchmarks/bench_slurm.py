@@ -215,10 +215,10 @@ def _scheduler(ctx: Context):
     from corral.config import BaseExperimentConfig
 
     cfg = BaseExperimentConfig(experiment_name=ctx.unique_name("benchslurm"), trial_name="t0")
+    cfg.cluster.n_gpus_per_node = GPUS_PER_NODE  # a config's value wins over the keyword
     sched = SlurmScheduler(
-        cfg,
+        exp_config=cfg,
         fileroot=ctx.fileroot,
-        n_gpus_per_node=GPUS_PER_NODE,
         startup_timeout=180.0,
         progress=lambda text: None,
     )

@@ -97,14 +97,14 @@ def raise_remote(error: dict) -> None:
     tb = error.get("traceback", "")
     cls = _REMOTE_ERRORS.get(kind)
     if cls is errors.EngineCallError:
-        raise errors.EngineCallError(message, tb)
+        raise errors.EngineCallError(message, remote_traceback=tb)
     if cls is errors.ConfigError:
         raise errors.SchedulerError(message)
     if cls is errors.RefLostError:
         raise errors.RefLostError(message, str(error.get("owner", "")))
     if cls is not None:
         raise cls(message + (f"\n--- remote traceback ---\n{tb}" if tb else ""))
-    raise errors.EngineCallError(f"{kind}: {message}", tb)
+    raise errors.EngineCallError(f"{kind}: {message}", remote_traceback=tb)
 
 
 def interpret_reply(address: str, msg: Message) -> Any:

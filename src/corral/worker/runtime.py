@@ -100,9 +100,10 @@ class ResultCache:
 class WorkerRuntime:
     """Everything a worker does once started; usable in-process (the Ray actor hosts one)."""
 
-    def __init__(self, settings: WorkerSettings, secret: str, on_shutdown=None):
+    def __init__(self, settings: WorkerSettings, secret: str, on_shutdown=None, port: int = 0):
         """``on_shutdown``: what ``POST /shutdown`` does (default: SIGTERM this process;
-        an in-process host such as a Ray actor passes its own stop)."""
+        an in-process host such as a Ray actor passes its own stop). ``port``: the port
+        to serve on (0: one the kernel picks)."""
         self.settings = settings
         self._on_shutdown = on_shutdown or (lambda: os.kill(os.getpid(), signal.SIGTERM))
         self.name_resolve = SignedNameResolve(make_name_resolve(settings.name_resolve), secret)
@@ -119,6 +120,7 @@ class WorkerRuntime:
                 secret,
                 self.handle,
                 host=settings.bind_host or advertised,
+                port=port,
                 identity=f"{settings.worker_id}#{self.generation}",
                 delivered=self.cache.delivered,
             )
@@ -155,13 +157,13 @@ class WorkerRuntime:
     def start(self) -> None:
         for name, path in self.settings.engines.items():
             self.engines.create(name, path, [], {})
-        self.worker_ports = _reserve_ports(self.settings.port_count)
+        self.worker_ports = _reserve_ports(max(self.settings.port_count - 1, 1))
         self.server.start()
         s = self.settings
         info = {
             "pid": os.getpid(),
             "host": node_name(),
-            "worker_ports": self.worker_ports,
+            "worker_ports": [str(p) for p in [self.server.port, *self.worker_ports]],
             "generation": self.generation,
             "backend_id": s.backend_id,
             "forked": s.forked,
@@ -215,7 +217,9 @@ class WorkerRuntime:
             return route(None)
         refs: list = []
         try:
-            payload = wire.decode(msg.body, refs) if msg.body else {}
+            # The peer proved it holds the trial secret: rebuild its dataclasses and enums
+            # by importing their modules (see corral.rpc.wire, "Decoding policy").
+            payload = wire.decode(msg.body, refs, import_types=True) if msg.body else {}
             if not isinstance(payload, dict):
                 raise ProtocolError("request body must be a mapping")
         except ProtocolError as exc:
@@ -287,7 +291,12 @@ class WorkerRuntime:
             os.environ[str(key)] = str(value)
 
     def _configure(self, p: dict) -> None:
+        """Keep the experiment config, role and rank, and seed the random generators from
+        the config's ``seed`` (plus the rank) when it has one, as AReaL's workers do."""
         self.config = {"config": p.get("config"), "role": p.get("role"), "rank": p.get("rank")}
+        seed = _find_seed(p.get("config"))
+        if seed is not None:
+            seed_everything(seed + int(p.get("rank") or 0))
 
     def _destroy_engines(self, _p: dict) -> list[str]:
         self.store.clear()
@@ -311,6 +320,24 @@ class WorkerRuntime:
     def _shutdown_soon(self) -> None:
         time.sleep(0.05)
         self._on_shutdown()
+
+
+def _find_seed(config: Any) -> int | None:
+    seed = config.get("seed") if isinstance(config, dict) else getattr(config, "seed", None)
+    return seed if isinstance(seed, int) and not isinstance(seed, bool) else None
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python's, numpy's and torch's generators (the last two only if loaded)."""
+    import random
+
+    random.seed(seed)
+    np = sys.modules.get("numpy")
+    if np is not None:
+        np.random.seed(seed % (1 << 32))
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.manual_seed(seed)
 
 
 def _uses_refs(payload: dict) -> bool:
@@ -407,14 +434,20 @@ def _lease_run_id(raw: str) -> str:
     return str(value.get("run_id", "")) if isinstance(value, dict) else ""
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    """Run a worker. ``argv``: the command-line contract of corral.worker.args (AReaL's
+    arguments; ``--port`` picks the port to serve on)."""
+    from corral.worker.args import parse
+
+    args = parse(argv)
+
     settings = WorkerSettings.from_env()
     if settings.die_with_parent:
         die_with_parent()
     secret = read_secret()
     for name in (E.SECRET,):
         os.environ.pop(name, None)
-    runtime = WorkerRuntime(settings, secret)
+    runtime = WorkerRuntime(settings, secret, port=args.port)
     done = threading.Event()
     reason: list[str] = []
 
