@@ -10,47 +10,31 @@ import socket
 import sys
 import threading
 import time
-import traceback
 from collections import OrderedDict
 from typing import Any
 
 from corral import keys
 from corral.data import store as data_store
 from corral.data.fetch import RefResolver
+from corral.data.routes import DataRoutes
 from corral.discovery import make_name_resolve
 from corral.discovery.signed import SignedNameResolve
 from corral.errors import CorralError, ProtocolError
 from corral.procs import pid_alive
-from corral.rpc import shm, wire
-from corral.rpc.http import FRAME_TYPE, REQUEST_ID_HEADER, Message
+from corral.rpc import wire
+from corral.rpc.http import REQUEST_ID_HEADER, Message
 from corral.rpc.server import Deferred, Reply, RPCServer
 from corral.worker import env as E
 from corral.worker.engines import EngineHost
 from corral.worker.env import WorkerSettings, advertise_host, node_name, read_secret
 from corral.worker.fork import ForkManager
+from corral.worker.replies import failure, ok
 
 RESULT_CACHE_ENTRIES = 256
 RESULT_CACHE_BYTES = 128 << 20
 LARGE_REPLY_BYTES = 1 << 20
 DELIVERED_IDS = 4096
 _PR_SET_PDEATHSIG = 1
-
-
-def ok(result: Any = None) -> Reply:
-    return Reply(200, wire.encode({"ok": True, "result": result}), FRAME_TYPE)
-
-
-def failure(status: int, exc: BaseException) -> Reply:
-    error = {"type": type(exc).__name__, "message": str(exc)}
-    tb = getattr(exc, "remote_traceback", "") or ""
-    if not tb and not isinstance(exc, CorralError):
-        tb = traceback.format_exc()
-    error["traceback"] = tb
-    if getattr(exc, "owner", None):
-        error["owner"] = exc.owner
-    if isinstance(exc, CorralError) and not isinstance(exc, ProtocolError) and status == 500:
-        status = 500
-    return Reply(status, wire.encode({"ok": False, "error": error}), FRAME_TYPE)
 
 
 class ResultCache:
@@ -154,6 +138,7 @@ class WorkerRuntime:
         self.refs = RefResolver(
             self.store, settings.experiment, settings.trial, self.name_resolve, secret
         )
+        self.data = DataRoutes(self.store)
         self._routes = {
             ("GET", "/health"): self._health,
             ("POST", "/create_engine"): self._create_engine,
@@ -164,8 +149,8 @@ class WorkerRuntime:
             ("POST", "/fork"): self._fork,
             ("POST", "/kill_forked_worker"): self._kill_forked,
             ("POST", "/shutdown"): self._shutdown,
-            ("POST", "/data/free"): self._data_free,
-            ("POST", "/data/stats"): self._data_stats,
+            ("POST", "/data/free"): self.data.free,
+            ("POST", "/data/stats"): self.data.stats,
         }
 
     # lifecycle -------------------------------------------------------------
@@ -224,7 +209,7 @@ class WorkerRuntime:
     # dispatch --------------------------------------------------------------
     def handle(self, msg: Message) -> Reply:
         if msg.path == "/data/get" and msg.method == "POST":
-            return self._data_get(msg)
+            return self.data.get(msg)
         route = self._routes.get((msg.method, msg.path))
         if route is None:
             return Reply(404, [f"no endpoint {msg.method} {msg.path}".encode()], "text/plain")
@@ -283,7 +268,10 @@ class WorkerRuntime:
 
     def _create_engine(self, p: dict) -> None:
         name = p.get("engine_name") or self.settings.worker_id
-        self.engines.create(name, p["engine"], list(p.get("args", [])), dict(p.get("kwargs", {})))
+        args, kwargs = list(p.get("args", [])), dict(p.get("kwargs", {}))
+        if p.get("_refs"):  # refs in the constructor's arguments: fetched like a call's
+            args, kwargs = self.refs.resolve((args, kwargs), p["_refs"])
+        self.engines.create(name, p["engine"], args, kwargs)
         return name
 
     def _call(self, p: dict) -> Any:
@@ -294,37 +282,6 @@ class WorkerRuntime:
         result = self.engines.call(name, p["method"], args, kwargs)
         keep = data_store.parse_keep(p.get("keep"))
         return result if keep is None else self.store.keep_tree(result, keep)
-
-    # data plane --------------------------------------------------------------
-    def _data_get(self, msg: Message) -> Reply:
-        """Values of refs this worker owns. Readers on this host share one segment."""
-        try:
-            p = wire.decode(msg.body)
-            keys_, trial, generation = list(p["keys"]), str(p["trial"]), str(p["generation"])
-            values = self.store.get(keys_, trial, generation)
-        except (ProtocolError, KeyError, TypeError) as exc:
-            return failure(400, ProtocolError(f"bad /data/get request: {exc}"))
-        except CorralError as exc:
-            return failure(500, exc)
-        if msg.peer is None:
-            return ok(values)
-
-        def build() -> Reply:
-            reply = ok(values)
-            reply.segment = shm.Segment.from_parts(reply.parts)  # for every reader
-            return reply
-
-        return self.store.shared_reply(keys_, build)
-
-    def _data_free(self, p: dict) -> int:
-        return self.store.free([str(k) for k in p.get("keys", [])])
-
-    def _data_stats(self, p: dict) -> dict:
-        """What this worker holds: refs, their bytes, shared-memory segments (after
-        dropping idle ones when ``trim``)."""
-        if p.get("trim"):
-            shm.POOL.trim()
-        return {**self.store.stats(), **shm.POOL.counts(), "mapped": shm.mapped_segments()}
 
     def _set_env(self, p: dict) -> None:
         env = p.get("env", {})
