@@ -26,3 +26,29 @@ def failure(status: int, exc: BaseException) -> Reply:
     if isinstance(exc, CorralError) and not isinstance(exc, ProtocolError) and status == 500:
         status = 500
     return Reply(status, wire.encode({"ok": False, "error": error}), FRAME_TYPE)
+
+
+def uses_refs(payload: dict) -> bool:
+    """Refs in the arguments (resolved, maybe fetched, first) or a result to keep: such
+    calls take the ordinary path through ``_call``."""
+    return bool(payload.get("_refs")) or payload.get("keep") is not None
+
+
+class EngineCallReply:
+    """A synchronous engine call queued on the engine thread; it replies itself."""
+
+    __slots__ = ("runtime", "request_id", "fn", "send")
+
+    def __init__(self, runtime: Any, request_id: str | None, fn, send):
+        self.runtime, self.request_id, self.fn, self.send = runtime, request_id, fn, send
+
+    def run(self) -> None:
+        try:
+            reply = ok(self.fn())
+        except Exception as exc:
+            reply = failure(500, exc)
+        self.send(self.runtime._finish(self.request_id, reply))
+
+    def cancel(self) -> None:
+        stopping = CorralError("the worker is stopping; the call did not run")
+        self.send(self.runtime._finish(self.request_id, failure(503, stopping)))

@@ -19,7 +19,7 @@ from corral.data.fetch import RefResolver
 from corral.data.routes import DataRoutes
 from corral.discovery import make_name_resolve
 from corral.discovery.signed import SignedNameResolve
-from corral.errors import CorralError, ProtocolError
+from corral.errors import ProtocolError
 from corral.procs import pid_alive
 from corral.rpc import wire
 from corral.rpc.http import REQUEST_ID_HEADER, Message
@@ -28,7 +28,7 @@ from corral.worker import env as E
 from corral.worker.engines import EngineHost
 from corral.worker.env import WorkerSettings, advertise_host, node_name, read_secret
 from corral.worker.fork import ForkManager
-from corral.worker.replies import failure, ok
+from corral.worker.replies import EngineCallReply, failure, ok, uses_refs
 
 RESULT_CACHE_ENTRIES = 256
 RESULT_CACHE_BYTES = 128 << 20
@@ -232,11 +232,13 @@ class WorkerRuntime:
             if cached is not None:
                 return cached
         try:
-            if msg.path == "/call" and msg.keep_alive and not _uses_refs(payload):
+            if msg.path == "/call" and msg.keep_alive and not uses_refs(payload):
                 run = self._prepare_call(payload)
                 if run is not None:  # a synchronous method: reply from the engine thread
                     return Deferred(
-                        lambda send: self.engines.submit(_Call(self, request_id, run, send))
+                        lambda send: self.engines.submit(
+                            EngineCallReply(self, request_id, run, send)
+                        )
                     )
             reply = ok(route(payload))
         except Exception as exc:
@@ -338,32 +340,6 @@ def seed_everything(seed: int) -> None:
     torch = sys.modules.get("torch")
     if torch is not None:
         torch.manual_seed(seed)
-
-
-def _uses_refs(payload: dict) -> bool:
-    """Refs in the arguments (resolved, maybe fetched, first) or a result to keep: such
-    calls take the ordinary path through ``_call``."""
-    return bool(payload.get("_refs")) or payload.get("keep") is not None
-
-
-class _Call:
-    """A synchronous engine call queued on the engine thread; it replies itself."""
-
-    __slots__ = ("runtime", "request_id", "fn", "send")
-
-    def __init__(self, runtime: WorkerRuntime, request_id: str | None, fn, send):
-        self.runtime, self.request_id, self.fn, self.send = runtime, request_id, fn, send
-
-    def run(self) -> None:
-        try:
-            reply = ok(self.fn())
-        except Exception as exc:
-            reply = failure(500, exc)
-        self.send(self.runtime._finish(self.request_id, reply))
-
-    def cancel(self) -> None:
-        stopping = CorralError("the worker is stopping; the call did not run")
-        self.send(self.runtime._finish(self.request_id, failure(503, stopping)))
 
 
 def _reserve_ports(count: int) -> list[int]:
