@@ -37,6 +37,9 @@ COLO = "tests/conformance/test_colocation.py"
 ENGINES = "tests/conformance/test_engines.py"
 DEATH = "tests/conformance/test_controller_death.py"
 NET = "tests/conformance/test_network_faults.py -k cut_mid_transfer"
+STATS = "tests/observe/test_stats.py"
+DASH = "tests/observe/test_dashboard_http.py"
+OBS_UNITS = "tests/unit/test_observe_units.py"
 
 M = Mutant
 MUTANTS: list[Mutant] = [
@@ -63,15 +66,16 @@ MUTANTS: list[Mutant] = [
       "if dtype.kind not in _NUMPY_KINDS:", "if False:", f"{WIRE} {FUZZ}",
       why="object/struct numpy dtypes are decoded"),
     M("wire-torch-dtype-allowlist", "rpc/wire.py",
-      "if name not in _TORCH_DTYPES:", "if False:", f"{WIRE} {FUZZ}",
+      'name = node["d"]\n        if name not in _TORCH_DTYPES:',
+      'name = node["d"]\n        if False:', f"{WIRE} {FUZZ}",
       why="any torch attribute name is accepted as a dtype"),
     M("wire-max-buffers", "rpc/wire.py",
       "if header_len > MAX_HEADER_BYTES or n_buffers > MAX_BUFFERS:",
       "if header_len > MAX_HEADER_BYTES:", WIRE,
       why="the decoder no longer limits the buffer count"),
     M("wire-imports-named-module", "rpc/wire.py",
-      "cls: Any = sys.modules.get(module_name)",
-      "cls: Any = __import__(module_name) and sys.modules.get(module_name)",
+      "module: Any = sys.modules.get(module_name)",
+      "module: Any = __import__(module_name) and sys.modules.get(module_name)",
       f"{WIRE} -k import",
       why="decoding a dataclass imports the module named in the frame"),
     # ------------------------------------------------------------------ rpc/http.py
@@ -107,7 +111,8 @@ MUTANTS: list[Mutant] = [
       "if msg.status == 409:", "if msg.status == 4090:", f"{FAULTS} -k stale",
       why="a 409 (stale address) is not reported as an unreachable worker"),
     M("client-remote-call-error-type", "rpc/client.py",
-      "raise errors.EngineCallError(message, tb)", "raise errors.SchedulerError(message)",
+      "raise errors.EngineCallError(message, remote_traceback=tb)",
+      "raise errors.SchedulerError(message)",
       f"{ENGINES} -k call_error",
       why="an engine's exception comes back without its type and traceback"),
     M("client-stale-pooled-connection", "rpc/client.py",
@@ -181,16 +186,16 @@ MUTANTS: list[Mutant] = [
     # ------------------------------------------------------------------ scheduler.py
     M("retry-new-request-id", "scheduler.py",
       "        request_id = new_request_id()\n        for attempt in range(retries + 1):\n"
-      "            try:\n                return self._client.request(",
+      "            if attempt and retry_delay:\n                time.sleep(",
       "        for attempt in range(retries + 1):\n            request_id = new_request_id()\n"
-      "            try:\n                return self._client.request(",
+      "            if attempt and retry_delay:\n                time.sleep(",
       f"{FAULTS} -k cut_reply",
       why="survivor 1: each retry gets a new request id (method runs twice)"),
     M("retry-new-request-id-async", "scheduler.py",
       "        request_id = new_request_id()\n        for attempt in range(retries + 1):\n"
-      "            try:\n                return await self._async_client.request(",
+      "            if attempt and retry_delay:\n                await asyncio.sleep(",
       "        for attempt in range(retries + 1):\n            request_id = new_request_id()\n"
-      "            try:\n                return await self._async_client.request(",
+      "            if attempt and retry_delay:\n                await asyncio.sleep(",
       f"{FAULTS} -k cut_reply",
       why="same, in the async call path"),
     M("retry-exhausted-returns-none", "scheduler.py",
@@ -280,4 +285,27 @@ MUTANTS: list[Mutant] = [
       "corral_first=$(( ${SLURM_PROCID:-0} * corral_gpus ))",
       f"{GPUS} -k exact_devices", backend="slurm",
       why="a task picks GPUs by its global rank, not its rank on the node"),
+    # ------------------------------------------------------------------ live view (observe/)
+    M("stats-no-exit-code", "observe/snapshot.py",
+      "exit_code=exit_.exit_code,", "exit_code=None,",
+      f"{STATS} -k killed", why="a failed worker shows no exit code"),
+    M("stats-no-restarts", "observe/snapshot.py",
+      '"restarts": state.restarts.get(index, 0),', '"restarts": 0,',
+      f"{STATS} -k restarted", why="restarts are not counted in the view"),
+    M("stats-file-mode", "observe/publisher.py",
+      "0o600)", "0o644)", f"{STATS} -k private", why="the stats file is world-readable"),
+    M("stats-hook-end", "scheduler.py",
+      "            self._calls.end(worker.role, started, ok)\n\n    async def async_call_engine(",
+      "            pass\n\n    async def async_call_engine(",
+      f"{STATS} -k count_calls", why="engine calls are never recorded as finished"),
+    M("stats-drain-order", "observe/calls.py",
+      "window = _drain(self._ended)  # ended first", "window = []  # ended first",
+      f"{OBS_UNITS} -k lose_no", why="finished calls are dropped by the sampler"),
+    M("dashboard-open", "observe/dashboard.py",
+      "return any(", "return True or any(",
+      f"{DASH} -k needs_the_token", why="the dashboard answers without the token"),
+    M("dashboard-traversal", "observe/source.py",
+      '    if experiment != "*":\n        validate_role_name(experiment, "experiment")',
+      '    if False:\n        validate_role_name(experiment, "experiment")',
+      f"{DASH} -k leave_the_fileroot", why="a log request names a path outside the fileroot"),
 ]  # fmt: skip

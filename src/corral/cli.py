@@ -10,6 +10,7 @@ import sys
 import time
 
 from corral import keys
+from corral.auth import unverified_value
 from corral.config import ClusterSpecConfig
 from corral.discovery import FileNameResolve, NameResolve, make_name_resolve
 from corral.logs import log_dir_for
@@ -30,13 +31,32 @@ def _secret(fileroot: str, experiment: str, trial: str) -> str | None:
         return None
 
 
+def _verified(nr: NameResolve, secret: str | None, key: str) -> str | None:
+    """A record's value, only if it is signed with the trial's secret (a forged record
+    is reported and never contacted)."""
+    from corral.discovery.signed import SignedNameResolve
+
+    if not secret:
+        return None
+    try:
+        return SignedNameResolve(nr, secret).get(key)
+    except Exception as exc:
+        print(f"{key}: {exc}", file=sys.stderr)
+        return None
+
+
+def _address(nr: NameResolve, secret: str | None, exp: str, trial: str, wid: str) -> str | None:
+    role, _, index = wid.partition("/")
+    return _verified(nr, secret, keys.worker_address_key(exp, trial, role, int(index)))
+
+
 def _trials(nr: NameResolve) -> dict[tuple[str, str], dict[str, str]]:
     """(experiment, trial) -> {role/index: address}, from name-resolve entries."""
     found: dict[tuple[str, str], dict[str, str]] = {}
-    for key, value in nr.get_all().items():
+    for key in nr.get_all():
         parts = key.split("/")
         if len(parts) == 4 and not parts[2].startswith("_"):
-            found.setdefault((parts[0], parts[1]), {})[f"{parts[2]}/{parts[3]}"] = value
+            found.setdefault((parts[0], parts[1]), {})[f"{parts[2]}/{parts[3]}"] = "?"
         elif (len(parts) == 3 and parts[2] == "_controller") or (
             len(parts) == 5 and parts[2] == "_health"
         ):
@@ -69,12 +89,14 @@ def cmd_ps(args: argparse.Namespace) -> int:
             workers.items(), key=lambda kv: (kv[0].split("/")[0], int(kv[0].split("/")[1]))
         ):
             role, index = wid.split("/")
-            raw = nr.get(keys.worker_info_key(exp, trial, role, int(index)))
+            if address != "-":
+                address = _address(nr, secret, exp, trial, wid) or "?"
+            raw = _verified(nr, secret, keys.worker_info_key(exp, trial, role, int(index)))
             pid = json.loads(raw).get("pid", "") if raw else ""
-            health = "no secret"
+            health = "no secret" if secret is None else "record not verified"
             if wid in deaths:
                 health = f"dead ({deaths[wid]})"
-            elif client is not None:
+            elif client is not None and address not in ("-", "?"):
                 try:
                     health = client.request(address, "/health", method="GET", timeout=2.0)["status"]
                 except Exception as exc:
@@ -89,7 +111,7 @@ def _deaths(nr: NameResolve, experiment: str, trial: str) -> dict[str, str]:
     for key, value in nr.get_subtree(f"{experiment}/{trial}/_health").items():
         parts = key.split("/")
         try:
-            record = json.loads(value)
+            record = json.loads(unverified_value(value))  # shown, never acted on
         except ValueError:
             continue
         if len(parts) == 5 and record.get("state") == "dead":
@@ -152,7 +174,10 @@ def cmd_stop(args: argparse.Namespace) -> int:
     stopped = 0
     if secret:
         client = RPCClient(secret)
-        for wid, address in workers.items():
+        for wid in workers:
+            address = _address(nr, secret, args.experiment, args.trial, wid)
+            if address is None:
+                continue
             try:
                 client.request(address, "/shutdown", {}, timeout=5.0)
                 stopped += 1
@@ -212,7 +237,10 @@ def cmd_top(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"corral top: {exc}", file=sys.stderr)
         return 2
-    return run_top(source, once=args.once, interval=args.interval)
+    if args.interval <= 0 or (args.count is not None and args.count < 1):
+        print("corral top: use --interval > 0 and --count >= 1", file=sys.stderr)
+        return 2
+    return run_top(source, once=args.once, interval=args.interval, count=args.count)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -298,7 +326,8 @@ def build_parser() -> argparse.ArgumentParser:
     top.add_argument("experiment", nargs="?")
     top.add_argument("trial", nargs="?")
     top.add_argument("--once", action="store_true", help="print the table once and exit")
-    top.add_argument("--interval", type=float, default=1.0)
+    top.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes")
+    top.add_argument("--count", type=int, default=None, help="stop after this many refreshes")
     top.add_argument(
         "--max-age", type=float, default=3600.0, help="hide trials silent for longer (seconds)"
     )

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from corral.errors import ConfigError
+from corral.safedirs import default_fileroot
 
 SCHEDULER_TYPES = ("local", "ray", "slurm")
 
@@ -28,7 +29,7 @@ class NameResolveConfig:
 class ClusterSpecConfig:
     n_nodes: int = 1
     n_gpus_per_node: int = 8
-    fileroot: str = "/tmp/corral"
+    fileroot: str = field(default_factory=default_fileroot)  # /tmp/corral-<user>
     cluster_name: str = "local"
     name_resolve: NameResolveConfig = field(default_factory=NameResolveConfig)
     gpu_devices: list[int] | None = None

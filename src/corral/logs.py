@@ -13,6 +13,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import IO
 
+from corral.safedirs import make_private_subdir, open_private_append
+
 
 def log_dir_for(fileroot: str, experiment: str, trial: str) -> str:
     try:
@@ -63,7 +65,7 @@ class OpenFiles:
     def handle(self, path: str) -> IO[bytes]:
         fh = self._open.get(path)
         if fh is None:
-            fh = self._open[path] = open(path, "ab", buffering=0)
+            fh = self._open[path] = open_private_append(path)  # 0600
             while len(self._open) > self.limit:
                 _close_quietly(self._open.popitem(last=False)[1])
         else:
@@ -100,7 +102,7 @@ class _LogFile:
         self.lost = 0
         self.retry_at = 0.0
         try:
-            open(path, "ab").close()  # exists from the start (error messages tail it)
+            open_private_append(path).close()  # exists from the start (error messages tail it)
         except OSError as exc:
             self._failed(exc, 0, time.monotonic())
 
@@ -155,7 +157,7 @@ class LogSink:
         self.partial = b""
         self._own_files = files is None
         self.files = OpenFiles(3) if files is None else files
-        os.makedirs(os.path.join(log_dir, role), exist_ok=True)
+        make_private_subdir(os.path.join(log_dir, role))  # logs: 0600 files in 0700 dirs
         self.replica = _LogFile(replica_log_path(log_dir, role, index), on_error, self.files)
         self.role = _LogFile(role_log_path(log_dir, role), on_error, self.files)
         self.merged = _LogFile(merged_log_path(log_dir), on_error, self.files)

@@ -15,7 +15,7 @@ from corral.launcher import WorkerExit
 _spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="corral-spawner")
 
 
-def spawn(argv: list[str], env: dict[str, str]) -> subprocess.Popen:
+def spawn(argv: list[str], env: dict[str, str], pass_fds: tuple[int, ...] = ()) -> subprocess.Popen:
     """Start a worker in its own session, output piped, from one long-lived thread.
 
     The worker asks the kernel for SIGTERM when its parent *thread* dies, so spawning from a
@@ -33,6 +33,7 @@ def spawn(argv: list[str], env: dict[str, str]) -> subprocess.Popen:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            pass_fds=pass_fds,
         )
 
     return _spawner.submit(start).result()

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from corral import keys
+from corral.auth import unverified_value
 from corral.discovery import NameResolve
 from corral.errors import NameResolveError, TrialInUseError
 from corral.procs import pid_alive
@@ -58,7 +59,7 @@ class Lease:
         if not raw:
             return None
         try:
-            data = json.loads(raw)
+            data = json.loads(unverified_value(raw))  # signed records: the value only
             return cls(
                 run_id=str(data.get("run_id", "")),
                 pid=int(data.get("pid", 0)),

@@ -19,18 +19,27 @@ import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from corral import keys
+from corral import envvars, keys
+from corral import options as opts
 from corral.config import cluster_field, scheduler_field
 from corral.data.plane import DataPlane
 from corral.data.store import parse_keep
 from corral.discovery import NameResolve, make_name_resolve
+from corral.discovery.signed import SignedNameResolve
 from corral.errors import (
     ConfigError,
     CorralError,
+    EngineCallError,
+    EngineTypeError,
+    GPURequestError,
+    JobConfigError,
     PlacementError,
     SchedulerError,
+    UnknownRoleError,
+    WorkerConfigurationError,
     WorkerConnectionError,
     WorkerCreationError,
     WorkerFailedError,
@@ -44,8 +53,10 @@ from corral.launcher import Launcher, LaunchRequest, WorkerExit
 from corral.leftovers import clean_dead_run
 from corral.logs import log_dir_for, replica_log_path, tail
 from corral.observe.publisher import StatsPublisher, make_call_stats
+from corral.rpc import wire
 from corral.rpc.client import AsyncRPCClient, RPCClient, WorkerUnreachableError, new_request_id
 from corral.runs import ControllerLease, Lease, new_run_id
+from corral.safedirs import ensure_private_dir, make_private_subdir, write_exclusive
 from corral.spec import NormalizedJob, SchedulingSpec, Worker, normalize_job, validate_role_name
 from corral.worker import env as E
 
@@ -60,15 +71,9 @@ class RoleState:
     workers: list[Worker]
     kind: str  # "launched" | "forked" | "reused"
     target: str | None = None
+    pending: bool = False  # launched, not yet registered (create_workers(wait=False))
     engines: dict[str, set[str]] = field(default_factory=dict)
     restarts: dict[int, int] = field(default_factory=dict)
-
-
-def thread_env(cpu: int) -> dict[str, str]:
-    """Thread-count variables so numerical libraries use the worker's own CPUs."""
-    n = str(max(1, cpu))
-    names = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS")
-    return {name: n for name in names}
 
 
 class Scheduler:
@@ -87,46 +92,73 @@ class Scheduler:
         name_resolve: NameResolve | None = None,
         lease_timeout: float = E.DEFAULT_LEASE_TIMEOUT,
         progress: Callable[[str], None] | None = None,
+        experiment_name: str | None = None,
+        trial_name: str | None = None,
+        log_dir: str | None = None,
+        health_check_interval: float | None = None,
+        enable_tms_offload: bool | None = None,
+        name_resolve_type: str | None = None,
+        nfs_record_root: str | None = None,
+        etcd3_addr: str | None = None,
         on_worker_death: Callable[[str, WorkerExit], Any] | None = None,
         health_interval: float = DEFAULT_INTERVAL,
     ):
-        self.exp_config = exp_config
-        self.experiment_name = validate_role_name(
-            getattr(exp_config, "experiment_name", "corral"), "experiment_name"
-        )
-        self.trial_name = validate_role_name(
-            getattr(exp_config, "trial_name", "trial0"), "trial_name"
-        )
-        self._n_gpus_per_node = int(
-            n_gpus_per_node
-            if n_gpus_per_node is not None
-            else cluster_field(exp_config, "n_gpus_per_node")
-        )
+        """Options as in AReaL (see corral.options): an ``exp_config`` wins over the
+        keywords it also holds, except ``fileroot``; ``log_dir`` replaces the log directory."""
+        self.exp_config = exp_config = opts.check_exp_config(exp_config)
+        experiment, trial = opts.names(exp_config, experiment_name, trial_name)
+        self.experiment_name = validate_role_name(experiment or "corral", "experiment_name")
+        self.trial_name = validate_role_name(trial or "trial0", "trial_name")
+        self._n_gpus_per_node = opts.n_gpus(exp_config, n_gpus_per_node)
         if self._n_gpus_per_node < 0:
             raise ConfigError("n_gpus_per_node", self._n_gpus_per_node, "use a whole number >= 0")
+        timeout = opts.check_number("startup_timeout", startup_timeout)
         self.startup_timeout = float(
-            startup_timeout
-            if startup_timeout is not None
-            else scheduler_field(exp_config, "startup_timeout")
+            timeout if timeout is not None else scheduler_field(exp_config, "startup_timeout")
         )
-        self.fileroot = os.path.abspath(fileroot or cluster_field(exp_config, "fileroot"))
-        self._ensure_dir(self.fileroot, "cluster.fileroot")
-        self.log_dir = log_dir_for(self.fileroot, self.experiment_name, self.trial_name)
-        self.name_resolve = name_resolve or make_name_resolve(
-            cluster_field(exp_config, "name_resolve"), self.fileroot
+        interval = opts.check_number("health_check_interval", health_check_interval)
+        self.health_check_interval = interval if interval is not None else 1.0
+        self.enable_tms_offload = opts.offload(exp_config, enable_tms_offload)
+        self.fileroot = os.path.abspath(opts.fileroot(exp_config, fileroot))
+        ensure_private_dir(self.fileroot, "cluster.fileroot")
+        opts.check_type("log_dir", log_dir, (str, os.PathLike), "a directory path")
+        #: A pathlib.Path, as in AReaL (``str(sched.log_dir)`` for the text).
+        self.log_dir = Path(
+            os.path.abspath(os.fspath(log_dir))
+            if log_dir is not None
+            else log_dir_for(self.fileroot, self.experiment_name, self.trial_name)
+        )
+        if log_dir is not None:
+            self._ensure_dir(str(self.log_dir), "log_dir")
+        self.secret = secrets.token_hex(32)  # in memory; the file is written at claim
+        resolve_cfg = opts.name_resolve(exp_config, name_resolve_type, nfs_record_root, etcd3_addr)
+        # records are signed with the trial secret; unsigned or forged ones are refused
+        self.name_resolve = SignedNameResolve(
+            name_resolve
+            or make_name_resolve(
+                resolve_cfg
+                if resolve_cfg is not None
+                else cluster_field(exp_config, "name_resolve"),
+                self.fileroot,
+            ),
+            self.secret,
         )
         self.lease_timeout = lease_timeout
         self.launcher = launcher
         self.progress = progress or (lambda text: log.info(text))
         launcher.progress = self.progress
-        self.secret = secrets.token_hex(32)
+        launcher.trial_secret = self.secret
         self.secret_file = os.path.join(
             self.fileroot, "secrets", self.experiment_name, self.trial_name, "secret"
         )
         self.run_id = new_run_id()
         self.removed_leftovers: list[str] = []
         self._lease = ControllerLease(
-            self.name_resolve, self.experiment_name, self.trial_name, self.run_id, lease_timeout
+            SignedNameResolve(self.name_resolve.inner, self.secret, lenient=True),
+            self.experiment_name,
+            self.trial_name,
+            self.run_id,
+            lease_timeout,
         )
         self._client = RPCClient(self.secret)
         self._async_client = AsyncRPCClient(self.secret)
@@ -163,13 +195,18 @@ class Scheduler:
     @staticmethod
     def _ensure_dir(path: str, field_name: str) -> None:
         try:
-            os.makedirs(path, exist_ok=True)
+            make_private_subdir(path)
         except OSError as exc:
             raise ConfigError(
                 field_name, path, f"cannot create it ({exc.strerror}); use a writable directory"
             ) from None
         if not os.access(path, os.W_OK | os.X_OK):
             raise ConfigError(field_name, path, "it is not writable; use a writable directory")
+
+    @property
+    def secrets_dir(self) -> str:
+        """``<fileroot>/secrets/<experiment>/<trial>`` (not created here)."""
+        return os.path.dirname(self.secret_file)
 
     def _read_secret_file(self) -> str | None:
         try:
@@ -179,17 +216,22 @@ class Scheduler:
             return None
 
     def _write_secret(self) -> str:
-        """Written when the run claims its trial: a second live controller must not
-        overwrite the secret of the run it would clash with."""
-        path = self.secret_file
-        directory = os.path.dirname(path)
-        os.makedirs(directory, mode=0o700, exist_ok=True)
-        os.chmod(directory, 0o700)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(self.secret)
-        os.chmod(path, 0o600)
-        return path
+        """Written when the run claims its trial (never by a dry run): a second live
+        controller is refused before it gets here, a dead run's file is replaced, and
+        the file is created exclusively (0600, no symlink followed) in a 0700 directory.
+        """
+        make_private_subdir(os.path.dirname(self.secret_file))
+        write_exclusive(self.secret_file, self.secret)
+        self._wrote_secret = True
+        return self.secret_file
+
+    def _remove_secret(self) -> None:
+        """At close: delete the secret file if it is still this run's."""
+        if getattr(self, "_wrote_secret", False) and self._read_secret_file() == self.secret:
+            try:
+                os.unlink(self.secret_file)
+            except OSError:
+                pass
 
     def _key(self, fn, *args) -> str:
         return fn(self.experiment_name, self.trial_name, *args)
@@ -202,8 +244,9 @@ class Scheduler:
         old_secret = self._read_secret_file()
 
         def cleanup(old: Lease) -> list[str]:
+            old_records = self.name_resolve.inner  # the dead run's records: its own key
             removed = clean_dead_run(
-                self.name_resolve,
+                SignedNameResolve(old_records, old_secret) if old_secret else old_records,
                 self.experiment_name,
                 self.trial_name,
                 old,
@@ -264,53 +307,60 @@ class Scheduler:
             E.ROLE: role,
             E.INDEX: str(index),
             E.NAME_RESOLVE: json.dumps(self.name_resolve.describe()),
-            E.LOG_DIR: self.log_dir,
+            E.LOG_DIR: str(self.log_dir),
             E.PORT_COUNT: str(spec.port_count),
             E.LEASE_TIMEOUT: str(self.lease_timeout),
             E.CONTROLLER_PID: str(os.getpid()),
             E.CONTROLLER_HOST: socket.gethostname(),
+            E.FILEROOT: self.fileroot,
             E.RUN_ID: self.run_id,
             "PYTHONUNBUFFERED": "1",
         }
-        if self.launcher.share_secret_by_env():
-            env[E.SECRET] = self.secret
-        else:
-            env[E.SECRET_FILE] = self.secret_file
+        if not self.launcher.share_secret_by_env():  # else the launcher hands it over
+            env[E.SECRET_FILE] = self.secret_file  # written when the run claims the trial
         if spec.engines:
             env[E.ENGINES] = json.dumps(spec.engines)
-        env.update(thread_env(spec.cpu))
+        env.update(envvars.controller_env(spec.cpu, spec.env_vars, self.enable_tms_offload))
         env.update(spec.env_vars)
         return env
 
     # ------------------------------------------------------------- validation
     def _check_job(self, job: NormalizedJob) -> None:
         if job.role in self._roles:
-            raise ConfigError(
+            raise JobConfigError(
                 "job.role",
                 job.role,
-                "this role already exists; delete_workers(role) first or use another name",
+                "Worker group already exists: this role already exists; delete_workers(role) "
+                "first or use another name",
+                job.role,
             )
         if job.is_colocated:
             target = job.strategy.target
             if target not in self._roles:
                 known = ", ".join(self._roles) or "none"
-                raise ConfigError(
-                    "scheduling_strategy.target", target, f"create that role first (roles: {known})"
+                raise UnknownRoleError(
+                    "scheduling_strategy.target",
+                    target,
+                    f"create that role first (roles: {known})",
+                    job.role,
                 )
             n_target = len(self._roles[target].workers)
             if job.replicas != n_target:
-                raise ConfigError(
+                raise JobConfigError(
                     "job.replicas",
                     job.replicas,
-                    f"a role colocated with {target!r} needs replicas={n_target}, one per target worker",
+                    f"Replica count mismatch: a role colocated with {target!r} needs "
+                    f"replicas={n_target}, one per target worker",
+                    job.role,
                 )
             return
         for i, spec in enumerate(job.tasks):
             if spec.gpu > self._n_gpus_per_node:
-                raise PlacementError(
+                raise GPURequestError(
                     f"job.tasks[{i}].gpu",
                     spec.gpu,
                     f"a worker cannot use more GPUs than a node has (n_gpus_per_node={self._n_gpus_per_node})",
+                    job.role,
                 )
         if any(spec.max_restarts for spec in job.tasks) and not self.launcher.supports_restart():
             raise ConfigError(
@@ -321,11 +371,17 @@ class Scheduler:
         self.launcher.check(job)
 
     # ------------------------------------------------------------ create
-    def create_workers(self, job: Any, *args: Any, **kwargs: Any) -> list[str]:
-        """Start ``job.replicas`` workers of ``job.role`` and wait until all are ready."""
+    def create_workers(self, job: Any, *args: Any, wait: bool = True, **kwargs: Any) -> list[str]:
+        """Start ``job.replicas`` workers of ``job.role`` and wait until all are ready.
+
+        ``wait=False`` returns once the workers are launched, as AReaL's schedulers do;
+        ``get_workers(role, timeout)`` then waits for them (and any call on one of them
+        waits up to ``startup_timeout``)."""
         nj = normalize_job(job)
         with self._lock:
             self._check_job(nj)
+            if nj.is_colocated:
+                self._finish_role(nj.strategy.target, self.startup_timeout)
             if nj.is_colocated and not nj.strategy.fork:
                 target = self._roles[nj.strategy.target]
                 self._roles[nj.role] = RoleState(
@@ -334,24 +390,22 @@ class Scheduler:
                 return [w.id for w in target.workers]
             if nj.is_colocated:
                 return self._fork_role(nj, nj.strategy.target)
-            return self._launch_role(nj)
+            return self._launch_role(nj, wait)
 
-    def _launch_role(self, job: NormalizedJob) -> list[str]:
+    def _launch_role(self, job: NormalizedJob, wait: bool = True) -> list[str]:
         ensure_fds(job.replicas * self.launcher.fds_per_worker, f"role {job.role!r}")
         self._ensure_lease()
         self.name_resolve.clear_subtree(self._key(keys.role_prefix, job.role))
         envs = [self.worker_env(job.role, i, spec) for i, spec in enumerate(job.tasks)]
-        os.makedirs(self.log_dir, exist_ok=True)
+        make_private_subdir(self.log_dir)  # 0700, like every directory below
         self.progress(
             f"starting {job.replicas} {job.role} worker(s) on {self.backend}; logs in {self.log_dir}"
         )
-        started = time.monotonic()
         try:
-            self.launcher.launch(LaunchRequest(job=job, envs=envs, log_dir=self.log_dir))
-            state = RoleState(job, [], "launched")
-            self._roles[job.role] = state
-            state.workers = self._await_registration(job.role, job.replicas, self.startup_timeout)
-            self._rendezvous(job.role, state.workers)
+            self.launcher.launch(LaunchRequest(job=job, envs=envs, log_dir=str(self.log_dir)))
+            self._roles[job.role] = RoleState(job, [], "launched", pending=True)
+            if wait:
+                self._finish_role(job.role, self.startup_timeout)
         except BaseException as exc:
             self._roles.pop(job.role, None)
             self._stop_launched(job.role)
@@ -361,12 +415,63 @@ class Scheduler:
                 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
                 raise too_many_files(f"role {job.role!r}", job.replicas * 5, soft, hard) from exc
             raise
-        for w in state.workers:
+        return [f"{job.role}/{i}" for i in range(job.replicas)]
+
+    def _finish_role(self, role: str, timeout: float) -> None:
+        """Wait until a launched role's workers registered, then give them their
+        rendezvous variables and (with an ``exp_config``) configure them."""
+        state = self._roles.get(role)
+        if state is None or not state.pending:
+            return
+        started = time.monotonic()
+        workers = self._await_registration(role, state.job.replicas, timeout)
+        self._rendezvous(role, workers)
+        if self.exp_config is not None:
+            self._configure_all(workers)
+        state.workers, state.pending = workers, False
+        for w in workers:
             self._ids[w.id] = w
-        self.progress(
-            f"{job.replicas} {job.role} worker(s) ready in {time.monotonic() - started:.2f}s"
-        )
-        return [w.id for w in state.workers]
+        self.progress(f"{len(workers)} {role} worker(s) ready in {time.monotonic() - started:.2f}s")
+
+    def _configure_all(self, workers: list[Worker]) -> None:
+        """AReaL's ``/configure`` call at creation: the config, role and rank (the worker
+        seeds its random generators from ``config.seed`` + rank)."""
+
+        config = self._sendable_config()
+
+        async def configure(rank: int, worker: Worker) -> None:
+            payload = {"config": config, "role": worker.role, "rank": rank}
+            try:
+                await self._arequest(worker, "/configure", payload)
+            except SchedulerError as exc:
+                if isinstance(exc, WorkerFailedError | WorkerTimeoutError):
+                    raise
+                raise WorkerConfigurationError(worker.id, str(exc)) from exc
+
+        async def configure_all() -> None:  # one I/O loop, as the rendezvous
+            try:
+                await asyncio.gather(*(configure(r, w) for r, w in enumerate(workers)))
+            finally:
+                self._async_client.forget_all()
+
+        self._io.run(configure_all())
+
+    def _sendable_config(self) -> Any:
+        """The experiment config as sent by ``/configure``; a config holding values the
+        wire cannot carry (a class, a function) is replaced by its ``seed`` alone, with a
+        warning, so that workers are still seeded."""
+        try:
+            wire.encode(self.exp_config)
+            return self.exp_config
+        except TypeError as exc:
+            seed = getattr(self.exp_config, "seed", None)
+            log.warning(
+                "the experiment config cannot be sent to workers (%s); they get only its "
+                "seed (%r) in /configure",
+                exc,
+                seed,
+            )
+            return {"seed": seed} if seed is not None else None
 
     def _await_registration(self, role: str, replicas: int, timeout: float) -> list[Worker]:
         deadline = time.monotonic() + timeout
@@ -408,10 +513,12 @@ class Scheduler:
                 reason = self.launcher.pending_reason(role)
                 missing = [f"{role}/{i}" for i in range(replicas) if i not in found]
                 raise WorkerTimeoutError(
-                    f"{len(missing)} of {replicas} {role} worker(s) not ready after {timeout:.0f}s "
+                    role,
+                    timeout,
+                    f"{len(missing)} of {replicas} {role} worker(s) not ready after {timeout:g}s "
                     f"({', '.join(missing[:8])})"
                     + (f"; backend says: {reason}" if reason else "")
-                    + f". Check the logs in {self.log_dir} or raise startup_timeout."
+                    + f". Check the logs in {self.log_dir} or raise startup_timeout.",
                 )
             if now >= next_report and now - (deadline - timeout) > 5:
                 self.progress(f"waiting for {role}: {len(found)}/{replicas} ready")
@@ -432,10 +539,14 @@ class Scheduler:
     def _failure(
         self, worker_id: str, exit_: WorkerExit, role: str, index: int, when: str
     ) -> WorkerFailedError:
-        log_path = exit_.log_path or replica_log_path(self.log_dir, role, index)
+        log_path = exit_.log_path or replica_log_path(str(self.log_dir), role, index)
         time.sleep(0.05)
         return WorkerFailedError(
-            worker_id, f"{exit_.reason} {when}", exit_.exit_code, tail(log_path), log_path
+            worker_id,
+            exit_.exit_code,
+            tail(log_path),
+            reason=f"{exit_.reason} {when}",
+            log_path=log_path,
         )
 
     def _rendezvous(self, role: str, workers: list[Worker], only: list[int] | None = None) -> None:
@@ -474,7 +585,9 @@ class Scheduler:
         validate_role_name(role)
         with self._lock:
             if target_role not in self._roles:
-                raise WorkerNotFoundError(f"no role {target_role!r} to fork from; create it first")
+                raise WorkerNotFoundError(
+                    target_role, f"no role {target_role!r} to fork from; create it first"
+                )
             target = self._roles[target_role]
             job = NormalizedJob(
                 role=role,
@@ -537,14 +650,22 @@ class Scheduler:
 
     # -------------------------------------------------------------- lookup
     def get_workers(self, role: str, timeout: float | None = None) -> list[Worker]:
-        """The role's workers; raises WorkerFailedError if one has died.
+        """The role's workers once ready; raises WorkerFailedError if one has died.
 
-        Workers are ready when ``create_workers`` returns, so ``timeout`` (kept for
-        compatibility with the specification's signature) never needs to wait."""
+        Workers made by ``create_workers`` are ready when it returns; those launched with
+        ``wait=False`` are waited for here, for ``timeout`` seconds (None: the scheduler's
+        ``startup_timeout``), then WorkerTimeoutError (the role stays, call again or
+        delete it)."""
         state = self._roles.get(role)
         if state is None:
             known = ", ".join(self._roles) or "none"
-            raise WorkerNotFoundError(f"no role {role!r} (roles: {known})")
+            raise WorkerNotFoundError(role, f"no role {role!r} (roles: {known})")
+        opts.check_number("timeout", timeout)
+        if state.kind == "reused":
+            self._finish_role(state.target, self.startup_timeout if timeout is None else timeout)
+            state.workers = list(self._roles[state.target].workers)
+        with self._lock:
+            self._finish_role(role, self.startup_timeout if timeout is None else timeout)
         self._raise_if_dead(state)
         return list(state.workers)
 
@@ -562,11 +683,19 @@ class Scheduler:
     def _worker(self, worker_id: str) -> Worker:
         why = self._unrestartable.get(worker_id)
         if why is not None:
-            raise WorkerFailedError(worker_id, f"died and could not be restarted: {why}")
+            raise WorkerFailedError(worker_id, reason=f"died and could not be restarted: {why}")
         worker = self._ids.get(worker_id)
         if worker is None:
+            role = str(worker_id).rpartition("/")[0]
+            state = self._roles.get(role)
+            if state is not None and state.pending:
+                with self._lock:
+                    self._finish_role(role, self.startup_timeout)
+                worker = self._ids.get(worker_id)
+        if worker is None:
             raise WorkerNotFoundError(
-                f"no worker {worker_id!r}; known roles: {', '.join(self._roles) or 'none'}"
+                worker_id,
+                f"no worker {worker_id!r}; known roles: {', '.join(self._roles) or 'none'}",
             )
         return worker
 
@@ -604,7 +733,7 @@ class Scheduler:
             if time.monotonic() >= deadline:
                 break
             time.sleep(0.05)
-        log_path = replica_log_path(self.log_dir, worker.role, worker.index)
+        log_path = replica_log_path(str(self.log_dir), worker.role, worker.index)
         return WorkerConnectionError(
             f"worker {worker.id} at {worker.address} does not answer ({cause}) although the "
             f"{self.backend} backend does not report it dead; see {log_path}"
@@ -684,9 +813,12 @@ class Scheduler:
         payload: Any,
         timeout: float | None = None,
         retries: int = 2,
+        retry_delay: float = 0.0,
     ) -> Any:
         request_id = new_request_id()
         for attempt in range(retries + 1):
+            if attempt and retry_delay:
+                time.sleep(retry_delay * 2 ** (attempt - 1))
             try:
                 return self._client.request(
                     worker.address,
@@ -713,9 +845,12 @@ class Scheduler:
         payload: Any,
         timeout: float | None = None,
         retries: int = 2,
+        retry_delay: float = 0.0,
     ) -> Any:
         request_id = new_request_id()
         for attempt in range(retries + 1):
+            if attempt and retry_delay:
+                await asyncio.sleep(retry_delay * 2 ** (attempt - 1))
             try:
                 return await self._async_client.request(
                     worker.address,
@@ -747,14 +882,17 @@ class Scheduler:
                     "define the engine class in an importable module, not in __main__",
                 )
             return f"{engine.__module__}:{engine.__qualname__}"
-        raise ConfigError(
-            "engine", engine, "pass an import path 'pkg.module.Class' or the class itself"
+        raise EngineTypeError(
+            "engine",
+            engine,
+            "Engine must be a string import path 'pkg.module.Class' (or the class itself)",
         )
 
     async def create_engine(
         self, worker_id: str, engine: Any, engine_name: str | None = None, *args: Any, **kwargs: Any
-    ) -> str:
-        """Import and construct ``engine`` on the worker; returns the engine's name."""
+    ) -> None:
+        """Import and construct ``engine`` on the worker under ``engine_name`` (default:
+        the worker id). Returns None, as AReaL's schedulers do."""
         worker = self._worker(worker_id)
         payload = {
             "engine": self._engine_path(engine),
@@ -764,16 +902,22 @@ class Scheduler:
         }
         name = await self._arequest(worker, "/create_engine", payload, retries=1)
         self._roles[worker.role].engines.setdefault(worker.id, set()).add(name)
-        return name
 
     async def set_worker_env(self, worker_id: str, env: dict[str, str]) -> None:
         worker = self._worker(worker_id)
         await self._arequest(worker, "/set_env", {"env": {str(k): str(v) for k, v in env.items()}})
 
     def configure_worker(
-        self, worker_id: str, config: Any = None, role: str | None = None, rank: int | None = None
+        self,
+        worker_id: str,
+        config: Any = None,
+        role: str | None = None,
+        rank: int | None = None,
+        _worker: Worker | None = None,
     ) -> None:
-        worker = self._worker(worker_id)
+        """Send the worker its experiment config, role and rank (``/configure``); done for
+        every worker at creation when the scheduler has an ``exp_config``."""
+        worker = _worker or self._worker(worker_id)
         self._request(
             worker, "/configure", {"config": config, "role": role or worker.role, "rank": rank}
         )
@@ -784,33 +928,43 @@ class Scheduler:
         method: str,
         engine_name: str | None = None,
         *args: Any,
-        rpc_meta: dict | None = None,
+        rpc_meta: dict[str, Any] | None = None,
+        http_timeout: float | None = None,
+        max_retries: int | None = None,
+        retry_delay: float | None = None,
         **kwargs: Any,
     ) -> Any:
         """Call ``method`` on an engine of the worker and return its result.
 
-        ``rpc_meta``: ``timeout`` (seconds, default none), ``max_retries`` (retries after
-        a dropped connection; the worker runs the method at most once either way) and
-        ``keep`` (True, or a byte threshold: arrays/tensors of the result stay on the
+        Scheduler options (consumed here, never passed to the method), as in AReaL:
+        ``http_timeout`` (seconds to wait for the answer; default none),
+        ``max_retries`` (attempts when the connection drops; default 3) and
+        ``retry_delay`` (seconds before the second attempt, doubling after; default 0:
+        corral retries only once it has checked that the worker is alive).
+        A live worker runs the method at most once whatever the attempts; a dead one
+        raises WorkerFailedError. ``rpc_meta``: ``timeout`` (used when ``http_timeout`` is
+        not given), ``max_retries`` (retries after a dropped connection) and ``keep`` (True, or a byte threshold: arrays/tensors of the result stay on the
         worker and come back as ``corral.Ref``; see docs/data-plane.md).
         """
         worker = self._worker(worker_id)
-        meta = rpc_meta or {}
+        call = _CallOptions.resolve(rpc_meta, http_timeout, max_retries, retry_delay)
         payload = {
             "engine_name": engine_name,
             "method": method,
             "args": list(args),
             "kwargs": kwargs,
         }
-        if meta.get("keep") is not None:
-            payload["keep"] = parse_keep(meta["keep"])
+        if call.keep is not None:
+            payload["keep"] = parse_keep(call.keep)
         started, ok = self._calls.begin(worker.role), False
         try:
             result = self._request(
-                worker, "/call", payload, meta.get("timeout"), int(meta.get("max_retries", 2))
+                worker, "/call", payload, call.timeout, call.retries, call.retry_delay
             )
             ok = True
             return result
+        except EngineCallError as exc:
+            raise _tag(exc, worker_id, method) from None
         finally:
             self._calls.end(worker.role, started, ok)
 
@@ -820,26 +974,32 @@ class Scheduler:
         method: str,
         engine_name: str | None = None,
         *args: Any,
-        rpc_meta: dict | None = None,
+        rpc_meta: dict[str, Any] | None = None,
+        http_timeout: float | None = None,
+        max_retries: int | None = None,
+        retry_delay: float | None = None,
         **kwargs: Any,
     ) -> Any:
+        """``call_engine`` for coroutines; the same scheduler options."""
         worker = self._worker(worker_id)
-        meta = rpc_meta or {}
+        call = _CallOptions.resolve(rpc_meta, http_timeout, max_retries, retry_delay)
         payload = {
             "engine_name": engine_name,
             "method": method,
             "args": list(args),
             "kwargs": kwargs,
         }
-        if meta.get("keep") is not None:
-            payload["keep"] = parse_keep(meta["keep"])
+        if call.keep is not None:
+            payload["keep"] = parse_keep(call.keep)
         started, ok = self._calls.begin(worker.role), False
         try:
             result = await self._arequest(
-                worker, "/call", payload, meta.get("timeout"), int(meta.get("max_retries", 2))
+                worker, "/call", payload, call.timeout, call.retries, call.retry_delay
             )
             ok = True
             return result
+        except EngineCallError as exc:
+            raise _tag(exc, worker_id, method) from None
         finally:
             self._calls.end(worker.role, started, ok)
 
@@ -860,26 +1020,32 @@ class Scheduler:
 
     # -------------------------------------------------------------- teardown
     def delete_workers(self, role: str | None = None, reverse_order: bool = False) -> None:
-        """Destroy engines, then stop the workers of ``role`` (or of every role)."""
+        """Destroy engines, then stop the workers of ``role`` (or of every role).
+
+        A role that does not exist is a warning, not an error (as in AReaL).
+        ``reverse_order=True`` stops each role's workers from the highest rank down, so
+        rank 0 (which usually owns the torch.distributed store) goes last, and the roles
+        in the reverse of their creation order."""
         with self._lock:
             if role is not None:
                 if role not in self._roles:
-                    raise WorkerNotFoundError(f"no role {role!r} to delete")
+                    log.warning("delete_workers: no role %r to delete; nothing done", role)
+                    return
                 for dependent in [r for r, s in self._roles.items() if s.target == role]:
-                    self._delete_role(dependent)
-                self._delete_role(role)
+                    self._delete_role(dependent, reverse_order)
+                self._delete_role(role, reverse_order)
             else:
                 order = list(self._roles)
                 if reverse_order:
                     order.reverse()
                 dependents = [r for r in order if self._roles[r].kind != "launched"]
                 for name in dependents + [r for r in order if r not in dependents]:
-                    self._delete_role(name)
+                    self._delete_role(name, reverse_order)
             if not self._roles:
                 self._drop_lease()
             self._async_client.prune()
 
-    def _delete_role(self, role: str) -> None:
+    def _delete_role(self, role: str, reverse_order: bool = False) -> None:
         state = self._roles.pop(role, None)
         if state is None:
             return
@@ -893,6 +1059,10 @@ class Scheduler:
             return
         if state.kind == "forked":
             self._fan_out(lambda w: self._kill_forked(w, state.target), state.workers)
+        elif reverse_order:
+            for worker in reversed(state.workers):  # one by one: rank 0 last
+                self._io.run(self._retire([worker]))
+            self._stop_launched(role, reverse_order=True)
         else:
             self._io.run(self._retire(state.workers))
             self._stop_launched(role)
@@ -949,9 +1119,12 @@ class Scheduler:
         except Exception as exc:
             log.warning("could not stop forked worker %s: %s", worker.id, exc)
 
-    def _stop_launched(self, role: str) -> None:
+    def _stop_launched(self, role: str, reverse_order: bool = False) -> None:
         try:
-            self.launcher.stop(role)
+            if reverse_order:
+                self.launcher.stop_in_reverse(role)
+            else:
+                self.launcher.stop(role)
         except Exception as exc:
             raise SchedulerError(f"stopping the {role} workers failed: {exc}") from exc
 
@@ -969,6 +1142,7 @@ class Scheduler:
             self._pool.shutdown(wait=False)
             self._io.close()
             self.launcher.close()
+            self._remove_secret()
             _live_schedulers.discard(self)
 
     def __enter__(self) -> Scheduler:
@@ -980,6 +1154,46 @@ class Scheduler:
     @property
     def roles(self) -> list[str]:
         return list(self._roles)
+
+
+@dataclass(frozen=True)
+class _CallOptions:
+    """A call's timeout and retry policy from AReaL's keywords and ``rpc_meta``."""
+
+    timeout: float | None
+    retries: int
+    retry_delay: float
+    keep: Any = None
+
+    @classmethod
+    def resolve(
+        cls,
+        rpc_meta: Any,
+        http_timeout: Any,
+        max_retries: Any,
+        retry_delay: Any,
+    ) -> _CallOptions:
+        meta = rpc_meta or {}
+        if not isinstance(meta, dict):
+            raise ConfigError("rpc_meta", rpc_meta, "use a dict or None")
+        timeout = http_timeout if http_timeout is not None else meta.get("timeout")
+        opts.check_number("http_timeout", timeout)
+        if max_retries is not None:
+            opts.check_type("max_retries", max_retries, (int,), "a whole number >= 1")
+            if max_retries < 1:
+                raise ConfigError("max_retries", max_retries, "use a whole number >= 1 (attempts)")
+            retries = max_retries - 1
+        else:
+            retries = int(meta.get("max_retries", 2))
+        delay = opts.check_number("retry_delay", retry_delay)
+        # No delay by default: a retry follows a check that the worker is alive.
+        return cls(timeout, retries, 0.0 if delay is None else delay, meta.get("keep"))
+
+
+def _tag(exc: EngineCallError, worker_id: str, method: str) -> EngineCallError:
+    exc.worker_id = exc.worker_id or worker_id
+    exc.method = exc.method or method
+    return exc
 
 
 def _no_answer(

@@ -19,7 +19,7 @@ ECHO = "corral.testing.engines.EchoEngine"
 @pytest.fixture
 def sched(tmp_path):
     cfg = BaseExperimentConfig(experiment_name="teardown", trial_name=tmp_path.name[:40])
-    s = LocalScheduler(cfg, fileroot=str(tmp_path), gpu_devices=[])
+    s = LocalScheduler(exp_config=cfg, fileroot=str(tmp_path), gpu_devices=[])
     yield s
     s.close()
 

@@ -19,6 +19,7 @@ from corral.config import (
     scheduler_field,
 )
 from corral.errors import ConfigError
+from corral.safedirs import default_fileroot
 from corral.spec import SchedulingSpec, SchedulingStrategy
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
@@ -243,7 +244,7 @@ def test_cluster_missing_fields_get_defaults() -> None:
 
 def test_no_cluster_or_no_config_at_all() -> None:
     assert cluster_field(None, "n_gpus_per_node") == 8
-    assert cluster_field(type("Cfg", (), {})(), "fileroot") == "/tmp/corral"
+    assert cluster_field(type("Cfg", (), {})(), "fileroot") == default_fileroot()
     assert scheduler_field(None, "type") == "local"
     assert scheduler_field(type("Cfg", (), {"scheduler": object()})(), "startup_timeout") == 120.0
 
@@ -265,7 +266,7 @@ def test_scheduler_reads_partial_cluster(tmp_path: Path) -> None:
             "cluster": type("C", (), {"n_gpus_per_node": 4, "fileroot": str(tmp_path)}),
         },
     )()
-    sched = LocalScheduler(cfg, gpu_devices=[])
+    sched = LocalScheduler(exp_config=cfg, gpu_devices=[])
     try:
         assert sched.n_gpus_per_node == 4
         assert sched.fileroot == str(tmp_path)

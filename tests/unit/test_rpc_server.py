@@ -14,6 +14,7 @@ import zlib
 import psutil
 import pytest
 
+from corral.auth import AUTH_HEADER, sign_request_head
 from corral.errors import (
     AuthenticationError,
     EngineCallError,
@@ -24,7 +25,7 @@ from corral.errors import (
 )
 from corral.rpc import wire
 from corral.rpc.client import RPCClient
-from corral.rpc.http import REQUEST_ID_HEADER, SECRET_HEADER, SocketReader
+from corral.rpc.http import REQUEST_ID_HEADER, SocketReader
 from corral.worker.env import WorkerSettings
 from corral.worker.runtime import WorkerRuntime
 
@@ -101,8 +102,14 @@ def raw_request(
     host, _, port = address.rpartition(":")
     sock = socket.create_connection((host, int(port)), timeout=timeout)
     lines = [f"{method} {path} HTTP/1.1", "Host: corral"]
-    if secret is not None:
-        lines.append(f"{SECRET_HEADER}: {secret}")
+    length = len(body) if content_length is None else content_length
+    if secret:
+        auth = sign_request_head(
+            secret, method, path, body, length=length, request_id=request_id or ""
+        )
+        lines.append(f"{AUTH_HEADER}: {auth}")
+    elif secret is not None:
+        lines.append(f"x-corral-secret: {secret}")  # the old bearer header: refused too
     if request_id is not None:
         lines.append(f"{REQUEST_ID_HEADER}: {request_id}")
     lines.append(f"Content-Length: {len(body) if content_length is None else content_length}")
@@ -250,9 +257,11 @@ def test_connection_cut_mid_body_leaves_server_healthy(runtime, client) -> None:
     total = 64 * 1024 * 1024
     for _ in range(2):
         sock = socket.create_connection((host, int(port)), timeout=5)
+        rid = f"cut-{uuid.uuid4().hex}"
+        auth = sign_request_head(SECRET, "POST", "/call", length=total, request_id=rid)
         sock.sendall(
-            f"POST /call HTTP/1.1\r\n{SECRET_HEADER}: {SECRET}\r\n"
-            f"{REQUEST_ID_HEADER}: cut-{uuid.uuid4().hex}\r\nContent-Length: {total}\r\n\r\n".encode()
+            f"POST /call HTTP/1.1\r\n{AUTH_HEADER}: {auth}\r\n"
+            f"{REQUEST_ID_HEADER}: {rid}\r\nContent-Length: {total}\r\n\r\n".encode()
         )
         chunk = b"\0" * (1 << 20)
         for _ in range(total // 2 // len(chunk)):

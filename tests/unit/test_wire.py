@@ -7,15 +7,16 @@ import math
 import socket
 import struct
 import sys
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 
 import numpy as np
 import pytest
 import torch
 
+from corral.auth import AUTH_HEADER, sign_request_head
 from corral.errors import ProtocolError
 from corral.rpc import wire
-from corral.rpc.http import MAX_HEAD_BYTES, SECRET_HEADER, SocketReader
+from corral.rpc.http import MAX_HEAD_BYTES, SocketReader
 from corral.rpc.server import Reply, RPCServer
 from corral.rpc.wire import MAX_BUFFERS, MAX_HEADER_BYTES, TAG, DataclassRecord
 
@@ -159,6 +160,15 @@ class NoInitField:
     b: int = field(init=False, default=5)
 
 
+@dataclass
+class NeedsInitVar:
+    a: int
+    factor: InitVar[int]
+
+    def __post_init__(self, factor: int) -> None:
+        self.a *= factor
+
+
 def test_nested_dataclasses_roundtrip() -> None:
     value = Outer("o", [Inner(1), Inner(2, np.arange(3.0))], {"k": Inner(3)}, (Inner(4), Frozen(2)))
     out = roundtrip(value)
@@ -175,12 +185,18 @@ def test_frozen_dataclass_as_dict_key_and_set_member() -> None:
     assert roundtrip(value) == value
 
 
-def test_dataclass_that_cannot_be_rebuilt_becomes_a_record() -> None:
+def test_dataclass_with_a_field_outside_init_is_rebuilt_with_its_value() -> None:
     obj = NoInitField(1)
+    obj.b = 7
     out = roundtrip(obj)
+    assert isinstance(out, NoInitField) and (out.a, out.b) == (1, 7)
+
+
+def test_dataclass_that_cannot_be_rebuilt_becomes_a_record() -> None:
+    out = roundtrip(NeedsInitVar(2, 3))  # the InitVar is not a field: __init__ refuses
     assert isinstance(out, DataclassRecord)
-    assert out == {"a": 1, "b": 5}
-    assert out.class_path == f"{__name__}:NoInitField"
+    assert out == {"a": 6}
+    assert out.class_path == f"{__name__}:NeedsInitVar"
 
 
 def test_unloaded_dataclass_comes_back_as_record_and_reencodes_to_same_tag() -> None:
@@ -474,6 +490,10 @@ def _read_reply(sock: socket.socket):
     return msg
 
 
+def _auth(body: bytes = b"", length: int | None = None) -> str:
+    return f"{AUTH_HEADER}: {sign_request_head(SECRET, 'POST', '/x', body, length=length)}"
+
+
 def _closed(sock: socket.socket) -> bool:
     sock.settimeout(5)
     try:
@@ -485,7 +505,7 @@ def _closed(sock: socket.socket) -> bool:
 def test_content_length_over_max_body_gets_413_and_close(server) -> None:
     with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
         sock.sendall(
-            f"POST /x HTTP/1.1\r\n{SECRET_HEADER}: {SECRET}\r\n"
+            f"POST /x HTTP/1.1\r\n{_auth(length=(1 << 20) + 1)}\r\n"
             f"Content-Length: {(1 << 20) + 1}\r\n\r\n".encode()
         )
         reply = _read_reply(sock)
@@ -500,8 +520,7 @@ def test_content_length_at_max_body_is_served(server) -> None:
     with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
         body = b"z" * (1 << 20)
         sock.sendall(
-            f"POST /x HTTP/1.1\r\n{SECRET_HEADER}: {SECRET}\r\nContent-Length: {len(body)}"
-            "\r\n\r\n".encode()
+            f"POST /x HTTP/1.1\r\n{_auth(body)}\r\nContent-Length: {len(body)}\r\n\r\n".encode()
             + body
         )
         assert _read_reply(sock).status == 200
@@ -511,7 +530,7 @@ def test_content_length_at_max_body_is_served(server) -> None:
 def test_head_over_max_head_bytes_gets_400(server) -> None:
     with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
         filler = "".join(f"X-Pad-{i}: {'a' * 90}\r\n" for i in range(MAX_HEAD_BYTES // 90 + 50))
-        head = f"POST /x HTTP/1.1\r\n{SECRET_HEADER}: {SECRET}\r\n{filler}".encode()
+        head = f"POST /x HTTP/1.1\r\n{_auth()}\r\n{filler}".encode()
         assert len(head) > MAX_HEAD_BYTES + 1000
         sock.sendall(head)  # never terminated by a blank line
         reply = _read_reply(sock)
@@ -524,10 +543,7 @@ def test_head_over_max_head_bytes_gets_400(server) -> None:
 @pytest.mark.parametrize("length", ["-1", "abc", "1e9", "0x10", " "])
 def test_bad_content_length_gets_400(server, length: str) -> None:
     with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
-        sock.sendall(
-            f"POST /x HTTP/1.1\r\n{SECRET_HEADER}: {SECRET}\r\nContent-Length: {length}"
-            "\r\n\r\n".encode()
-        )
+        sock.sendall(f"POST /x HTTP/1.1\r\n{_auth()}\r\nContent-Length: {length}\r\n\r\n".encode())
         reply = _read_reply(sock)
         assert reply.status == 400
         assert "Content-Length" in bytes(reply.body).decode()

@@ -37,8 +37,8 @@ from Ray's ledger and rely on the target's devices instead.
 ``MASTER_ADDR``/``MASTER_PORT`` come from the actor on bundle 0 of the role's first
 placement group: it binds port 0 on its node's IP, closes it and reports both.
 
-Workers receive the trial secret in their environment (``CORRAL_SECRET``), because Ray
-nodes need not share a filesystem; their output goes to Ray's worker log and to corral's
+Workers receive the trial secret as an argument of the actor's constructor (Ray nodes need
+not share a filesystem), never in ``runtime_env`` or an environment variable; their output goes to Ray's worker log and to corral's
 per-replica, per-role and merged logs (when the log directory is writable on the node).
 ``SchedulingSpec.cmd`` and containers are not supported on Ray. ``max_restarts``: the
 core restarts a dead worker through ``restart``, as a new actor on the old one's bundle.
@@ -59,15 +59,18 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from corral import options as opts
 from corral.backends.ray_placement import infeasible, node_totals, remove_trial_leftovers
 from corral.config import scheduler_field
 from corral.errors import ConfigError, PlacementError, WorkerCreationError
 from corral.launcher import Launcher, LaunchRequest, WorkerExit
 from corral.logs import replica_log_path
 from corral.procs import pid_alive
+from corral.safedirs import make_private_subdir
 from corral.scheduler import Scheduler
 from corral.spec import NormalizedJob, Worker
 from corral.worker import env as E
+from corral.worker.args import command_argv
 
 log = logging.getLogger("corral.ray")
 
@@ -141,13 +144,14 @@ class RayWorkerActor:
         env: dict[str, str],
         advertise_host: str | None = None,
         visible_devices: dict[str, str] | None = None,
+        secret: str = "",
     ):
         # The environment comes as an argument, not as a per-actor runtime_env: an actor
         # without a runtime_env of its own runs in one of the worker processes Ray has
         # already started, instead of a fresh one per actor. Set it before anything that
         # reads it is imported (thread counts, visible devices).
         env = dict(env)
-        secret_value = env.pop(E.SECRET, "")
+        env.pop(E.SECRET, None)  # never in the environment (read_secret refuses it)
         apply_worker_env(env)
         import ray
 
@@ -165,8 +169,7 @@ class RayWorkerActor:
         for key, value in (visible_devices or {}).items():
             os.environ[key] = value
         settings = WorkerSettings.from_env(os.environ)
-        secret = secret_value or read_secret(os.environ)
-        os.environ.pop(E.SECRET, None)
+        secret = secret or read_secret(os.environ)
         self._tee = _start_tee(settings.log_dir, settings.role, settings.index)
         self.runtime = WorkerRuntime(
             settings, secret, on_shutdown=lambda: self._stop_now("exited on request")
@@ -297,7 +300,7 @@ def _start_tee(log_dir: str | None, role: str, index: int) -> tuple[subprocess.P
     if not log_dir:
         return None
     try:
-        os.makedirs(os.path.join(log_dir, role), exist_ok=True)
+        make_private_subdir(os.path.join(log_dir, role))
     except OSError:
         return None  # no shared filesystem on this node: Ray's worker log only
     sys.stdout.flush()
@@ -474,7 +477,7 @@ class RayLauncher(Launcher):
             )
         kind = self.accelerator_kind()
         for i, spec in enumerate(job.tasks):
-            if spec.cmd:
+            if spec.cmd and command_argv(spec.cmd)[1:] != ["-m", "corral.worker"]:
                 raise ConfigError(
                     f"job.tasks[{i}].cmd",
                     spec.cmd,
@@ -629,7 +632,7 @@ class RayLauncher(Launcher):
                 ),
                 **options,
             )
-            .remote(env, env.get(E.ADVERTISE_HOST), visible_devices)
+            .remote(env, env.get(E.ADVERTISE_HOST), visible_devices, self.trial_secret)
         )
         return _Replica(
             role=role,
@@ -1054,15 +1057,22 @@ class RayScheduler(Scheduler):
 
     def __init__(
         self,
-        exp_config: Any = None,
-        *,
         startup_timeout: float | None = None,
+        *,
+        exp_config: Any = None,
         n_gpus_per_node: int | None = None,
         address: str | None = None,
         init_kwargs: dict | None = None,
         reserve_memory: bool = False,
         **kwargs: Any,
     ):
+        """AReaL's signature (``startup_timeout``, then ``exp_config`` and
+        ``n_gpus_per_node`` by keyword; a config's ``n_gpus_per_node`` wins); an
+        experiment config given first is taken as ``exp_config``."""
+        if exp_config is None and opts.looks_like_config(startup_timeout):
+            exp_config, startup_timeout = startup_timeout, None
+        opts.check_exp_config(exp_config)
+        opts.check_number("startup_timeout", startup_timeout)
         if address is None:
             address = scheduler_field(exp_config, "ray_address")
         launcher = RayLauncher(address, init_kwargs=init_kwargs, reserve_memory=reserve_memory)

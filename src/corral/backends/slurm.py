@@ -26,6 +26,7 @@ import dataclasses
 import logging
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -34,6 +35,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from corral import options as opts
 from corral.backends.sbatch import (
     SbatchParams,
     check_container,
@@ -47,9 +49,10 @@ from corral.backends.sbatch import (
 )
 from corral.backends.slurm_cluster import fit_problem, never_clears, read_inventory
 from corral.backends.slurm_steps import read_place, start_step, step_failure
-from corral.config import scheduler_field
+from corral.config import cluster_field, scheduler_field
 from corral.errors import ConfigError, PlacementError, SchedulerError
 from corral.launcher import Launcher, LaunchRequest, WorkerExit
+from corral.safedirs import make_private_subdir, user_name, write_private
 from corral.scheduler import Scheduler
 from corral.spec import NormalizedJob, SchedulingSpec, normalize_job
 from corral.worker import env as E
@@ -143,11 +146,18 @@ def _require(command: str) -> str:
     return path
 
 
-def _run(argv: list[str], timeout: float = COMMAND_TIMEOUT_SECONDS) -> subprocess.CompletedProcess:
+def _run(
+    argv: list[str], timeout: float = COMMAND_TIMEOUT_SECONDS, umask: int = -1
+) -> subprocess.CompletedProcess:
     _require(argv[0])
     try:
         return subprocess.run(
-            argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+            umask=umask,
         )
     except subprocess.TimeoutExpired:
         raise SchedulerError(
@@ -344,7 +354,11 @@ class SlurmLauncher(Launcher):
         exclude: str | None = None,
         python: str = sys.executable,
         dry_run: bool = False,
+        container_type: str | None = None,
+        container_mounts: str | None = None,
     ):
+        self.container_type = container_type
+        self.container_mounts = container_mounts
         self.n_gpus_per_node = n_gpus_per_node
         self.partition = partition
         self.account = account
@@ -403,6 +417,8 @@ class SlurmLauncher(Launcher):
             extra_srun_args=self.srun_args,
             nodelist=self.nodelist,
             exclude=self.exclude,
+            container_type=self.container_type,
+            mount=self.container_mounts,
         )
 
     def render(self, job: NormalizedJob, env: dict[str, str], log_dir: str) -> str:
@@ -443,7 +459,8 @@ class SlurmLauncher(Launcher):
 
     def _submit(self, path: str, job: NormalizedJob, what: str) -> str:
         """sbatch the script at ``path``; its job id, or PlacementError saying why not."""
-        r = _run(["sbatch", "--parsable", path])
+        # the job inherits sbatch's umask: its logs and directories are private to the user
+        r = _run(["sbatch", "--parsable", path], umask=0o077)
         job_id = r.stdout.strip().split(";")[0]
         if r.returncode != 0 or not job_id.isdigit():
             spec = job.tasks[0]
@@ -473,12 +490,11 @@ class SlurmLauncher(Launcher):
         log_dir = request.log_dir
         script = self.render(job, request.envs[0], log_dir)
         role_dir = os.path.join(log_dir, job.role)
-        os.makedirs(role_dir, exist_ok=True)
+        make_private_subdir(role_dir)
         for index in range(job.replicas):  # a role made again must not read old exits
             self._forget_exit(log_dir, job.role, index)
         path = os.path.join(log_dir, f"{job.role}.sbatch")
-        with open(path, "w") as fh:
-            fh.write(script)
+        write_private(path, script)  # it holds env_vars (tokens): owner only
         job_id = self._submit(path, job, job.role)
         with self._lock:
             self._jobs[job.role] = [RoleJob(job_id, list(range(job.replicas)), log_dir, path)]
@@ -502,8 +518,7 @@ class SlurmLauncher(Launcher):
         params = dataclasses.replace(self.params(one, env, log_dir), index_offset=index)
         script = render_sbatch_script(params)
         path = os.path.join(log_dir, f"{role}.{index}.restart{len(jobs)}.sbatch")
-        with open(path, "w") as fh:
-            fh.write(script)
+        write_private(path, script)
         # the dead replica's exit file must not make the new one look dead
         self._forget_exit(log_dir, role, index)
         job_id = self._submit(path, one, f"{role}/{index} restart")
@@ -746,8 +761,9 @@ class SlurmLauncher(Launcher):
 
 
 def cancel_trial_jobs(experiment: str, trial: str) -> list[str]:
-    """scancel every queued or running job of a trial (jobs are named exp:trial:role)."""
-    r = _run(["squeue", "-h", "-o", "%i|%j"])
+    """scancel every queued or running job of a trial (jobs are named exp:trial:role) that
+    belongs to this user: ``-u`` keeps an admin from cancelling other users' jobs."""
+    r = _run(["squeue", "-h", "-u", user_name(), "-o", "%i|%j"])
     prefix = f"{experiment}:{trial}:"
     ids = [
         line.split("|", 1)[0]
@@ -776,10 +792,22 @@ class SlurmScheduler(Scheduler):
 
     def __init__(
         self,
+        n_gpus_per_node: int | None = None,
+        experiment_name: str | None = None,
+        trial_name: str | None = None,
+        fileroot: str | None = None,
+        cluster_name: str | None = None,
+        container_type: str | None = None,
+        container_mounts: str | None = None,
+        srun_additional_args: str | None = None,
+        startup_timeout: float | None = None,
+        health_check_interval: float | None = None,
+        enable_tms_offload: bool | None = None,
+        name_resolve_type: str | None = None,
+        nfs_record_root: str | None = None,
+        etcd3_addr: str | None = None,
         exp_config: Any = None,
         *,
-        n_gpus_per_node: int | None = None,
-        startup_timeout: float | None = None,
         partition: str | None = None,
         account: str | None = None,
         qos: str | None = None,
@@ -792,16 +820,37 @@ class SlurmScheduler(Scheduler):
         dry_run: bool = False,
         **kwargs: Any,
     ):
+        """The first fifteen parameters are AReaL's ``SlurmScheduler``'s (an experiment
+        config given first is taken as ``exp_config``); ``container_type`` and
+        ``container_mounts`` override every role's spec when given, and
+        ``srun_additional_args`` is added to ``srun_args``."""
+        if exp_config is None and opts.looks_like_config(n_gpus_per_node):
+            exp_config, n_gpus_per_node = n_gpus_per_node, None
+        opts.check_exp_config(exp_config)
+        experiment, trial = opts.names(exp_config, experiment_name, trial_name)
+        if experiment is None or trial is None:
+            raise ConfigError(
+                "experiment_name/trial_name",
+                (experiment, trial),
+                "experiment_name and trial_name must be provided (or exp_config): they "
+                "name the Slurm jobs and the shared directories",
+            )
+        for name, value in (
+            ("cluster_name", cluster_name),
+            ("container_type", container_type),
+            ("container_mounts", container_mounts),
+            ("srun_additional_args", srun_additional_args),
+        ):
+            opts.check_type(name, value, (str,), "a str")
+
         def pick(value: Any, name: str) -> Any:
             return value if value is not None else scheduler_field(exp_config, name)
 
-        from corral.config import cluster_field
-
-        gpus = int(
-            n_gpus_per_node
-            if n_gpus_per_node is not None
-            else cluster_field(exp_config, "n_gpus_per_node")
-        )
+        gpus = opts.n_gpus(exp_config, n_gpus_per_node)
+        srun = pick(srun_args, "srun_args") or ()
+        if srun_additional_args:
+            srun = [*(shlex.split(srun) if isinstance(srun, str) else srun)]
+            srun += shlex.split(srun_additional_args)
         launcher = SlurmLauncher(
             n_gpus_per_node=gpus,
             partition=pick(partition, "partition"),
@@ -809,21 +858,33 @@ class SlurmScheduler(Scheduler):
             qos=pick(qos, "qos"),
             time_limit=pick(time_limit, "time_limit"),
             sbatch_directives=list(pick(sbatch_directives, "sbatch_directives") or ()),
-            srun_args=pick(srun_args, "srun_args") or (),
+            srun_args=srun,
             nodelist=nodelist,
             exclude=exclude,
             python=python,
             dry_run=dry_run,
+            container_type=container_type,
+            container_mounts=container_mounts,
         )
         super().__init__(
             exp_config,
             launcher=launcher,
             n_gpus_per_node=gpus,
             startup_timeout=startup_timeout,
+            experiment_name=experiment,
+            trial_name=trial,
+            fileroot=fileroot,
+            health_check_interval=health_check_interval,
+            enable_tms_offload=enable_tms_offload,
+            name_resolve_type=name_resolve_type,
+            nfs_record_root=nfs_record_root,
+            etcd3_addr=etcd3_addr,
             **kwargs,
         )
+        self.cluster_name = cluster_name or cluster_field(exp_config, "cluster_name")
         self.dry_run = dry_run
-        self._ensure_dir(self.log_dir, "cluster.fileroot (the log directory under it)")
+        if not dry_run:  # a dry run writes nothing
+            self._ensure_dir(str(self.log_dir), "cluster.fileroot (the log directory under it)")
 
     def render_script(self, job: Any) -> str:
         """The exact batch script ``create_workers(job)`` submits (nothing is submitted)."""
@@ -844,7 +905,7 @@ class SlurmScheduler(Scheduler):
                 )
         self.launcher.check(nj)
         env = self.worker_env(nj.role, 0, nj.tasks[0])
-        return self.launcher.render(nj, env, self.log_dir)
+        return self.launcher.render(nj, env, str(self.log_dir))
 
     def create_workers(self, job: Any, *args: Any, **kwargs: Any) -> list[str]:
         if self.dry_run:
@@ -877,7 +938,7 @@ def render_dry_run(cfg: Any, role: str, replicas: int) -> str:
     job = type(
         "Job", (), {"role": role, "replicas": replicas, "tasks": tasks, "scheduling_strategy": None}
     )()
-    sched = SlurmScheduler(cfg, dry_run=True)
+    sched = SlurmScheduler(exp_config=cfg, dry_run=True)
     try:
         return sched.render_script(job)
     finally:

@@ -80,7 +80,7 @@ def run_demo(
     batch: int = 64,
     rollout_replicas: int = 2,
     trainer_replicas: int = 2,
-    fileroot: str = "/tmp/corral",
+    fileroot: str | None = None,
     experiment: str = "demo",
     trial: str | None = None,
     use_torch: bool | None = None,
@@ -90,7 +90,8 @@ def run_demo(
         experiment_name=experiment, trial_name=trial or time.strftime("run-%Y%m%d-%H%M%S")
     )
     cfg.scheduler.type = scheduler_type
-    cfg.cluster.fileroot = fileroot
+    if fileroot:
+        cfg.cluster.fileroot = fileroot
     cfg.cluster.n_gpus_per_node = 0
     for key, value in (overrides or {}).items():
         obj = cfg
@@ -152,7 +153,7 @@ def run_demo(
                 learner_backend=backend,
                 seconds=time.monotonic() - t0,
                 startup_seconds=startup,
-                log_dir=sched.log_dir,
+                log_dir=str(sched.log_dir),
                 worker_ids={"rollout": rollout, "reward": helpers, "trainer": trainers},
             )
 

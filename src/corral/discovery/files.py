@@ -8,6 +8,7 @@ import tempfile
 
 from corral.discovery.base import KEY_SEP, NameResolve, check_key
 from corral.errors import ConfigError, NameResolveError
+from corral.safedirs import check_private_dir, make_private_subdir
 
 _VALUE_FILE = ".value"
 
@@ -19,7 +20,7 @@ class FileNameResolve(NameResolve):
     def __init__(self, root: str):
         self.root = os.path.abspath(root)
         try:
-            os.makedirs(self.root, exist_ok=True)
+            make_private_subdir(self.root)
         except OSError as exc:
             raise ConfigError(
                 "cluster.name_resolve.nfs_record_root",
@@ -33,6 +34,9 @@ class FileNameResolve(NameResolve):
                 root,
                 "it is not writable; use a writable directory on a filesystem every node shares",
             )
+        # another user who can write here could plant records: refuse (records are also
+        # signed, see discovery/signed.py, so a planted one would be refused anyway)
+        check_private_dir(self.root, "cluster.name_resolve.nfs_record_root")
 
     def _path(self, key: str) -> str:
         check_key(key)
@@ -40,7 +44,7 @@ class FileNameResolve(NameResolve):
 
     def add(self, key: str, value: str, replace: bool = False) -> None:
         directory = self._path(key)
-        os.makedirs(directory, exist_ok=True)
+        make_private_subdir(directory)
         target = os.path.join(directory, _VALUE_FILE)
         fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-")
         try:

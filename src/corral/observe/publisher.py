@@ -14,6 +14,7 @@ from typing import Any
 
 from corral.observe.calls import CallStats, NullCallStats
 from corral.observe.snapshot import SnapshotBuilder
+from corral.safedirs import make_private_subdir
 
 log = logging.getLogger("corral")
 STATS_FILE = "stats.json"
@@ -33,6 +34,7 @@ def make_call_stats() -> CallStats:
 
 def write_private(path: str, data: bytes) -> None:
     """Write ``data`` to ``path`` as a 0600 file, atomically (readers never see half)."""
+    make_private_subdir(os.path.dirname(path))
     tmp = f"{path}.{os.getpid()}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
@@ -49,7 +51,7 @@ class StatsPublisher:
         self.scheduler = scheduler
         self.calls = calls
         self.interval = interval
-        self.path = os.path.join(os.path.dirname(scheduler.secret_file), STATS_FILE)
+        self.path = os.path.join(scheduler.secrets_dir, STATS_FILE)  # no secret written
         self.builder = SnapshotBuilder(scheduler)
         self.latest: dict | None = None
         self.metrics_server = None

@@ -9,6 +9,7 @@ import json
 import os
 import time
 
+from corral.auth import unverified_value
 from corral.discovery import NameResolve
 from corral.logs import log_dir_for, replica_log_path
 from corral.observe.snapshot import SNAPSHOT_VERSION, started_at
@@ -27,7 +28,8 @@ def registered_trials(nr: NameResolve, fileroot: str) -> dict[tuple[str, str], d
     whose controller holds a lease in ``nr``."""
     leases: dict[tuple[str, str], dict] = {}
     workers: dict[tuple[str, str], dict[str, dict]] = {}
-    for key, value in nr.get_all().items():
+    for key, raw in nr.get_all().items():
+        value = unverified_value(raw)  # display only: nothing here connects to an address
         parts = key.split("/")
         trial = (parts[0], parts[1]) if len(parts) >= 3 else None
         if len(parts) == 3 and parts[2] == "_controller":

@@ -17,6 +17,7 @@ import threading
 from typing import Any
 
 from corral import errors
+from corral.auth import AUTH_HEADER, RequestSigner, TrialKeys
 from corral.errors import AuthenticationError, ProtocolError
 from corral.rpc import shm, wire
 from corral.rpc.http import (
@@ -24,19 +25,19 @@ from corral.rpc.http import (
     IDENTITY_HEADER,
     LARGE_BODY,
     REQUEST_ID_HEADER,
-    SECRET_HEADER,
     Message,
     SocketReader,
     parse_head,
     send_message,
     tune_socket,
 )
+from corral.rpc.peers import SharedMemoryPeers, _SegmentParts
 
 CONNECT_TIMEOUT = 5.0
+MAX_REPLY = 8 * 1024**3
 #: Connections the async client keeps open to one worker (per event loop); more calls wait.
 MAX_CONNECTIONS_PER_ADDRESS = 8
 SMALL_BODY = 64 * 1024
-MAX_SEGMENT = 1 << 40
 _REMOTE_ERRORS = {
     name: getattr(errors, name)
     for name in (
@@ -86,9 +87,7 @@ def new_request_id() -> str:
     return _ids.next()
 
 
-def _static_head(secret: str) -> str:
-    """The header lines every request of a client carries, rendered once."""
-    return f"Host: corral\r\n{SECRET_HEADER}: {secret}\r\nContent-Type: {FRAME_TYPE}\r\n"
+_STATIC_HEAD = f"Host: corral\r\nContent-Type: {FRAME_TYPE}\r\n"
 
 
 def raise_remote(error: dict) -> None:
@@ -98,25 +97,20 @@ def raise_remote(error: dict) -> None:
     tb = error.get("traceback", "")
     cls = _REMOTE_ERRORS.get(kind)
     if cls is errors.EngineCallError:
-        raise errors.EngineCallError(message, tb)
+        raise errors.EngineCallError(message, remote_traceback=tb)
     if cls is errors.ConfigError:
         raise errors.SchedulerError(message)
     if cls is errors.RefLostError:
         raise errors.RefLostError(message, str(error.get("owner", "")))
     if cls is not None:
         raise cls(message + (f"\n--- remote traceback ---\n{tb}" if tb else ""))
-    raise errors.EngineCallError(f"{kind}: {message}", tb)
+    raise errors.EngineCallError(f"{kind}: {message}", remote_traceback=tb)
 
 
 def interpret_reply(address: str, msg: Message) -> Any:
     if msg.status == 409:
         text = bytes(msg.body[:300]).decode("utf-8", "replace")
         raise WorkerUnreachableError(address, ConnectionRefusedError(text))
-    if msg.status == 401:
-        raise AuthenticationError(
-            f"worker at {address} refused the request (401): the trial secret is missing or "
-            "wrong; connect with the scheduler that started the worker"
-        )
     if msg.headers.get("content-type") != FRAME_TYPE:
         text = bytes(msg.body[:500]).decode("utf-8", "replace")
         if msg.status == 200:
@@ -130,85 +124,60 @@ def interpret_reply(address: str, msg: Message) -> Any:
     return envelope.get("result")
 
 
-def _request_headers(secret: str, request_id: str, identity: str | None = None) -> dict[str, str]:
-    headers = {
-        "Host": "corral",
-        SECRET_HEADER: secret,
-        REQUEST_ID_HEADER: request_id,
-        "Content-Type": FRAME_TYPE,
-    }
+def _request_headers(request_id: str, identity: str | None = None) -> dict[str, str]:
+    headers = {"Host": "corral", REQUEST_ID_HEADER: request_id, "Content-Type": FRAME_TYPE}
     if identity:
         headers[IDENTITY_HEADER] = identity
     return headers
 
 
-_SHM_HEADERS = (shm.SEGMENT_HEADER, shm.RELEASED_HEADER, shm.OFFER_HEADER)
+def sign_headers(
+    signer: RequestSigner, headers: dict[str, str], method: str, path: str, request_id: str,
+    identity: str | None, parts: list, length: int,
+) -> str:  # fmt: skip
+    """Add the signature (after the shared-memory headers are set); the reply's nonce."""
+    auth, nonce = signer.sign(
+        method, path, request_id, identity or "", parts, length,
+        headers.get(shm.SEGMENT_HEADER, ""),
+    )  # fmt: skip
+    headers[AUTH_HEADER] = auth
+    return nonce
 
 
-class SharedMemoryPeers:
-    """Which addresses are on this host, and the shared-memory side of one request."""
-
-    def __init__(self) -> None:
-        self.token = shm.host_token()
-        self.offer = f"{self.token} {os.getpid()}"
-        self.local: dict[str, int] = {}  # address -> the server's pid
-        self.remote: set[str] = set()
-
-    def prepare(self, address: str, headers: dict[str, str], parts: list, fresh: bool) -> list:
-        """Set the shared-memory headers; a large body to a local peer moves into a segment
-        (kept alive by the returned list, which is sent instead of ``parts``). The offer
-        rides only on a connection's first request (``fresh``): the server remembers it."""
-        for name in _SHM_HEADERS:  # a retry: drop what the last attempt added
-            headers.pop(name, None)
-        if not self.token or address in self.remote:
-            return parts
-        if fresh:
-            headers[shm.OFFER_HEADER] = self.offer
-        pid = self.local.get(address)
-        if pid is None:
-            return parts
-        if pid in shm._RELEASED:
-            released = shm.released_for(pid)
-            if released:
-                headers[shm.RELEASED_HEADER] = released
-        if shm.wants_segment(parts, True):
-            segment = shm.Segment.from_parts(parts, pid)
-            headers[shm.SEGMENT_HEADER] = segment.descriptor()
-            return _SegmentParts(segment)
-        return parts
-
-    def receive(self, address: str, reply: Message) -> memoryview | None:
-        """The reply body if it is in a segment (None: read it from the socket)."""
-        pid = reply.headers.get(shm.LOCAL_HEADER)
-        if pid and pid.isdigit():
-            self.local[address] = int(pid)
-        shm.take_released(reply.headers.get(shm.RELEASED_HEADER), self.local.get(address))
-        descriptor = reply.headers.get(shm.SEGMENT_HEADER)
-        if descriptor is None:
-            return None
-        try:
-            return shm.open_segment(descriptor, MAX_SEGMENT)
-        except ProtocolError:
-            return None
-
-    def refused(self, address: str, reply: Message, body: memoryview | None) -> bool:
-        """True if shared memory failed either way: stop using it for ``address``; the
-        request is resent over the socket (same id: it runs at most once)."""
-        failed = reply.headers.get(shm.REFUSED_HEADER) or (
-            shm.SEGMENT_HEADER in reply.headers and body is None
+def check_reply_head(
+    signer: RequestSigner, address: str, msg: Message, nonce: str, max_reply: int
+) -> str:
+    """Refuse a reply head before its body is read: a 401, a head not signed by the
+    trial's worker, or a body over ``max_reply``. Returns the body digest to check."""
+    if msg.status == 401:
+        raise AuthenticationError(
+            f"worker at {address} refused the request (401): the trial secret is missing or "
+            "wrong; connect with the scheduler that started the worker"
         )
-        if failed:
-            self.local.pop(address, None)
-            self.remote.add(address)
-        return bool(failed)
+    length = msg.content_length
+    digest = signer.verify_reply_head(
+        address,
+        msg.headers.get(AUTH_HEADER),
+        msg.status,
+        nonce,
+        msg.headers.get("content-type", ""),
+        length,
+        msg.headers.get(shm.SEGMENT_HEADER, ""),
+    )
+    if length > max_reply:
+        raise ProtocolError(
+            f"worker at {address} announced a reply of {length} bytes, over the client's limit "
+            f"of {max_reply}; raise max_reply if such replies are expected"
+        )
+    return digest
 
 
-class _SegmentParts(list):
-    """No body bytes to send; holds the request's segment until the reply is in."""
-
-    def __init__(self, segment: shm.Segment):
-        super().__init__()
-        self.segment = segment
+def check_reply_body(signer: RequestSigner, address: str, digest: str, body) -> None:
+    if not signer.keys.body_matches(digest, body):
+        raise AuthenticationError(
+            f"the reply body from {address} does not match its signed digest: it was altered "
+            "on the way"
+        )
 
 
 class _Conn:
@@ -230,8 +199,9 @@ class _Conn:
 class RPCClient:
     """Blocking client. Thread-safe: each thread takes its own pooled connection."""
 
-    def __init__(self, secret: str):
-        self.secret = secret
+    def __init__(self, secret: str, max_reply: int = MAX_REPLY):
+        self._signer = RequestSigner(TrialKeys(secret))
+        self.max_reply = max_reply
         self._idle: dict[str, list[_Conn]] = {}
         self._lock = threading.Lock()
         self.shm = SharedMemoryPeers()
@@ -283,7 +253,7 @@ class RPCClient:
         """
         request_id = request_id or new_request_id()
         parts = wire.encode(payload) if method == "POST" else []
-        headers = _request_headers(self.secret, request_id, identity)
+        headers = _request_headers(request_id, identity)
         retried = False
         while True:
             try:
@@ -294,15 +264,21 @@ class RPCClient:
                 raise WorkerUnreachableError(address, exc) from None
             send = self.shm.prepare(address, headers, parts, not conn.offered)
             conn.offered = True
+            length = wire.frame_size(send) if send else 0
+            nonce = sign_headers(
+                self._signer, headers, method, path, request_id, identity, send, length
+            )
             try:
                 conn.sock.settimeout(timeout)
                 send_message(conn.sock, f"{method} {path} HTTP/1.1", headers, send)
                 reply = conn.reader.read_head()
                 if reply is None:
                     raise ConnectionResetError("worker closed the connection")
+                digest = check_reply_head(self._signer, address, reply, nonce, self.max_reply)
                 body = self.shm.receive(address, reply)
                 if body is None:
                     reply.body = conn.reader.read_body(reply.content_length)
+                    check_reply_body(self._signer, address, digest, reply.body)
                     self.bytes_received += reply.content_length
                 else:
                     reply.body = body
@@ -318,6 +294,9 @@ class RPCClient:
                     retried = True
                     continue
                 raise WorkerUnreachableError(address, exc) from None
+            except (AuthenticationError, ProtocolError):
+                conn.close()
+                raise
             if reply.keep_alive:
                 self._give_back(address, conn)
             else:
@@ -404,14 +383,19 @@ class AsyncRPCClient:
     of opening one per call in flight.
     """
 
-    def __init__(self, secret: str, max_connections: int = MAX_CONNECTIONS_PER_ADDRESS):
+    def __init__(
+        self,
+        secret: str,
+        max_connections: int = MAX_CONNECTIONS_PER_ADDRESS,
+        max_reply: int = MAX_REPLY,
+    ):
         if max_connections < 1:
             raise ValueError(f"max_connections must be >= 1, not {max_connections}")
-        self.secret = secret
+        self._signer = RequestSigner(TrialKeys(secret))
+        self.max_reply = max_reply
         self.shm = SharedMemoryPeers()
         self.bytes_received = 0
         self.max_connections = max_connections
-        self._static_head = _static_head(secret)
         self._pools: dict[asyncio.AbstractEventLoop, dict[str, _LoopPool]] = {}
         self._cache: tuple[Any, dict[str, _LoopPool]] = (None, {})
         self._lock = threading.Lock()
@@ -509,26 +493,27 @@ class AsyncRPCClient:
         who = f"{IDENTITY_HEADER}: {identity}\r\n" if identity else ""
         more = "".join(f"{k}: {v}\r\n" for k, v in extra.items())
         return (
-            f"POST {path} HTTP/1.1\r\n{self._static_head}{REQUEST_ID_HEADER}: {request_id}\r\n"
+            f"POST {path} HTTP/1.1\r\n{_STATIC_HEAD}{REQUEST_ID_HEADER}: {request_id}\r\n"
             f"{who}{more}Content-Length: {length}\r\n\r\n"
         ).encode("latin-1")
 
     def _frame(
         self, address: str, path: str, parts: list, request_id: str, identity, writer
-    ) -> list:
+    ) -> tuple[list, str]:
         """Head and body parts for one attempt on this connection (shared memory decided
-        here: the offer rides on a connection's first request)."""
+        here: the offer rides on a connection's first request), signed; and the nonce."""
         extra: dict[str, str] = {}
         send = self.shm.prepare(address, extra, parts, not getattr(writer, "_offered", False))
         writer._offered = True
         length = wire.frame_size(send)
+        nonce = sign_headers(self._signer, extra, "POST", path, request_id, identity, send, length)
         head = self._head(path, request_id, identity, length, extra)
         if isinstance(send, _SegmentParts):
             send.append(head)  # the list keeps the segment alive until the reply is in
-            return send
+            return send, nonce
         if length <= SMALL_BODY:
-            return [head + b"".join(send)]
-        return [head, *send]
+            return [head + b"".join(send)], nonce
+        return [head, *send], nonce
 
     async def _send(
         self, address: str, path: str, parts: list, request_id: str, identity: str | None
@@ -545,9 +530,9 @@ class AsyncRPCClient:
             except OSError as exc:
                 raise WorkerUnreachableError(address, exc) from None
             reader, writer = conn
-            frame = self._frame(address, path, parts, request_id, identity, writer)
+            frame, nonce = self._frame(address, path, parts, request_id, identity, writer)
             try:
-                reply, body = await self._exchange(address, reader, writer, frame)
+                reply, body = await self._exchange(address, reader, writer, frame, nonce)
             except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
                 pool.discard(writer)
                 if reused and not retried:
@@ -565,7 +550,7 @@ class AsyncRPCClient:
                 continue
             return interpret_reply(address, reply)
 
-    async def _exchange(self, address: str, reader, writer, parts: list):
+    async def _exchange(self, address: str, reader, writer, parts: list, nonce: str):
         if len(parts) == 1:
             writer.write(parts[0])
         else:
@@ -573,6 +558,7 @@ class AsyncRPCClient:
         await writer.drain()
         raw = await reader.readuntil(b"\r\n\r\n")
         msg = parse_head(raw[:-4])
+        digest = check_reply_head(self._signer, address, msg, nonce, self.max_reply)
         body = self.shm.receive(address, msg)
         if shm.SEGMENT_HEADER in msg.headers:
             writer.write(shm.ACK if body is not None else shm.NAK)
@@ -584,6 +570,7 @@ class AsyncRPCClient:
             msg.body = bytearray(await reader.readexactly(length)) if length else bytearray()
         else:
             msg.body = await _read_exactly_into(reader, length)
+        check_reply_body(self._signer, address, digest, msg.body)
         self.bytes_received += length
         return msg, body
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import socket
 import sys
+import time
 from dataclasses import dataclass, field
 
 from corral.errors import ProtocolError
@@ -15,7 +16,6 @@ from corral.errors import ProtocolError
 MAX_HEAD_BYTES = 64 * 1024
 LARGE_BODY = 1 << 20
 SPARE_BUFFERS = 2
-SECRET_HEADER = "x-corral-secret"
 REQUEST_ID_HEADER = "x-corral-request-id"
 IDENTITY_HEADER = "x-corral-worker"
 FRAME_TYPE = "application/x-corral-frame"
@@ -87,14 +87,31 @@ class SocketReader:
         self.pending = bytearray()
         self._spares: list = []
 
-    def read_head(self) -> Message | None:
-        """The next message head, or None if the peer closed cleanly between messages."""
+    def read_head(
+        self, idle_timeout: float | None = None, head_timeout: float | None = None
+    ) -> Message | None:
+        """The next message head, or None if the peer closed cleanly between messages.
+
+        With timeouts (the server): wait at most ``idle_timeout`` for its first byte, then
+        at most ``head_timeout`` for the whole head; TimeoutError beyond. Without (the
+        client), the socket's own timeout applies."""
+        deadline = None
         while True:
             end = self.pending.find(b"\r\n\r\n")
             if end >= 0:
                 break
             if len(self.pending) > MAX_HEAD_BYTES:
                 raise ProtocolError(f"HTTP head longer than {MAX_HEAD_BYTES} bytes")
+            if head_timeout is not None:
+                if self.pending and deadline is None:
+                    deadline = time.monotonic() + head_timeout
+                if deadline is None:
+                    self.sock.settimeout(idle_timeout)
+                else:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise TimeoutError(f"HTTP head not complete within {head_timeout}s")
+                    self.sock.settimeout(left)
             chunk = self.sock.recv(_SMALL)
             if not chunk:
                 if self.pending:

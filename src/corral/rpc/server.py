@@ -1,23 +1,34 @@
-"""The worker's RPC server: one thread per keep-alive connection, authenticated first."""
+"""The worker's RPC server: one thread per keep-alive connection, authenticated first.
+
+Every request head must carry a valid signature made with the trial secret (see
+``corral.auth``); one without gets 401 before its body is read, and the connection is
+closed. The server bounds what an unauthenticated peer can hold: a connection must send a
+complete head within ``head_timeout`` of connecting (and between requests may idle for
+``idle_timeout``), at most ``max_unauthenticated`` connections wait for their first head
+(the oldest is dropped for a new one), at most ``max_connections`` are open in all, and
+when the process runs out of file descriptors the accept loop backs off and keeps going.
+"""
 
 from __future__ import annotations
 
-import hmac
+import errno
 import logging
 import os
 import socket
 import threading
+import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from corral.auth import AUTH_HEADER, RequestVerifier, TrialKeys
 from corral.errors import ProtocolError
 from corral.rpc import shm
 from corral.rpc.http import (
     IDENTITY_HEADER,
     REASONS,
     REQUEST_ID_HEADER,
-    SECRET_HEADER,
     Message,
     SocketReader,
     send_message,
@@ -26,6 +37,12 @@ from corral.rpc.http import (
 
 log = logging.getLogger(__name__)
 DEFAULT_MAX_BODY = 8 * 1024**3
+HEAD_TIMEOUT = 10.0
+IDLE_TIMEOUT = 300.0
+BODY_IDLE_TIMEOUT = 60.0
+MAX_CONNECTIONS = 512
+MAX_UNAUTHENTICATED = 64
+_FD_ERRORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
 
 @dataclass
@@ -53,32 +70,42 @@ Handler = Callable[[Message], "Reply | Deferred"]
 
 
 class RPCServer:
-    """Serves ``handler`` on a port the kernel picks. Requests without the trial secret
-    get 401 before their body is read, and the connection is closed."""
+    """Serves ``handler`` on ``host`` (the advertised address) and a port the kernel picks."""
 
     def __init__(
         self,
         secret: str,
         handler: Handler,
-        host: str = "0.0.0.0",
+        host: str = "127.0.0.1",
         port: int = 0,
         max_body: int = DEFAULT_MAX_BODY,
         identity: str = "",
         delivered: Callable[[str], None] | None = None,
+        *,
+        head_timeout: float = HEAD_TIMEOUT,
+        idle_timeout: float = IDLE_TIMEOUT,
+        max_connections: int = MAX_CONNECTIONS,
+        max_unauthenticated: int = MAX_UNAUTHENTICATED,
     ):
         """``delivered(request_id)`` is called when the client sends its next request on
         the same connection: proof that it read the whole reply to that one."""
-        self._secret = secret.encode()
+        self._verifier = RequestVerifier(TrialKeys(secret))
         self.identity = identity
         self._delivered = delivered
         self._handler = handler
         self._max_body = max_body
+        self.head_timeout = head_timeout
+        self.idle_timeout = idle_timeout
+        self.max_connections = max_connections
+        self.max_unauthenticated = max_unauthenticated
         self._sock = socket.create_server((host, port), backlog=512, reuse_port=False)
         self.port: int = self._sock.getsockname()[1]
         self._closed = threading.Event()
         self._conns: set[socket.socket] = set()
+        self._waiting: OrderedDict[socket.socket, None] = OrderedDict()  # no request yet
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._accept_loop, name="rpc-accept", daemon=True)
+        self.fd_exhausted = 0  # times accept() ran out of descriptors (for tests and logs)
 
     def start(self) -> RPCServer:
         self._thread.start()
@@ -93,34 +120,70 @@ class RPCServer:
         self._sock.close()
         with self._lock:
             for conn in list(self._conns):
-                try:
-                    conn.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
+                _shutdown(conn)
 
+    # -------------------------------------------------------------- accepting
     def _accept_loop(self) -> None:
+        backoff = 0.01
         while not self._closed.is_set():
             try:
                 conn, _ = self._sock.accept()
-            except OSError:
-                return
-            tune_socket(conn)
-            with self._lock:
-                self._conns.add(conn)
-            threading.Thread(target=self._serve, args=(conn,), name="rpc-conn", daemon=True).start()
+            except OSError as exc:
+                if self._closed.is_set():
+                    return
+                if exc.errno in _FD_ERRORS:
+                    self.fd_exhausted += 1
+                    if self.fd_exhausted == 1 or self.fd_exhausted % 100 == 0:
+                        log.warning("accept: %s; dropping a waiting connection, retrying", exc)
+                    self._drop_oldest_waiting()
+                    time.sleep(backoff)
+                    backoff = min(backoff * 2, 1.0)
+                continue
+            backoff = 0.01
+            self._admit(conn)
 
-    def _authorized(self, msg: Message) -> bool:
-        given = msg.headers.get(SECRET_HEADER, "").encode("latin-1", "replace")
-        return hmac.compare_digest(given, self._secret)
+    def _admit(self, conn: socket.socket) -> None:
+        with self._lock:
+            if len(self._conns) >= self.max_connections:
+                over = True
+            else:
+                over = False
+                self._conns.add(conn)
+                self._waiting[conn] = None
+                while len(self._waiting) > self.max_unauthenticated:
+                    oldest, _ = self._waiting.popitem(last=False)
+                    _shutdown(oldest)
+        if over:
+            conn.close()
+            return
+        try:
+            tune_socket(conn)
+            threading.Thread(target=self._serve, args=(conn,), name="rpc-conn", daemon=True).start()
+        except (RuntimeError, OSError) as exc:  # no thread left: refuse this one
+            log.warning("cannot serve a new connection: %s", exc)
+            self._forget(conn)
+            conn.close()
+
+    def _drop_oldest_waiting(self) -> None:
+        with self._lock:
+            if self._waiting:
+                oldest, _ = self._waiting.popitem(last=False)
+                _shutdown(oldest)
+
+    def _forget(self, conn: socket.socket) -> None:
+        with self._lock:
+            self._conns.discard(conn)
+            self._waiting.pop(conn, None)
 
     def _serve(self, conn: socket.socket) -> None:
         reader = SocketReader(conn)
         answered: str | None = None
         held: list = []  # a reply's segment, kept until the client has mapped it
         peer: int | None = None  # the client's pid once it offered shared memory
+        idle = self.head_timeout  # a new connection must send its first head promptly
         try:
             while not self._closed.is_set():
-                msg = reader.read_head()
+                msg = reader.read_head(idle, self.head_timeout)
                 if msg is None or not msg.method:
                     return
                 if msg.method in ("ACK", "NAK"):  # the client mapped (or failed to map) it
@@ -135,39 +198,50 @@ class RPCServer:
                 if answered and self._delivered is not None:
                     self._delivered(answered)
                     answered = None
-                if not self._authorized(msg):
-                    self._reply(
-                        conn, Reply(401, [b"missing or wrong trial secret"], "text/plain"), False
-                    )
+                length = msg.content_length
+                descriptor = msg.headers.get(shm.SEGMENT_HEADER)
+                why, nonce, digest = self._verifier.verify_head(
+                    msg.headers.get(AUTH_HEADER),
+                    msg.method,
+                    msg.path,
+                    msg.headers.get(REQUEST_ID_HEADER, ""),
+                    msg.headers.get(IDENTITY_HEADER, ""),
+                    length,
+                    descriptor or "",
+                )
+                if why is not None:
+                    self._refuse(conn, why)
                     return
+                with self._lock:
+                    self._waiting.pop(conn, None)
+                idle = self.idle_timeout
                 wanted = msg.headers.get(IDENTITY_HEADER)
                 if wanted and self.identity and wanted != self.identity:
                     text = f"this is {self.identity}, not {wanted}: the address is stale"
-                    self._reply(conn, Reply(409, [text.encode()], "text/plain"), False)
+                    self._reply(conn, Reply(409, [text.encode()], "text/plain"), False, nonce=nonce)
                     return
-                length = msg.content_length
                 if length > self._max_body:
-                    self._reply(
-                        conn,
-                        Reply(413, [f"body over {self._max_body} bytes".encode()], "text/plain"),
-                        False,
-                    )
+                    text = f"body over {self._max_body} bytes".encode()
+                    self._reply(conn, Reply(413, [text], "text/plain"), False, nonce=nonce)
                     return
                 offered = shm.OFFER_HEADER in msg.headers
                 if offered:
                     peer = local_peer(msg)
                 if peer is not None and shm.RELEASED_HEADER in msg.headers:
                     shm.take_released(msg.headers[shm.RELEASED_HEADER], peer)
-                descriptor = msg.headers.get(shm.SEGMENT_HEADER)
-                if descriptor is not None:
+                if descriptor is not None:  # same host, 0600 memfd; the descriptor is signed
                     try:
                         msg.body = shm.open_segment(descriptor, self._max_body)
                     except ProtocolError as exc:
                         refused = Reply(400, [str(exc).encode()], "text/plain")
-                        self._reply(conn, refused, msg.keep_alive, refused=True)
+                        self._reply(conn, refused, msg.keep_alive, refused=True, nonce=nonce)
                         continue
                 else:
+                    conn.settimeout(BODY_IDLE_TIMEOUT)
                     msg.body = reader.read_body(length)
+                    if not self._verifier.keys.body_matches(digest, msg.body):
+                        self._refuse(conn, "body does not match its signed digest")
+                        return
                 msg.peer = peer
                 reply = self._handler(msg)
                 msg.body = bytearray()
@@ -175,10 +249,14 @@ class RPCServer:
                     # held before it is sent: the client's ACK may come at once
                     hold = lambda seg, p=peer: held.append((seg, p))  # noqa: E731
                     reply.start(
-                        lambda r, c=conn, p=peer, o=offered, h=hold: self._send_later(c, r, p, o, h)
+                        lambda r, c=conn, p=peer, o=offered, h=hold, n=nonce: self._send_later(
+                            c, r, p, o, h, n
+                        )
                     )
                 else:
-                    segment = self._reply(conn, reply, msg.keep_alive, peer, announce=offered)
+                    segment = self._reply(
+                        conn, reply, msg.keep_alive, peer, announce=offered, nonce=nonce
+                    )
                     if segment is not None:
                         held.append((segment, peer))
                 answered = msg.headers.get(REQUEST_ID_HEADER)
@@ -189,29 +267,31 @@ class RPCServer:
                 self._reply(conn, Reply(400, [str(exc).encode()], "text/plain"), False)
             except OSError:
                 pass
-        except OSError:
+        except OSError:  # includes timeouts: the connection is dropped
             pass
         finally:
-            with self._lock:
-                self._conns.discard(conn)
+            self._forget(conn)
             conn.close()
 
-    @staticmethod
+    def _refuse(self, conn: socket.socket, why: str) -> None:
+        text = f"request not authenticated ({why}); sign it with the trial secret"
+        self._reply(conn, Reply(401, [text.encode()], "text/plain"), False)
+
     def _send_later(
-        conn: socket.socket, reply: Reply, peer: int | None, offered: bool, hold
+        self, conn: socket.socket, reply: Reply, peer: int | None, offered: bool, hold, nonce: str
     ) -> None:
         """Write a deferred reply (on the engine thread); if that fails, end the connection
         (its own thread then sees it)."""
         try:
-            RPCServer._reply(conn, reply, True, peer, announce=offered, hold=hold)
+            self._reply(conn, reply, True, peer, announce=offered, hold=hold, nonce=nonce)
         except OSError:
             try:
                 conn.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
 
-    @staticmethod
     def _reply(
+        self,
         conn: socket.socket,
         reply: Reply,
         keep_alive: bool,
@@ -219,6 +299,7 @@ class RPCServer:
         refused: bool = False,
         announce: bool = False,
         hold=None,
+        nonce: str = "",
     ) -> shm.Segment | None:
         """Send ``reply``; a large one to a local peer goes in a segment, which is returned
         so that the caller holds it until the client acknowledges it (``hold(segment)``, if
@@ -246,6 +327,10 @@ class RPCServer:
                 parts = []
                 if hold is not None:
                     hold(segment)
+        if nonce:  # a reply to an authenticated request proves we hold the secret too
+            headers[AUTH_HEADER] = self._verifier.sign_reply(
+                reply.status, nonce, reply.content_type, parts, headers.get(shm.SEGMENT_HEADER, "")
+            )
         send_message(conn, status_line, headers, parts)
         return segment
 
@@ -259,3 +344,10 @@ def local_peer(msg: Message) -> int | None:
     if token != shm.host_token() or not token or not pid.isdigit():
         return None
     return int(pid)
+
+
+def _shutdown(conn: socket.socket) -> None:
+    try:
+        conn.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass

@@ -9,8 +9,10 @@ from __future__ import annotations
 import _thread
 import importlib
 import inspect
+import os
 import queue
 import re
+import sys
 import threading
 import traceback
 from typing import Any
@@ -21,6 +23,7 @@ from corral.errors import (
     EngineImportError,
     WorkerNotFoundError,
 )
+from corral.worker.env import ENGINE_ALLOW
 
 _IMPORT_PATH = re.compile(
     r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*([:.][A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*)?$"
@@ -52,6 +55,56 @@ def resolve_import_path(path: str) -> Any:
                 f"module {module_name!r} has no attribute {attr_path!r}"
             ) from None
     return obj
+
+
+# corral's own modules that may define engines; the rest of corral is machinery.
+_CORRAL_ENGINE_MODULES = ("corral.testing", "corral.demo")
+
+
+def _top(module: str) -> str:
+    return module.partition(".")[0]
+
+
+def is_stdlib_module(module: str) -> bool:
+    return _top(module) in sys.stdlib_module_names or module == "builtins"
+
+
+def check_engine_factory(path: str, factory: Any) -> None:
+    """The engine creation policy (docs/security.md). A factory must be
+
+    * a class, or a function written in Python (not a builtin such as ``os.system``);
+    * defined in a module outside Python's standard library and builtins (so
+      ``subprocess.Popen``, ``subprocess.run``, ``os.system``, ``builtins.eval``,
+      ``pty.spawn`` are refused, also when re-exported under another name);
+    * not part of corral's machinery (``corral.procs.spawn`` ...), except
+      ``corral.testing`` and ``corral.demo``;
+
+    unless its exact import path is listed in ``CORRAL_ENGINE_ALLOW`` (comma-separated).
+    This stops mistakes and the obvious command-runners; it is not a sandbox: whoever
+    holds the trial secret may run any engine class importable on the worker.
+    """
+    allowed = {p.strip() for p in os.environ.get(ENGINE_ALLOW, "").split(",") if p.strip()}
+    if path in allowed:
+        return
+    fix = (
+        f"name a class or function of your own package, or list {path!r} in {ENGINE_ALLOW} "
+        "on the worker if you really mean it"
+    )
+    if not (inspect.isclass(factory) or inspect.isfunction(factory)):
+        raise EngineImportError(
+            f"engine import path {path!r} names a {type(factory).__name__}, not a class or a "
+            f"Python function; {fix}"
+        )
+    module = getattr(factory, "__module__", None) or ""
+    if is_stdlib_module(module):
+        raise EngineImportError(
+            f"engine import path {path!r} resolves to {module}.{factory.__qualname__}, part of "
+            f"Python's standard library, which the engine policy refuses; {fix}"
+        )
+    if _top(module) == "corral" and not module.startswith(_CORRAL_ENGINE_MODULES):
+        raise EngineImportError(
+            f"engine import path {path!r} resolves to corral's own {module}, not an engine; {fix}"
+        )
 
 
 class EngineThread:
@@ -162,6 +215,7 @@ class EngineHost:
         if name in self.engines:
             raise EngineCreationError(f"engine {name!r} already exists on this worker")
         factory = resolve_import_path(import_path)
+        check_engine_factory(import_path, factory)
         try:
             engine = self._on_engine_thread(factory, *args, **kwargs)
             if inspect.isawaitable(engine):
@@ -213,7 +267,7 @@ class EngineHost:
             except Exception as exc:
                 raise EngineCallError(
                     f"{type(engine).__name__}.{method} raised {type(exc).__name__}: {exc}",
-                    traceback.format_exc(),
+                    remote_traceback=traceback.format_exc(),
                 ) from exc
 
         return run
@@ -234,7 +288,7 @@ class EngineHost:
         except Exception as exc:
             raise EngineCallError(
                 f"{type(engine).__name__}.{method} raised {type(exc).__name__}: {exc}",
-                traceback.format_exc(),
+                remote_traceback=traceback.format_exc(),
             ) from exc
 
     def destroy_all(self) -> list[str]:

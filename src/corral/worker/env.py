@@ -13,8 +13,10 @@ ROLE = "CORRAL_ROLE"
 INDEX = "CORRAL_INDEX"
 INDEX_OFFSET = "CORRAL_INDEX_OFFSET"
 NAME_RESOLVE = "CORRAL_NAME_RESOLVE"
-SECRET = "CORRAL_SECRET"
+SECRET = "CORRAL_SECRET"  # never set: refused by the worker and by the sbatch renderer
 SECRET_FILE = "CORRAL_SECRET_FILE"
+SECRET_FD = "CORRAL_SECRET_FD"
+ENGINE_ALLOW = "CORRAL_ENGINE_ALLOW"
 LOG_DIR = "CORRAL_LOG_DIR"
 PORT_COUNT = "CORRAL_PORT_COUNT"
 LEASE_TIMEOUT = "CORRAL_LEASE_TIMEOUT"
@@ -26,6 +28,7 @@ ADVERTISE_HOST = "CORRAL_ADVERTISE_HOST"
 BACKEND_ID = "CORRAL_BACKEND_ID"
 FORKED = "CORRAL_FORKED"
 ENGINES = "CORRAL_ENGINES"
+FILEROOT = "CORRAL_FILEROOT"
 RUN_ID = "CORRAL_RUN_ID"
 NODE = "CORRAL_NODE"
 
@@ -33,17 +36,29 @@ DEFAULT_LEASE_TIMEOUT = 5.0
 
 
 def read_secret(env: dict[str, str] | None = None) -> str:
+    """The trial secret, from an inherited pipe (``CORRAL_SECRET_FD``: forked workers) or a
+    0600 file (``CORRAL_SECRET_FILE``: local and Slurm workers). Never from the
+    environment: a secret there is visible in /proc/<pid>/environ and job records."""
     env = os.environ if env is None else env
+    if env.get(SECRET):
+        raise SystemExit(
+            f"corral worker: {SECRET} is set; the trial secret must not travel in the "
+            f"environment. Schedulers pass it in a 0600 file ({SECRET_FILE}) or a pipe"
+        )
+    fd_text = env.get(SECRET_FD)
+    if fd_text:
+        with os.fdopen(int(fd_text), "r") as fh:
+            secret = fh.read().strip()
+        env.pop(SECRET_FD, None)
+        return secret
     path = env.get(SECRET_FILE)
     if path:
         with open(path) as fh:
             return fh.read().strip()
-    secret = env.get(SECRET, "")
-    if not secret:
-        raise SystemExit(
-            f"corral worker: no trial secret ({SECRET_FILE} or {SECRET} must be set by the scheduler)"
-        )
-    return secret
+    raise SystemExit(
+        f"corral worker: no trial secret ({SECRET_FILE} or {SECRET_FD} must be set by the "
+        "scheduler)"
+    )
 
 
 def advertise_host() -> str:
@@ -77,7 +92,7 @@ class WorkerSettings:
     controller_pid: int | None
     controller_host: str | None
     die_with_parent: bool
-    bind_host: str
+    bind_host: str  # "" = the advertised address; "0.0.0.0" (explicit) = every interface
     backend_id: str | None
     forked: bool
     engines: dict
@@ -109,7 +124,7 @@ class WorkerSettings:
             controller_pid=int(pid) if pid else None,
             controller_host=env.get(CONTROLLER_HOST) or None,
             die_with_parent=env.get(DIE_WITH_PARENT) == "1",
-            bind_host=env.get(BIND_HOST, "0.0.0.0"),
+            bind_host=env.get(BIND_HOST, ""),
             backend_id=env.get(BACKEND_ID) or None,
             forked=env.get(FORKED) == "1",
             engines=json.loads(env.get(ENGINES) or "{}"),

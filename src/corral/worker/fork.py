@@ -6,7 +6,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -18,6 +17,8 @@ from corral.logs import LogPump, replica_log_path, tail
 from corral.procs import spawn, stop_process_groups
 from corral.spec import validate_role_name
 from corral.worker import env as E
+from corral.worker.args import DEFAULT_WORKER_MODULES, contract_args, free_port, module_argv
+from corral.worker.engines import is_stdlib_module
 from corral.worker.env import WorkerSettings
 
 _MODULE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
@@ -34,8 +35,10 @@ class ForkManager:
     """Starts and stops child workers. Children are spawned from one long-lived thread so
     that their parent-death signal (PR_SET_PDEATHSIG) fires only when this process dies."""
 
-    def __init__(self, settings: WorkerSettings, name_resolve: NameResolve):
+    def __init__(self, settings: WorkerSettings, name_resolve: NameResolve, secret: str = ""):
+        """``secret`` reaches each child through a pipe, never its environment."""
         self.settings = settings
+        self._secret = secret
         self.name_resolve = name_resolve
         self.children: dict[str, Child] = {}
         self._lock = threading.Lock()
@@ -47,6 +50,13 @@ class ForkManager:
         if not _MODULE.fullmatch(module):
             raise ConfigError(
                 "fork.command", module, "name a Python module such as 'corral.worker'"
+            )
+        if is_stdlib_module(module):
+            raise ConfigError(
+                "fork.command",
+                module,
+                "standard-library modules (http.server, pydoc, code ...) are refused: name "
+                "corral.worker or a worker module of your own package",
             )
         child_id = f"{role}/{index}"
         with self._lock:
@@ -61,10 +71,33 @@ class ForkManager:
             E.DIE_WITH_PARENT: "1",
         })  # fmt: skip
         child_env.pop(E.INDEX_OFFSET, None)
+        for name in (E.SECRET, E.SECRET_FILE):
+            child_env.pop(name, None)
         s = self.settings
         address_key = keys.worker_address_key(s.experiment, s.trial, role, index)
         self.name_resolve.delete(address_key)
-        proc = spawn([sys.executable, "-m", module], child_env)
+        read_end, write_end = os.pipe()
+        try:
+            child_env[E.SECRET_FD] = str(read_end)
+            own = module in DEFAULT_WORKER_MODULES
+            argv = module_argv(module) + contract_args(
+                port=0 if own else free_port(),
+                experiment=s.experiment,
+                trial=s.trial,
+                role=role,
+                index=index,
+                name_resolve=s.name_resolve,
+                fileroot=child_env.get(E.FILEROOT, ""),
+                host="0.0.0.0",
+            )
+            proc = spawn(argv, child_env, pass_fds=(read_end,))
+        finally:
+            os.close(read_end)
+            try:
+                with os.fdopen(write_end, "w") as fh:  # 64 bytes: fits the pipe buffer
+                    fh.write(self._secret)
+            except BrokenPipeError:
+                pass  # the child is gone already; reported below
         with self._lock:
             self.children[child_id] = Child(role, index, proc)
         if s.log_dir:

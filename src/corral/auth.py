@@ -1,0 +1,275 @@
+"""The trial secret as keys: signed requests and replies, a replay guard, signed records.
+
+The secret itself never leaves the processes that hold it. Four keys are derived from it
+(HMAC-SHA256 of a label), one per use, so a signature made for one use is worthless for
+another (a reply signature cannot be replayed as a request, a record signature cannot
+sign a request):
+
+* ``request``: the controller signs each request head: method, path, request id, target
+  worker identity, body length, body digest, nonce and timestamp.
+* ``reply``: the worker signs each reply head: status, the request's nonce (binding the
+  reply to that request), content type, body length and body digest. A peer that does not
+  hold the secret cannot produce a reply the client accepts: mutual authentication.
+* ``body``: the body digest. Bodies under ``LARGE_BODY`` use SHA-256 (covered by the head
+  signature); larger ones use AES-256-GMAC with a fresh random IV (the ``cryptography``
+  package, imported only then), which is several times faster than SHA-256 per byte.
+* ``record``: name-resolve records (a worker's address) are signed by the worker.
+
+Nonces are ``<client id>-<counter>``: each client object takes a random 64-bit id and
+counts. A server remembers, per client id, the highest counter and the counters seen in a
+sliding window below it, so memory stays bounded however many requests are made.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import itertools
+import os
+import threading
+import time
+from collections.abc import Iterable
+
+from corral.errors import AuthenticationError
+
+AUTH_HEADER = "x-corral-auth"
+VERSION = "v1"
+LARGE_BODY = 1 << 20
+MAX_SKEW = 120.0
+REPLAY_WINDOW = 1 << 16
+_GCM_IV = 12
+
+
+def _derive(secret: bytes, label: bytes) -> bytes:
+    return hmac.new(secret, b"corral/" + label, hashlib.sha256).digest()
+
+
+class TrialKeys:
+    """Keys derived from one trial secret; holds no copy of the secret itself."""
+
+    def __init__(self, secret: str):
+        if not isinstance(secret, str) or not secret:
+            raise AuthenticationError("the trial secret is missing")
+        raw = secret.encode()
+        self.request = _derive(raw, b"request")
+        self.reply = _derive(raw, b"reply")
+        self.body = _derive(raw, b"body")
+        self.record = _derive(raw, b"record")
+        self._aes = None
+
+    def _gmac(self, iv: bytes, parts: Iterable) -> bytes:
+        from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+
+        enc = Cipher(algorithms.AES(self.body), modes.GCM(iv)).encryptor()
+        for part in parts:
+            enc.authenticate_additional_data(part)
+        enc.finalize()
+        return enc.tag
+
+    def body_digest(self, parts: list, length: int) -> str:
+        """The digest a head carries for a body made of ``parts`` (``length`` bytes)."""
+        if length < LARGE_BODY:
+            h = hashlib.sha256()
+            for part in parts:
+                h.update(part)
+            return "sha256=" + h.hexdigest()
+        iv = os.urandom(_GCM_IV)
+        return f"gmac={iv.hex()}.{self._gmac(iv, parts).hex()}"
+
+    def body_matches(self, digest: str, body) -> bool:
+        """True if ``body`` is the body ``digest`` (from a verified head) was made for."""
+        length = len(body) if not isinstance(body, memoryview) else body.nbytes
+        if length < LARGE_BODY:
+            want = "sha256=" + hashlib.sha256(body).hexdigest()
+            return hmac.compare_digest(digest, want)
+        algo, _, value = digest.partition("=")
+        iv_hex, _, tag_hex = value.partition(".")
+        try:
+            iv, tag = bytes.fromhex(iv_hex), bytes.fromhex(tag_hex)
+        except ValueError:
+            return False
+        if algo != "gmac" or len(iv) != _GCM_IV or len(tag) != 16:
+            return False
+        return hmac.compare_digest(self._gmac(iv, [body]), tag)
+
+    def sign(self, key: bytes, fields: Iterable[str]) -> str:
+        return hmac.digest(key, "\n".join(fields).encode("utf-8"), "sha256").hex()
+
+
+def _request_fields(
+    method: str, path: str, request_id: str, identity: str, length: int, nonce: str, ts: str,
+    digest: str, segment: str = "",
+) -> list[str]:  # fmt: skip
+    return ["corral-request", VERSION, method, path, request_id, identity, str(length), nonce,
+            ts, digest, segment]  # fmt: skip
+
+
+def _reply_fields(
+    status: int, nonce: str, content_type: str, length: int, digest: str, segment: str = ""
+) -> list:
+    """``segment``: the shared-memory descriptor of a body sent that way (same host; the
+    memfd is 0600), signed so that it cannot be swapped for another."""
+    return ["corral-reply", VERSION, str(status), nonce, content_type, str(length), digest,
+            segment]  # fmt: skip
+
+
+class RequestSigner:
+    """The client side: one random id per client object, a counter per request."""
+
+    def __init__(self, keys: TrialKeys):
+        self.keys = keys
+        self.client_id = os.urandom(8).hex()
+        self._counter = itertools.count(1)
+
+    def sign(
+        self, method: str, path: str, request_id: str, identity: str, parts: list, length: int,
+        segment: str = "",
+    ) -> tuple[str, str]:  # fmt: skip
+        """(header value, nonce) for one request."""
+        nonce = f"{self.client_id}-{next(self._counter)}"
+        ts = f"{time.time():.3f}"
+        digest = self.keys.body_digest(parts, length)
+        fields = _request_fields(
+            method, path, request_id, identity, length, nonce, ts, digest, segment
+        )
+        sig = self.keys.sign(self.keys.request, fields)
+        return f"{VERSION} {nonce} {ts} {digest} {sig}", nonce
+
+    def verify_reply_head(
+        self, address: str, header: str | None, status: int, nonce: str, content_type: str,
+        length: int, segment: str = "",
+    ) -> str:  # fmt: skip
+        """The reply's body digest, once the head is proven to come from the trial's worker.
+        Raises AuthenticationError otherwise."""
+        parts = (header or "").split(" ")
+        if len(parts) == 3 and parts[0] == VERSION:
+            digest, sig = parts[1], parts[2]
+            fields = _reply_fields(status, nonce, content_type, length, digest, segment)
+            if hmac.compare_digest(self.keys.sign(self.keys.reply, fields), sig):
+                return digest
+        raise AuthenticationError(
+            f"the peer at {address} did not prove that it holds the trial secret (its reply "
+            f"{'is unsigned' if not header else 'has a wrong signature'}): it is not this "
+            "trial's worker, or the reply was altered on the way. Nothing was sent that it "
+            "could reuse; check where name-resolve points (docs/security.md)"
+        )
+
+
+def sign_request_head(
+    secret: str, method: str, path: str, body: bytes = b"", *, length: int | None = None,
+    request_id: str = "", identity: str = "",
+) -> str:  # fmt: skip
+    """An ``x-corral-auth`` value for a hand-made request (tests, tools). ``length`` may
+    differ from ``len(body)`` to sign a head whose body is never sent."""
+    signer = RequestSigner(TrialKeys(secret))
+    size = len(body) if length is None else length
+    return signer.sign(method, path, request_id, identity, [body], size)[0]
+
+
+class ReplayGuard:
+    """Refuses a nonce seen before and timestamps more than ``max_skew`` seconds off.
+
+    Only called for requests whose signature is valid, so only holders of the secret can
+    add entries. Per client id: the highest counter and the counters seen within
+    ``window`` below it; a client silent for longer than twice the skew is forgotten (any
+    replay of its requests has a stale timestamp by then)."""
+
+    def __init__(self, max_skew: float = MAX_SKEW, window: int = REPLAY_WINDOW):
+        self.max_skew = max_skew
+        self.window = window
+        self._clients: dict[str, list] = {}  # id -> [high, seen set, last seen]
+        self._lock = threading.Lock()
+        self._next_sweep = 0.0
+
+    def check(self, nonce: str, ts: str) -> str | None:
+        """None if fresh (and now remembered); else why it is refused."""
+        now = time.time()
+        try:
+            when = float(ts)
+        except ValueError:
+            return "bad timestamp"
+        if not abs(now - when) <= self.max_skew:
+            return (
+                f"timestamp {ts} is {now - when:+.0f}s off this host's clock (limit "
+                f"{self.max_skew:g}s): a stale or replayed request, or clocks out of sync"
+            )
+        client, _, count_text = nonce.rpartition("-")
+        if not client or not count_text.isdigit() or len(count_text) > 19:
+            return "bad nonce"
+        count = int(count_text)
+        with self._lock:
+            if now >= self._next_sweep:
+                limit = now - 2 * self.max_skew
+                self._clients = {k: v for k, v in self._clients.items() if v[2] >= limit}
+                self._next_sweep = now + self.max_skew
+            state = self._clients.setdefault(client, [0, set(), now])
+            high, seen = state[0], state[1]
+            if count <= high - self.window or count in seen:
+                return "nonce seen before: a replayed request"
+            seen.add(count)
+            state[2] = now
+            if count > high:
+                state[0] = count
+                if len(seen) > self.window + 4096:
+                    state[1] = {c for c in seen if c > count - self.window}
+        return None
+
+
+class RequestVerifier:
+    """The server side of request signatures."""
+
+    def __init__(self, keys: TrialKeys, guard: ReplayGuard | None = None):
+        self.keys = keys
+        self.guard = guard or ReplayGuard()
+
+    def verify_head(
+        self, header: str | None, method: str, path: str, request_id: str, identity: str,
+        length: int, segment: str = "",
+    ) -> tuple[str | None, str, str]:  # fmt: skip
+        """(why refused or None, nonce, body digest)."""
+        parts = (header or "").split(" ")
+        if len(parts) != 5 or parts[0] != VERSION:
+            return "unsigned request", "", ""
+        _v, nonce, ts, digest, sig = parts
+        fields = _request_fields(
+            method, path, request_id, identity, length, nonce, ts, digest, segment
+        )
+        if not hmac.compare_digest(self.keys.sign(self.keys.request, fields), sig):
+            return "wrong signature (another trial's secret, or an altered request)", "", ""
+        why = self.guard.check(nonce, ts)
+        return why, nonce, digest
+
+    def sign_reply(
+        self, status: int, nonce: str, content_type: str, parts: list, segment: str = ""
+    ) -> str:
+        length = sum(p.nbytes if isinstance(p, memoryview) else len(p) for p in parts)
+        digest = self.keys.body_digest(parts, length)
+        fields = _reply_fields(status, nonce, content_type, length, digest, segment)
+        sig = self.keys.sign(self.keys.reply, fields)
+        return f"{VERSION} {digest} {sig}"
+
+
+# ------------------------------------------------------------------ records
+RECORD_PREFIX = "corral-signed-v1 "
+
+
+def sign_record(keys: TrialKeys, key: str, value: str) -> str:
+    """``value`` stored under ``key``, with a signature binding both."""
+    return f"{RECORD_PREFIX}{keys.sign(keys.record, ['record', key, value])} {value}"
+
+
+def open_record(keys: TrialKeys, key: str, stored: str) -> str | None:
+    """The value if ``stored`` was signed with this trial's key for ``key``, else None."""
+    if not stored.startswith(RECORD_PREFIX):
+        return None
+    sig, _, value = stored[len(RECORD_PREFIX) :].partition(" ")
+    if hmac.compare_digest(keys.sign(keys.record, ["record", key, value]), sig):
+        return value
+    return None
+
+
+def unverified_value(stored: str) -> str:
+    """A record's value without checking its signature (for display only)."""
+    if stored.startswith(RECORD_PREFIX):
+        return stored[len(RECORD_PREFIX) :].partition(" ")[2]
+    return stored
