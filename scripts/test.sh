@@ -68,7 +68,7 @@ install() {
         "$PY" -m pip install -q --no-deps -r tests/areal_compat/requirements.txt
     run_step "import areal's controllers" \
         "a package areal imports is missing from tests/areal_compat/requirements.txt: add its pin" \
-        "$PY" -c "import areal.infra.controller.train_controller, areal.infra.scheduler.local"
+        "$PY" -c "import areal.infra.controller.train_controller, areal.infra.controller.rollout_controller, areal.infra.scheduler.local, areal.infra.scheduler.ray, areal.infra.scheduler.slurm, areal.api.cli_args, areal.api.io_struct"
 }
 
 if [ "$mode" != test ]; then install; fi
