@@ -45,7 +45,10 @@ def bench(sched, ids: list[str], quick: bool) -> list[Row]:
     }
     try:
         bare_noop()
-    except (TypeError, AttributeError):  # the call path's internals moved: compare with the recorder off only
+    except (
+        TypeError,
+        AttributeError,
+    ):  # the call path's internals moved: compare with the recorder off only
         del calls["bare"]
     lat: dict[str, list[float]] = {mode: [] for mode in calls}
     modes = list(calls)
@@ -140,7 +143,9 @@ def main() -> None:
     ctx = Context(quick, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     try:
         cfg = BaseExperimentConfig(experiment_name=ctx.unique_name("stats"), trial_name="t0")
-        sched = LocalScheduler(cfg, gpu_devices=[], fileroot=ctx.fileroot, progress=lambda t: None)
+        sched = LocalScheduler(
+            exp_config=cfg, gpu_devices=[], fileroot=ctx.fileroot, progress=lambda t: None
+        )
         ctx.on_close(sched.close)
         ids = sched.create_workers(Job(role="main", replicas=4))
         for wid in ids:

@@ -24,19 +24,24 @@ from corral.errors import (
     EngineCallError,
     EngineCreationError,
     EngineImportError,
+    GPUAllocationError,
     PlacementError,
+    PortAllocationError,
     RefError,
     RefLostError,
     ResourceLimitError,
+    RPCConnectionError,
     SchedulerError,
     TrialInUseError,
+    WorkerConfigurationError,
+    WorkerConnectionError,
     WorkerCreationError,
     WorkerFailedError,
     WorkerNotFoundError,
     WorkerPreemptedError,
     WorkerTimeoutError,
 )
-from corral.spec import Job, SchedulingSpec, SchedulingStrategy, Worker
+from corral.spec import Job, SchedulingSpec, SchedulingStrategy, SchedulingStrategyType, Worker
 
 __version__ = "0.1.0"
 
@@ -56,6 +61,8 @@ __all__ = [
     "Worker", "Scheduler", "LocalScheduler", "RayScheduler", "SlurmScheduler",
     "CorralError", "ConfigError", "SchedulerError", "WorkerCreationError", "WorkerTimeoutError",
     "WorkerFailedError", "WorkerNotFoundError", "EngineCreationError", "EngineImportError",
+    "EngineCallError", "SchedulingStrategyType", "WorkerConfigurationError",
+    "WorkerConnectionError", "PortAllocationError", "GPUAllocationError", "RPCConnectionError",
     "EngineCallError", "TrialInUseError", "PlacementError", "ResourceLimitError", "WorkerPreemptedError",
     "Ref", "RefError", "RefLostError",
 ]  # fmt: skip

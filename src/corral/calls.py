@@ -10,12 +10,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
+from corral import options as opts
 from corral.data.store import parse_keep
-from corral.errors import SchedulerError, WorkerConnectionError, WorkerTimeoutError
+from corral.errors import (
+    ConfigError,
+    EngineCallError,
+    SchedulerError,
+    WorkerConnectionError,
+    WorkerTimeoutError,
+)
 from corral.rpc.client import AsyncRPCClient, RPCClient, WorkerUnreachableError, new_request_id
 from corral.spec import Worker
 
@@ -26,15 +35,51 @@ log = logging.getLogger("corral")
 Diagnose = Callable[[Worker, BaseException], "SchedulerError | None"]
 
 
+@dataclass(frozen=True)
+class CallOptions:
+    """A call's timeout and retry policy from AReaL's keywords and ``rpc_meta``."""
+
+    timeout: float | None
+    retries: int
+    retry_delay: float
+    keep: Any = None
+
+    @classmethod
+    def resolve(
+        cls, rpc_meta: Any, http_timeout: Any, max_retries: Any, retry_delay: Any
+    ) -> CallOptions:
+        meta = rpc_meta or {}
+        if not isinstance(meta, dict):
+            raise ConfigError("rpc_meta", rpc_meta, "use a dict or None")
+        timeout = http_timeout if http_timeout is not None else meta.get("timeout")
+        opts.check_number("http_timeout", timeout)
+        if max_retries is not None:
+            opts.check_type("max_retries", max_retries, (int,), "a whole number >= 1")
+            if max_retries < 1:
+                raise ConfigError("max_retries", max_retries, "use a whole number >= 1 (attempts)")
+            retries = max_retries - 1
+        else:
+            retries = int(meta.get("max_retries", 2))
+        delay = opts.check_number("retry_delay", retry_delay)
+        # No delay by default: a retry follows a check that the worker is alive.
+        return cls(timeout, retries, 0.0 if delay is None else delay, meta.get("keep"))
+
+
 def engine_call(
-    method: str, engine_name: str | None, args: tuple, kwargs: dict, rpc_meta: dict | None
-) -> tuple[dict, float | None, int]:
-    """The ``/call`` payload, timeout and retries of ``call_engine``/``async_call_engine``."""
-    meta = rpc_meta or {}
+    method: str, engine_name: str | None, args: tuple, kwargs: dict, call: CallOptions
+) -> dict:
+    """The ``/call`` payload of ``call_engine``/``async_call_engine``."""
     payload = {"engine_name": engine_name, "method": method, "args": list(args), "kwargs": kwargs}
-    if meta.get("keep") is not None:
-        payload["keep"] = parse_keep(meta["keep"])
-    return payload, meta.get("timeout"), int(meta.get("max_retries", 2))
+    if call.keep is not None:
+        payload["keep"] = parse_keep(call.keep)
+    return payload
+
+
+def _tag(exc: EngineCallError, worker_id: str, method: str) -> EngineCallError:
+    """AReaL's fields of an engine's error: which worker, which method."""
+    exc.worker_id = exc.worker_id or worker_id
+    exc.method = exc.method or method
+    return exc
 
 
 class Caller:
@@ -88,9 +133,10 @@ class Caller:
         payload: Any,
         timeout: float | None = None,
         retries: int = 2,
+        retry_delay: float = 0.0,
     ) -> Any:
         with self.measured(worker, path):
-            return self._call(worker, path, payload, timeout, retries)
+            return self._call(worker, path, payload, timeout, retries, retry_delay)
 
     async def acall(
         self,
@@ -99,15 +145,41 @@ class Caller:
         payload: Any,
         timeout: float | None = None,
         retries: int = 2,
+        retry_delay: float = 0.0,
     ) -> Any:
         with self.measured(worker, path):
-            return await self._acall(worker, path, payload, timeout, retries)
+            return await self._acall(worker, path, payload, timeout, retries, retry_delay)
+
+    def call_engine(self, worker: Worker, method: str, payload: dict, call: CallOptions) -> Any:
+        """An engine method (``/call``); its error names the worker and the method."""
+        try:
+            return self.call(worker, "/call", payload, call.timeout, call.retries, call.retry_delay)
+        except EngineCallError as exc:
+            raise _tag(exc, worker.id, method) from None
+
+    async def acall_engine(
+        self, worker: Worker, method: str, payload: dict, call: CallOptions
+    ) -> Any:
+        try:
+            return await self.acall(
+                worker, "/call", payload, call.timeout, call.retries, call.retry_delay
+            )
+        except EngineCallError as exc:
+            raise _tag(exc, worker.id, method) from None
 
     def _call(
-        self, worker: Worker, path: str, payload: Any, timeout: float | None, retries: int
+        self,
+        worker: Worker,
+        path: str,
+        payload: Any,
+        timeout: float | None,
+        retries: int,
+        retry_delay: float,
     ) -> Any:
         request_id = new_request_id()
         for attempt in range(retries + 1):
+            if attempt and retry_delay:
+                time.sleep(retry_delay * 2 ** (attempt - 1))
             try:
                 return self.client.request(
                     worker.address,
@@ -122,10 +194,18 @@ class Caller:
                 self.settle(worker, path, timeout, retries, attempt, exc)
 
     async def _acall(
-        self, worker: Worker, path: str, payload: Any, timeout: float | None, retries: int
+        self,
+        worker: Worker,
+        path: str,
+        payload: Any,
+        timeout: float | None,
+        retries: int,
+        retry_delay: float,
     ) -> Any:
         request_id = new_request_id()
         for attempt in range(retries + 1):
+            if attempt and retry_delay:
+                await asyncio.sleep(retry_delay * 2 ** (attempt - 1))
             try:
                 return await self.async_client.request(
                     worker.address,

@@ -237,7 +237,10 @@ def cmd_top(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"corral top: {exc}", file=sys.stderr)
         return 2
-    return run_top(source, once=args.once, interval=args.interval)
+    if args.interval <= 0 or (args.count is not None and args.count < 1):
+        print("corral top: use --interval > 0 and --count >= 1", file=sys.stderr)
+        return 2
+    return run_top(source, once=args.once, interval=args.interval, count=args.count)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -323,7 +326,8 @@ def build_parser() -> argparse.ArgumentParser:
     top.add_argument("experiment", nargs="?")
     top.add_argument("trial", nargs="?")
     top.add_argument("--once", action="store_true", help="print the table once and exit")
-    top.add_argument("--interval", type=float, default=1.0)
+    top.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes")
+    top.add_argument("--count", type=int, default=None, help="stop after this many refreshes")
     top.add_argument(
         "--max-age", type=float, default=3600.0, help="hide trials silent for longer (seconds)"
     )

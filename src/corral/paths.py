@@ -71,8 +71,12 @@ class TrialPaths:
     trial: str | None = None
 
     @classmethod
-    def of(cls, fileroot: str, experiment: str, trial: str) -> TrialPaths:
-        log_dir = os.path.join(logs_root(fileroot), experiment, trial)
+    def of(
+        cls, fileroot: str, experiment: str, trial: str, log_dir: str | None = None
+    ) -> TrialPaths:
+        """A trial's paths; ``log_dir`` replaces ``<fileroot>/logs/<user>/<exp>/<trial>``."""
+        if log_dir is None:
+            log_dir = os.path.join(logs_root(fileroot), experiment, trial)
         return cls(log_dir, fileroot, experiment, trial)
 
     @classmethod

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from corral.errors import ConfigError, PlacementError, WorkerFailedError, WorkerNotFoundError
+from corral.errors import (
+    ConfigError,
+    GPURequestError,
+    JobConfigError,
+    UnknownRoleError,
+    WorkerFailedError,
+    WorkerNotFoundError,
+)
 from corral.launcher import Launcher
 from corral.spec import NormalizedJob, Worker
 
@@ -17,6 +24,7 @@ class RoleState:
     workers: list[Worker]
     kind: str  # LAUNCHED | FORKED | REUSED
     target: str | None = None
+    pending: bool = False  # launched, not yet registered (create_workers(wait=False))
     engines: dict[str, set[str]] = field(default_factory=dict)
     restarts: dict[int, int] = field(default_factory=dict)
 
@@ -42,7 +50,7 @@ class RoleTable:
     def state(self, role: str) -> RoleState:
         state = self.roles.get(role)
         if state is None:
-            raise WorkerNotFoundError(f"no role {role!r} (roles: {self.known()})")
+            raise WorkerNotFoundError(role, f"no role {role!r} (roles: {self.known()})")
         return state
 
     def watched(self) -> dict[str, list[str]]:
@@ -56,10 +64,12 @@ class RoleTable:
     def worker(self, worker_id: str) -> Worker:
         why = self.unrestartable.get(worker_id)
         if why is not None:
-            raise WorkerFailedError(worker_id, f"died and could not be restarted: {why}")
+            raise WorkerFailedError(worker_id, reason=f"died and could not be restarted: {why}")
         worker = self.ids.get(worker_id)
         if worker is None:
-            raise WorkerNotFoundError(f"no worker {worker_id!r}; known roles: {self.known()}")
+            raise WorkerNotFoundError(
+                worker_id, f"no worker {worker_id!r}; known roles: {self.known()}"
+            )
         return worker
 
     def add_workers(self, workers: list[Worker]) -> None:
@@ -82,25 +92,30 @@ class RoleTable:
     ) -> None:
         """Raise ConfigError (field, value, fix) if ``job`` cannot become a role here."""
         if job.role in self.roles:
-            raise ConfigError(
+            raise JobConfigError(
                 "job.role",
                 job.role,
-                "this role already exists; delete_workers(role) first or use another name",
+                "Worker group already exists: this role already exists; delete_workers(role) "
+                "first or use another name",
+                job.role,
             )
         if job.is_colocated:
             target = job.strategy.target
             if target not in self.roles:
-                raise ConfigError(
+                raise UnknownRoleError(
                     "scheduling_strategy.target",
                     target,
                     f"create that role first (roles: {self.known()})",
+                    job.role,
                 )
             n_target = len(self.roles[target].workers)
             if job.replicas != n_target:
-                raise ConfigError(
+                raise JobConfigError(
                     "job.replicas",
                     job.replicas,
-                    f"a role colocated with {target!r} needs replicas={n_target}, one per target worker",
+                    f"Replica count mismatch: a role colocated with {target!r} needs "
+                    f"replicas={n_target}, one per target worker",
+                    job.role,
                 )
             return
         check_resources(job, n_gpus_per_node, launcher, backend)
@@ -112,10 +127,11 @@ def check_resources(
     """The checks of a role that gets processes of its own (also used by dry runs)."""
     for i, spec in enumerate(job.tasks):
         if spec.gpu > n_gpus_per_node:
-            raise PlacementError(
+            raise GPURequestError(
                 f"job.tasks[{i}].gpu",
                 spec.gpu,
                 f"a worker cannot use more GPUs than a node has (n_gpus_per_node={n_gpus_per_node})",
+                job.role,
             )
     if any(spec.max_restarts for spec in job.tasks) and not launcher.supports_restart():
         raise ConfigError(

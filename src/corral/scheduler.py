@@ -23,11 +23,14 @@ import time
 import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 from corral import keys
-from corral.calls import Caller, engine_call
+from corral import options as opts
+from corral.calls import Caller, CallOptions, engine_call
 from corral.config import cluster_field, scheduler_field
+from corral.configure import configure_all
 from corral.data.plane import DataPlane
 from corral.discovery import NameResolve, make_name_resolve
 from corral.discovery.signed import SignedNameResolve
@@ -63,9 +66,8 @@ from corral.watch import Watch
 from corral.worker import env as E
 
 log = logging.getLogger("corral")
-thread_env = E.thread_env  # kept importable from here
 
-__all__ = ["Scheduler", "RoleState", "WorkerCreationError", "thread_env"]
+__all__ = ["Scheduler", "RoleState", "WorkerCreationError"]
 
 
 class Scheduler:
@@ -84,37 +86,57 @@ class Scheduler:
         name_resolve: NameResolve | None = None,
         lease_timeout: float = E.DEFAULT_LEASE_TIMEOUT,
         progress: Callable[[str], None] | None = None,
+        experiment_name: str | None = None,
+        trial_name: str | None = None,
+        log_dir: str | None = None,
+        health_check_interval: float | None = None,
+        enable_tms_offload: bool | None = None,
+        name_resolve_type: str | None = None,
+        nfs_record_root: str | None = None,
+        etcd3_addr: str | None = None,
         on_worker_death: Callable[[str, WorkerExit], Any] | None = None,
         health_interval: float = DEFAULT_INTERVAL,
     ):
-        self.exp_config = exp_config
-        self.experiment_name = validate_role_name(
-            getattr(exp_config, "experiment_name", "corral"), "experiment_name"
-        )
-        self.trial_name = validate_role_name(
-            getattr(exp_config, "trial_name", "trial0"), "trial_name"
-        )
-        self._n_gpus_per_node = int(
-            n_gpus_per_node
-            if n_gpus_per_node is not None
-            else cluster_field(exp_config, "n_gpus_per_node")
-        )
+        """Options as in AReaL (see corral.options): an ``exp_config`` wins over the
+        keywords it also holds, except ``fileroot``; ``log_dir`` replaces the log directory."""
+        self.exp_config = exp_config = opts.check_exp_config(exp_config)
+        experiment, trial = opts.names(exp_config, experiment_name, trial_name)
+        self.experiment_name = validate_role_name(experiment or "corral", "experiment_name")
+        self.trial_name = validate_role_name(trial or "trial0", "trial_name")
+        self._n_gpus_per_node = opts.n_gpus(exp_config, n_gpus_per_node)
         if self._n_gpus_per_node < 0:
             raise ConfigError("n_gpus_per_node", self._n_gpus_per_node, "use a whole number >= 0")
+        timeout = opts.check_number("startup_timeout", startup_timeout)
         self.startup_timeout = float(
-            startup_timeout
-            if startup_timeout is not None
-            else scheduler_field(exp_config, "startup_timeout")
+            timeout if timeout is not None else scheduler_field(exp_config, "startup_timeout")
         )
-        self.fileroot = os.path.abspath(fileroot or cluster_field(exp_config, "fileroot"))
+        interval = opts.check_number("health_check_interval", health_check_interval)
+        self.health_check_interval = interval if interval is not None else 1.0
+        self.enable_tms_offload = opts.offload(exp_config, enable_tms_offload)
+        self.fileroot = os.path.abspath(opts.fileroot(exp_config, fileroot))
         ensure_private_dir(self.fileroot, "cluster.fileroot")
-        self.paths = TrialPaths.of(self.fileroot, self.experiment_name, self.trial_name)
-        self.log_dir = self.paths.log_dir
+        opts.check_type("log_dir", log_dir, (str, os.PathLike), "a directory path")
+        self.paths = TrialPaths.of(
+            self.fileroot,
+            self.experiment_name,
+            self.trial_name,
+            None if log_dir is None else os.path.abspath(os.fspath(log_dir)),
+        )
+        #: A pathlib.Path, as in AReaL (``str(sched.log_dir)`` for the text).
+        self.log_dir = Path(self.paths.log_dir)
+        if log_dir is not None:
+            self._ensure_dir(self.paths.log_dir, "log_dir")
         self.secret = secrets.token_hex(32)  # in memory; the file is written at claim
+        resolve_cfg = opts.name_resolve(exp_config, name_resolve_type, nfs_record_root, etcd3_addr)
         # records are signed with the trial secret; unsigned or forged ones are refused
         self.name_resolve = SignedNameResolve(
             name_resolve
-            or make_name_resolve(cluster_field(exp_config, "name_resolve"), self.fileroot),
+            or make_name_resolve(
+                resolve_cfg
+                if resolve_cfg is not None
+                else cluster_field(exp_config, "name_resolve"),
+                self.fileroot,
+            ),
             self.secret,
         )
         self.lease_timeout = lease_timeout
@@ -264,22 +286,30 @@ class Scheduler:
             role=role,
             index=index,
             name_resolve=self.name_resolve.describe(),
-            log_dir=self.log_dir,
+            log_dir=self.paths.log_dir,
             port_count=spec.port_count,
             lease_timeout=self.lease_timeout,
             cpu=spec.cpu,
             run_id=self.run_id,
+            fileroot=self.fileroot,
             secret_file=None if by_launcher else self.secret_file,
             engines=spec.engines,
             env_vars=spec.env_vars,
+            offload=self.enable_tms_offload,
         )
 
     # ------------------------------------------------------------ create
-    def create_workers(self, job: Any, *args: Any, **kwargs: Any) -> list[str]:
-        """Start ``job.replicas`` workers of ``job.role`` and wait until all are ready."""
+    def create_workers(self, job: Any, *args: Any, wait: bool = True, **kwargs: Any) -> list[str]:
+        """Start ``job.replicas`` workers of ``job.role`` and wait until all are ready.
+
+        ``wait=False`` returns once the workers are launched, as AReaL's schedulers do;
+        ``get_workers(role, timeout)`` then waits for them (and any call on one of them
+        waits up to ``startup_timeout``)."""
         nj = normalize_job(job)
         with self._lock:
             self._check_job(nj)
+            if nj.is_colocated:
+                self._finish_role(nj.strategy.target, self.startup_timeout)
             if nj.is_colocated and not nj.strategy.fork:
                 target = self._roles[nj.strategy.target]
                 self._roles[nj.role] = RoleState(
@@ -288,12 +318,12 @@ class Scheduler:
                 return [w.id for w in target.workers]
             if nj.is_colocated:
                 return self._fork_role(nj, nj.strategy.target)
-            return self._launch_role(nj)
+            return self._launch_role(nj, wait)
 
     def _check_job(self, job: NormalizedJob) -> None:
         self._table.check_new(job, self._n_gpus_per_node, self.launcher, self.backend)
 
-    def _launch_role(self, job: NormalizedJob) -> list[str]:
+    def _launch_role(self, job: NormalizedJob, wait: bool = True) -> list[str]:
         ensure_fds(job.replicas * self.launcher.fds_per_worker, f"role {job.role!r}")
         self._hold_lease()
         self.name_resolve.clear_subtree(self._key(keys.role_prefix, job.role))
@@ -302,15 +332,11 @@ class Scheduler:
         self.progress(
             f"starting {job.replicas} {job.role} worker(s) on {self.backend}; logs in {self.log_dir}"
         )
-        started = time.monotonic()
         try:
-            self.launcher.launch(LaunchRequest(job=job, envs=envs, log_dir=self.log_dir))
-            state = RoleState(job, [], LAUNCHED)
-            self._roles[job.role] = state
-            state.workers = self._watch.await_registration(
-                job.role, job.replicas, self.startup_timeout
-            )
-            self._rendezvous(job.role, state.workers)
+            self.launcher.launch(LaunchRequest(job=job, envs=envs, log_dir=self.paths.log_dir))
+            self._roles[job.role] = RoleState(job, [], LAUNCHED, pending=True)
+            if wait:
+                self._finish_role(job.role, self.startup_timeout)
         except BaseException as exc:
             self._roles.pop(job.role, None)
             self._teardown.stop_launched(job.role)
@@ -320,11 +346,22 @@ class Scheduler:
                 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
                 raise too_many_files(f"role {job.role!r}", job.replicas * 5, soft, hard) from exc
             raise
-        self._table.add_workers(state.workers)
-        self.progress(
-            f"{job.replicas} {job.role} worker(s) ready in {time.monotonic() - started:.2f}s"
-        )
-        return [w.id for w in state.workers]
+        return [f"{job.role}/{i}" for i in range(job.replicas)]
+
+    def _finish_role(self, role: str, timeout: float) -> None:
+        """Wait until a launched role's workers registered, then give them their
+        rendezvous variables and (with an ``exp_config``) configure them."""
+        state = self._roles.get(role)
+        if state is None or not state.pending:
+            return
+        started = time.monotonic()
+        workers = self._watch.await_registration(role, state.job.replicas, timeout)
+        self._rendezvous(role, workers)
+        if self.exp_config is not None:
+            self._io.run(configure_all(self._calls, workers, self.exp_config))
+        state.workers, state.pending = workers, False
+        self._table.add_workers(workers)
+        self.progress(f"{len(workers)} {role} worker(s) ready in {time.monotonic() - started:.2f}s")
 
     def _rendezvous(self, role: str, workers: list[Worker], only: list[int] | None = None) -> None:
         """Give each worker its torch.distributed variables (``only``: just these ranks)."""
@@ -341,7 +378,9 @@ class Scheduler:
         validate_role_name(role)
         with self._lock:
             if target_role not in self._roles:
-                raise WorkerNotFoundError(f"no role {target_role!r} to fork from; create it first")
+                raise WorkerNotFoundError(
+                    target_role, f"no role {target_role!r} to fork from; create it first"
+                )
             target = self._roles[target_role]
             job = NormalizedJob(
                 role=role,
@@ -385,11 +424,20 @@ class Scheduler:
 
     # -------------------------------------------------------------- lookup
     def get_workers(self, role: str, timeout: float | None = None) -> list[Worker]:
-        """The role's workers; raises WorkerFailedError if one has died.
+        """The role's workers once ready; raises WorkerFailedError if one has died.
 
-        Workers are ready when ``create_workers`` returns, so ``timeout`` (kept for
-        compatibility with the specification's signature) never needs to wait."""
+        Workers made by ``create_workers`` are ready when it returns; those launched with
+        ``wait=False`` are waited for here, for ``timeout`` seconds (None: the scheduler's
+        ``startup_timeout``), then WorkerTimeoutError (the role stays, call again or
+        delete it)."""
         state = self._table.state(role)
+        opts.check_number("timeout", timeout)
+        wait = self.startup_timeout if timeout is None else timeout
+        if state.kind == REUSED:
+            self._finish_role(state.target, wait)
+            state.workers = list(self._roles[state.target].workers)
+        with self._lock:
+            self._finish_role(role, wait)
         self._watch.raise_if_dead(state)
         return list(state.workers)
 
@@ -436,8 +484,9 @@ class Scheduler:
     # -------------------------------------------------------------- calls
     async def create_engine(
         self, worker_id: str, engine: Any, engine_name: str | None = None, *args: Any, **kwargs: Any
-    ) -> str:
-        """Import and construct ``engine`` on the worker; returns the engine's name."""
+    ) -> None:
+        """Import and construct ``engine`` on the worker under ``engine_name`` (default:
+        the worker id). Returns None, as AReaL's schedulers do."""
         worker = self._worker(worker_id)
         payload = {
             "engine": engine_import_path(engine),
@@ -447,7 +496,6 @@ class Scheduler:
         }
         name = await self._calls.acall(worker, "/create_engine", payload, retries=1)
         self._table.roles[worker.role].engines.setdefault(worker.id, set()).add(name)
-        return name
 
     async def set_worker_env(self, worker_id: str, env: dict[str, str]) -> None:
         worker = self._worker(worker_id)
@@ -456,9 +504,16 @@ class Scheduler:
         )
 
     def configure_worker(
-        self, worker_id: str, config: Any = None, role: str | None = None, rank: int | None = None
+        self,
+        worker_id: str,
+        config: Any = None,
+        role: str | None = None,
+        rank: int | None = None,
+        _worker: Worker | None = None,
     ) -> None:
-        worker = self._worker(worker_id)
+        """Send the worker its experiment config, role and rank (``/configure``); done for
+        every worker at creation when the scheduler has an ``exp_config``."""
+        worker = _worker or self._worker(worker_id)
         self._calls.call(
             worker, "/configure", {"config": config, "role": role or worker.role, "rank": rank}
         )
@@ -469,18 +524,29 @@ class Scheduler:
         method: str,
         engine_name: str | None = None,
         *args: Any,
-        rpc_meta: dict | None = None,
+        rpc_meta: dict[str, Any] | None = None,
+        http_timeout: float | None = None,
+        max_retries: int | None = None,
+        retry_delay: float | None = None,
         **kwargs: Any,
     ) -> Any:
         """Call ``method`` on an engine of the worker and return its result.
 
-        ``rpc_meta``: ``timeout`` (seconds, default none), ``max_retries`` (retries after
-        a dropped connection; the worker runs the method at most once either way) and
-        ``keep`` (True, or a byte threshold: arrays/tensors of the result stay on the
-        worker and come back as ``corral.Ref``; see docs/data-plane.md).
+        Scheduler options (consumed here, never passed to the method), as in AReaL:
+        ``http_timeout`` (seconds to wait for the answer; default none),
+        ``max_retries`` (attempts when the connection drops; default 3) and
+        ``retry_delay`` (seconds before the second attempt, doubling after; default 0:
+        corral retries only once it has checked that the worker is alive).
+        A live worker runs the method at most once whatever the attempts; a dead one
+        raises WorkerFailedError. ``rpc_meta``: ``timeout`` (used when ``http_timeout`` is
+        not given), ``max_retries`` (retries after a dropped connection) and ``keep``
+        (True, or a byte threshold: arrays/tensors of the result stay on the worker and
+        come back as ``corral.Ref``; see docs/data-plane.md).
         """
-        payload, timeout, retries = engine_call(method, engine_name, args, kwargs, rpc_meta)
-        return self._calls.call(self._worker(worker_id), "/call", payload, timeout, retries)
+        worker = self._worker(worker_id)
+        call = CallOptions.resolve(rpc_meta, http_timeout, max_retries, retry_delay)
+        payload = engine_call(method, engine_name, args, kwargs, call)
+        return self._calls.call_engine(worker, method, payload, call)
 
     async def async_call_engine(
         self,
@@ -488,12 +554,17 @@ class Scheduler:
         method: str,
         engine_name: str | None = None,
         *args: Any,
-        rpc_meta: dict | None = None,
+        rpc_meta: dict[str, Any] | None = None,
+        http_timeout: float | None = None,
+        max_retries: int | None = None,
+        retry_delay: float | None = None,
         **kwargs: Any,
     ) -> Any:
-        """``call_engine`` for asyncio code: the same request, retries and errors."""
-        payload, timeout, retries = engine_call(method, engine_name, args, kwargs, rpc_meta)
-        return await self._calls.acall(self._worker(worker_id), "/call", payload, timeout, retries)
+        """``call_engine`` for asyncio code: the same options, request, retries and errors."""
+        worker = self._worker(worker_id)
+        call = CallOptions.resolve(rpc_meta, http_timeout, max_retries, retry_delay)
+        payload = engine_call(method, engine_name, args, kwargs, call)
+        return await self._calls.acall_engine(worker, method, payload, call)
 
     def health(self, worker_id: str, timeout: float = 5.0) -> dict:
         return self._calls.health(self._worker(worker_id), timeout)
@@ -509,8 +580,20 @@ class Scheduler:
         payload: Any,
         timeout: float | None = None,
         retries: int = 2,
+        retry_delay: float = 0.0,
     ) -> Any:
-        return self._calls.call(worker, path, payload, timeout, retries)
+        return self._calls.call(worker, path, payload, timeout, retries, retry_delay)
+
+    async def _arequest(
+        self,
+        worker: Worker,
+        path: str,
+        payload: Any,
+        timeout: float | None = None,
+        retries: int = 2,
+        retry_delay: float = 0.0,
+    ) -> Any:
+        return await self._calls.acall(worker, path, payload, timeout, retries, retry_delay)
 
     def _worker_gone(self, worker: Worker, role: str) -> None:
         """A worker was deleted: the monitor stops watching it, its data refs are lost."""
@@ -518,6 +601,12 @@ class Scheduler:
         self._data.owner_gone(worker, f"was deleted with delete_workers({role!r})")
 
     def _worker(self, worker_id: str) -> Worker:
+        """The worker by id; a worker of a role launched with ``wait=False`` is waited for."""
+        if worker_id not in self._table.ids and worker_id not in self._table.unrestartable:
+            state = self._roles.get(str(worker_id).rpartition("/")[0])
+            if state is not None and state.pending:
+                with self._lock:
+                    self._finish_role(state.job.role, self.startup_timeout)
         return self._table.worker(worker_id)
 
     def _fan_out(self, fn: Callable[[Any], Any], items: list) -> list:
@@ -531,7 +620,12 @@ class Scheduler:
 
     # -------------------------------------------------------------- teardown
     def delete_workers(self, role: str | None = None, reverse_order: bool = False) -> None:
-        """Destroy engines, then stop the workers of ``role`` (or of every role)."""
+        """Destroy engines, then stop the workers of ``role`` (or of every role).
+
+        A role that does not exist is a warning, not an error (as in AReaL).
+        ``reverse_order=True`` stops each role's workers from the highest rank down, so
+        rank 0 (which usually owns the torch.distributed store) goes last, and the roles
+        in the reverse of their creation order."""
         with self._lock:
             self._teardown.delete(role, reverse_order)
             if not self._roles:

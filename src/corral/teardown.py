@@ -15,7 +15,7 @@ from typing import Any
 from corral import keys
 from corral.calls import Caller
 from corral.discovery.base import NameResolve
-from corral.errors import SchedulerError, WorkerNotFoundError
+from corral.errors import SchedulerError
 from corral.launcher import Launcher
 from corral.roles import FORKED, LAUNCHED, REUSED, RoleTable
 from corral.spec import Worker
@@ -50,23 +50,26 @@ class Teardown:
         """Told of each deleted worker and its role (health monitor, data plane)."""
 
     def delete(self, role: str | None, reverse_order: bool) -> None:
-        """``role`` and its dependents, or every role (dependents first)."""
+        """``role`` and its dependents, or every role (dependents first). A role that
+        does not exist is a warning (as in AReaL). ``reverse_order``: each role's workers
+        from the highest rank down (rank 0 last), and roles newest first."""
         table = self.roles.roles
         if role is not None:
             if role not in table:
-                raise WorkerNotFoundError(f"no role {role!r} to delete")
+                log.warning("delete_workers: no role %r to delete; nothing done", role)
+                return
             for dependent in [r for r, s in table.items() if s.target == role]:
-                self.delete_role(dependent)
-            self.delete_role(role)
+                self.delete_role(dependent, reverse_order)
+            self.delete_role(role, reverse_order)
             return
         order = list(table)
         if reverse_order:
             order.reverse()
         dependents = [r for r in order if table[r].kind != LAUNCHED]
         for name in dependents + [r for r in order if r not in dependents]:
-            self.delete_role(name)
+            self.delete_role(name, reverse_order)
 
-    def delete_role(self, role: str) -> None:
+    def delete_role(self, role: str, reverse_order: bool = False) -> None:
         state = self.roles.roles.pop(role, None)
         if state is None:
             return
@@ -78,6 +81,10 @@ class Teardown:
             self.gone(w, role)
         if state.kind == FORKED:
             self.fan_out(lambda w: self._kill_forked(w, state.target), state.workers)
+        elif reverse_order:
+            for worker in reversed(state.workers):  # one by one: rank 0 last
+                self.run_async(self.caller.retire([worker]))
+            self.stop_launched(role, reverse_order=True)
         else:
             self.run_async(self.caller.retire(state.workers))
             self.stop_launched(role)
@@ -88,9 +95,12 @@ class Teardown:
         except Exception as exc:
             log.warning("could not clear name-resolve entries of %s: %s", role, exc)
 
-    def stop_launched(self, role: str) -> None:
+    def stop_launched(self, role: str, reverse_order: bool = False) -> None:
         try:
-            self.launcher.stop(role)
+            if reverse_order:
+                self.launcher.stop_in_reverse(role)
+            else:
+                self.launcher.stop(role)
         except Exception as exc:
             raise SchedulerError(f"stopping the {role} workers failed: {exc}") from exc
 

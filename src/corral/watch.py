@@ -111,10 +111,12 @@ class Watch:
                 reason = self.launcher.pending_reason(role)
                 missing = [f"{role}/{i}" for i in range(replicas) if i not in found]
                 raise WorkerTimeoutError(
-                    f"{len(missing)} of {replicas} {role} worker(s) not ready after {timeout:.0f}s "
+                    role,
+                    timeout,
+                    f"{len(missing)} of {replicas} {role} worker(s) not ready after {timeout:g}s "
                     f"({', '.join(missing[:8])})"
                     + (f"; backend says: {reason}" if reason else "")
-                    + f". Check the logs in {self.paths.log_dir} or raise startup_timeout."
+                    + f". Check the logs in {self.paths.log_dir} or raise startup_timeout.",
                 )
             if now >= next_report and now - (deadline - timeout) > 5:
                 self.progress(f"waiting for {role}: {len(found)}/{replicas} ready")
@@ -155,7 +157,11 @@ class Watch:
         log_path = exit_.log_path or self.paths.replica_log(role, index)
         time.sleep(0.05)
         return WorkerFailedError(
-            worker_id, f"{exit_.reason} {when}", exit_.exit_code, tail(log_path), log_path
+            worker_id,
+            exit_.exit_code,
+            tail(log_path),
+            reason=f"{exit_.reason} {when}",
+            log_path=log_path,
         )
 
     def raise_if_dead(self, state: RoleState) -> None:

@@ -16,7 +16,7 @@ ECHO = "corral.testing.engines.EchoEngine"
 @pytest.fixture
 def sched(tmp_path):
     cfg = BaseExperimentConfig(experiment_name="calls", trial_name="t")
-    s = LocalScheduler(cfg, fileroot=str(tmp_path), gpu_devices=[], startup_timeout=60)
+    s = LocalScheduler(exp_config=cfg, fileroot=str(tmp_path), gpu_devices=[], startup_timeout=60)
     yield s
     s.close()
 

@@ -47,10 +47,10 @@ def test_scheduler_cli_and_name_resolve_use_these_paths(tmp_path):
     from corral.cli import _name_resolve, build_parser
 
     cfg = BaseExperimentConfig(experiment_name="e", trial_name="t")
-    sched = LocalScheduler(cfg, fileroot=str(tmp_path), gpu_devices=[])
+    sched = LocalScheduler(exp_config=cfg, fileroot=str(tmp_path), gpu_devices=[])
     try:
         expected = TrialPaths.of(str(tmp_path), "e", "t")
-        assert sched.log_dir == expected.log_dir
+        assert str(sched.log_dir) == expected.log_dir
         assert sched.secret_file == expected.secret_file
         assert sched.name_resolve.describe()["root"] == expected.records
     finally:

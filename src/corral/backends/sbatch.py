@@ -373,17 +373,35 @@ def _time_value(value: str | int) -> str:
     )
 
 
+def _contract_args(p: SbatchParams) -> str:
+    """AReaL's arguments after a spec's ``cmd`` (corral.worker.args); the port is 0 (the
+    node is not known before the job starts: the worker picks one and publishes it)."""
+    if not p.spec.cmd or _worker_argv(p)[-3:] == [p.python, "-m", "corral.worker"]:
+        return ""
+    import json
+
+    from corral.worker.args import contract_args
+
+    resolve = p.name_resolve if not isinstance(p.name_resolve, str) else json.loads(p.name_resolve)
+    args = contract_args(
+        port=0,
+        experiment=p.experiment,
+        trial=p.trial,
+        role=p.role,
+        index=-1,
+        name_resolve=dict(resolve),
+        fileroot=str(p.env.get("CORRAL_FILEROOT", "")),
+    )
+    words = ['"$corral_index"' if a == "-1" else _q(a) for a in args]
+    return " " + " ".join(words)
+
+
 def _worker_argv(p: SbatchParams) -> list[str]:
     """The command of one task: the worker, or the spec's cmd, optionally in apptainer."""
     if p.spec.cmd:
-        try:
-            argv = shlex.split(p.spec.cmd)
-        except ValueError as exc:
-            raise ConfigError(
-                "SchedulingSpec.cmd", p.spec.cmd, f"unbalanced quotes ({exc})"
-            ) from None
-        if not argv:
-            raise ConfigError("SchedulingSpec.cmd", p.spec.cmd, "use a non-empty command")
+        from corral.worker.args import command_argv
+
+        argv = command_argv(p.spec.cmd, p.python or "python3", rewrite_python=False)
     else:
         if not p.python:
             raise ConfigError("python", p.python, "give the python executable of the workers")
@@ -462,8 +480,10 @@ def render_task_script(params: SbatchParams) -> str:
             # a replica restarted inside the allocation keeps the dead one's GPUs
             lines.append('corral_devices="${CORRAL_DEVICES:-$corral_devices}"')
         lines.append('export CUDA_VISIBLE_DEVICES="$corral_devices"')
+        lines.append('export ASCEND_RT_VISIBLE_DEVICES="$corral_devices"')
     else:
         lines.append('export CUDA_VISIBLE_DEVICES=""  # CPU-only role: no GPU visible')
+        lines.append('export ASCEND_RT_VISIBLE_DEVICES=""')
     lines += [
         f'corral_prefix="[{role}/${{corral_index}}] "',
         f"corral_log={_q(role_dir)}/${{corral_index}}.log",
@@ -485,7 +505,7 @@ def render_task_script(params: SbatchParams) -> str:
     lines += [
         f'exec 3> >(sed -u "s|^|${{corral_prefix}}|" >> {_q(role_log_path(log_dir, role))})',
         "corral_sed=$!",
-        " ".join(_q(a) for a in argv) + " 3>&- 2>&1 \\",
+        " ".join(_q(a) for a in argv) + _contract_args(params) + " 3>&- 2>&1 \\",
         '    | tee -a "$corral_log" /dev/fd/3 \\',
         f'    | sed -u "s|^|${{corral_prefix}}|" >> {_q(merged_log_path(log_dir))}',
         "corral_rc=${PIPESTATUS[0]}",

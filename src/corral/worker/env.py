@@ -7,6 +7,8 @@ import os
 import socket
 from dataclasses import dataclass
 
+from corral import envvars
+
 EXPERIMENT = "CORRAL_EXPERIMENT"
 TRIAL = "CORRAL_TRIAL"
 ROLE = "CORRAL_ROLE"
@@ -28,17 +30,11 @@ ADVERTISE_HOST = "CORRAL_ADVERTISE_HOST"
 BACKEND_ID = "CORRAL_BACKEND_ID"
 FORKED = "CORRAL_FORKED"
 ENGINES = "CORRAL_ENGINES"
+FILEROOT = "CORRAL_FILEROOT"
 RUN_ID = "CORRAL_RUN_ID"
 NODE = "CORRAL_NODE"
 
 DEFAULT_LEASE_TIMEOUT = 5.0
-THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS")
-
-
-def thread_env(cpu: int) -> dict[str, str]:
-    """Thread-count variables so numerical libraries use the worker's own CPUs."""
-    n = str(max(1, cpu))
-    return {name: n for name in THREAD_VARS}
 
 
 def worker_environment(
@@ -53,9 +49,11 @@ def worker_environment(
     lease_timeout: float,
     cpu: int,
     run_id: str = "",
+    fileroot: str | None = None,
     secret_file: str | None = None,
     engines: dict | None = None,
     env_vars: dict[str, str] | None = None,
+    offload: bool = False,
 ) -> dict[str, str]:
     """The environment a controller gives one worker (read back by ``WorkerSettings``).
 
@@ -75,11 +73,14 @@ def worker_environment(
         RUN_ID: run_id,
         "PYTHONUNBUFFERED": "1",
     }
+    if fileroot is not None:
+        env[FILEROOT] = fileroot
     if secret_file is not None:  # else the launcher hands the secret over (never in env)
         env[SECRET_FILE] = secret_file
     if engines:
         env[ENGINES] = json.dumps(engines)
-    env.update(thread_env(cpu))
+    # AReaL's variables: PYTHONPATH, caches, thread counts, torch_memory_saver
+    env.update(envvars.controller_env(cpu, env_vars or {}, offload))
     env.update(env_vars or {})
     return env
 

@@ -27,7 +27,7 @@ export CORRAL_NAME_RESOLVE='{"type": "etcd", "address": "10.0.0.5:2379"}'
 export CORRAL_SECRET_FILE=/shared/corral/demo/run1/.secret
 export CORRAL_INDEX_OFFSET=4
 export CORRAL_LEASE_TIMEOUT=12.5
-export CORRAL_PORT_COUNT=1
+export CORRAL_PORT_COUNT=2
 export CORRAL_LOG_DIR=/shared/corral/demo/run1/logs
 export CORRAL_BACKEND_ID="${SLURM_JOB_ID:-}"
 export WANDB_MODE=offline
@@ -48,6 +48,7 @@ for (( corral_i = corral_first; corral_i < corral_first + corral_gpus; corral_i+
     fi
 done
 export CUDA_VISIBLE_DEVICES="$corral_devices"
+export ASCEND_RT_VISIBLE_DEVICES="$corral_devices"
 corral_prefix="[trainer/${corral_index}] "
 corral_log=/shared/corral/demo/run1/logs/trainer/${corral_index}.log
 corral_exit=/shared/corral/demo/run1/logs/trainer/${corral_index}.exit
@@ -55,7 +56,7 @@ mkdir -p /shared/corral/demo/run1/logs/trainer
 rm -f "$corral_exit"
 exec 3> >(sed -u "s|^|${corral_prefix}|" >> /shared/corral/demo/run1/logs/trainer.log)
 corral_sed=$!
-/opt/venv/bin/python -m corral.worker --log-level '"'"'debug info'"'"' 3>&- 2>&1 \
+/opt/venv/bin/python -m corral.worker --log-level '"'"'debug info'"'"' --port 0 --experiment-name demo --trial-name run1 --role trainer --worker-index "$corral_index" --name-resolve-type etcd --nfs-record-root '"'"''"'"' --etcd3-addr 10.0.0.5:2379 --fileroot '"'"''"'"' 3>&- 2>&1 \
     | tee -a "$corral_log" /dev/fd/3 \
     | sed -u "s|^|${corral_prefix}|" >> /shared/corral/demo/run1/logs/merged.log
 corral_rc=${PIPESTATUS[0]}
