@@ -38,7 +38,7 @@ def measure(noop_calls: int, payload_reps: int) -> dict:
 
     root = tempfile.mkdtemp(prefix="corral-authbench-")
     cfg = BaseExperimentConfig(experiment_name="authbench", trial_name=f"t{os.getpid()}")
-    sched = LocalScheduler(cfg, fileroot=root, gpu_devices=[])
+    sched = LocalScheduler(exp_config=cfg, fileroot=root, gpu_devices=[])
     try:
         (wid,) = sched.create_workers(Job(role="b", replicas=1))
         import asyncio

@@ -14,8 +14,10 @@ Rows (keys ``data.*``), each against a baseline measured in the same run:
   of the payload; target < 1 %
 * ``data.broadcast.256MiB_x8``    one 256 MiB ref read by 8 workers at once vs by 1 worker;
   target <= 2x
-* ``data.noop.p50.vs_base``       noop call_engine p50 of this tree vs the tree before the
-  data plane (``BASE_COMMIT``), alternating child processes; target <= 1.1x
+* ``data.noop.p50.shm_cost``      noop call_engine p50 with shared memory on vs off
+  (``CORRAL_SHM=0``), alternating child processes; target <= 1.1x
+* ``data.noop.p50.vs_base``       the same vs the tree before the data plane (``BASE_COMMIT``;
+  it also lacks everything landed since, such as request signing): for information
 """
 
 from __future__ import annotations
@@ -259,16 +261,21 @@ def _base_tree(ctx: Context) -> str | None:
 
 
 def bench_noop_vs_base(ctx: Context, blocks: int, calls: int) -> list[Row]:
+    """Noop p50 in child processes, alternating: this tree, this tree with shared memory
+    off (``CORRAL_SHM=0``: the data plane's cost on the small-call path), and the tree before
+    the data plane (which also lacks everything landed since, e.g. request signing)."""
     base = _base_tree(ctx)
-    if base is None:
-        return []
     here = os.path.join(ctx.repo, "src")
     probe = os.path.join(HERE, "noop_probe.py")
-    p50 = {"base": [], "here": []}
+    variants = {"here": (here, "1"), "off": (here, "0")}
+    if base is not None:
+        variants["base"] = (base, "1")
+    p50: dict[str, list[float]] = {name: [] for name in variants}
     for block in range(blocks):
-        order = ("base", "here") if block % 2 == 0 else ("here", "base")
-        for which in order:
-            env = {**os.environ, "PYTHONPATH": base if which == "base" else here}
+        names = list(variants) if block % 2 == 0 else list(reversed(variants))
+        for name in names:
+            path, shm_on = variants[name]
+            env = {**os.environ, "PYTHONPATH": path, "CORRAL_SHM": shm_on}
             out = subprocess.run(
                 [sys.executable, probe, ctx.fileroot, str(calls)],
                 env=env,
@@ -277,21 +284,35 @@ def bench_noop_vs_base(ctx: Context, blocks: int, calls: int) -> list[Row]:
                 timeout=300,
                 check=True,
             ).stdout
-            p50[which].append(float(out.strip().splitlines()[-1]))
-    log(f"noop p50: this tree {median(p50['here']):.3f} ms, base {median(p50['base']):.3f} ms")
-    return [
+            p50[name].append(float(out.strip().splitlines()[-1]))
+    log("noop p50: " + ", ".join(f"{k} {median(v):.3f} ms" for k, v in p50.items()))
+    rows = [
         Row(
-            key="data.noop.p50.vs_base",
+            key="data.noop.p50.shm_cost",
             backend=NAME,
-            label="noop call_engine p50, this tree vs before the data plane",
+            label="noop call_engine p50, shared memory on vs off (same tree)",
             unit="ms",
             value=median(p50["here"]),
-            baseline=median(p50["base"]),
-            baseline_label=f"the same probe on commit {BASE_COMMIT}, alternating processes",
+            baseline=median(p50["off"]),
+            baseline_label="CORRAL_SHM=0, alternating processes",
             targets=[Target("ratio", "<=", 1.1, "<= 1.1x")],
-            samples={"corral_ms": rounded(p50["here"]), "baseline_ms": rounded(p50["base"])},
+            samples={"corral_ms": rounded(p50["here"]), "baseline_ms": rounded(p50["off"])},
         )
     ]
+    if "base" in p50:
+        rows.append(
+            Row(
+                key="data.noop.p50.vs_base",
+                backend=NAME,
+                label="noop call_engine p50, this tree vs the commit before the data plane",
+                unit="ms",
+                value=median(p50["here"]),
+                baseline=median(p50["base"]),
+                baseline_label=f"commit {BASE_COMMIT} (also before request signing etc.)",
+                samples={"corral_ms": rounded(p50["here"]), "baseline_ms": rounded(p50["base"])},
+            )
+        )
+    return rows
 
 
 def run(ctx: Context) -> list[Row]:

@@ -92,7 +92,7 @@ def _scheduler(ctx: Context):
 
     cfg = BaseExperimentConfig(experiment_name=ctx.unique_name("bench"), trial_name="t0")
     sched = LocalScheduler(
-        cfg,
+        exp_config=cfg,
         gpu_devices=[],
         fileroot=ctx.fileroot,
         startup_timeout=120.0,

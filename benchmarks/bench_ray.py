@@ -26,6 +26,7 @@ from common import (
     Context,
     Row,
     Target,
+    hold_lock,
     log,
     median,
     percentile,
@@ -64,7 +65,7 @@ def check() -> str | None:
 class Plan:
     def __init__(self, quick: bool):
         self.workers = 8
-        self.cold_reps = 1 if quick else 2
+        self.cold_reps = 1 if quick else 3
         self.noop_warmup = 50 if quick else 200
         self.noop_calls = 300 if quick else 2000
         self.payload_mib = 128
@@ -173,7 +174,9 @@ def _scheduler(ctx: Context):
     from corral.config import BaseExperimentConfig
 
     cfg = BaseExperimentConfig(experiment_name=ctx.unique_name("benchray"), trial_name="t0")
-    sched = RayScheduler(cfg, fileroot=ctx.fileroot, startup_timeout=180.0, progress=lambda t: None)
+    sched = RayScheduler(
+        exp_config=cfg, fileroot=ctx.fileroot, startup_timeout=180.0, progress=lambda t: None
+    )
     ctx.on_close(sched.close)
     return sched
 
@@ -229,6 +232,7 @@ def run(ctx: Context) -> list[Row]:
     if reason:
         raise BackendUnavailable(reason)
     plan = Plan(ctx.quick)
+    hold_lock(ctx, "/tmp/corral-ray.lock", "ray")
     ray = _start_runtime(ctx)
     sched = _scheduler(ctx)
 

@@ -13,7 +13,8 @@ name-resolve. Measured on the controller, for each size N:
   hosts stopped)
 * ``scale.fds_per_worker.nN`` / ``scale.rss_per_worker.nN``  controller descriptors and
   resident memory added per worker, after the fan-out
-* ``scale.threads.nN``   controller threads after the fan-out
+* ``scale.threads.nN``   threads the controller started for this scheduler (counted
+  after the fan-out, against the count before the scheduler was made)
 
 Baselines: for the N=4,096 times, 4 x the N=1,024 figure of the same run (ratio 1.0 =
 linear); for threads, the thread count at N=1,024 (ratio 1.0 = constant).
@@ -57,6 +58,7 @@ def _launcher_class():
         def __init__(self, folder: str):
             self.folder = folder
             self.hosts: dict[str, list[tuple[subprocess.Popen, range]]] = {}
+            self.killed = 0  # hosts that did not exit within 10 s of SIGTERM
 
         def launch(self, request) -> None:
             job, hosts = request.job, []
@@ -94,8 +96,9 @@ def _launcher_class():
                     proc.send_signal(signal.SIGTERM)
             for proc, _ in hosts:
                 try:
-                    proc.wait(30)
+                    proc.wait(10)
                 except subprocess.TimeoutExpired:
+                    self.killed += 1
                     proc.kill()
                     proc.wait()
 
@@ -126,9 +129,10 @@ def measure(ctx: Context, n: int) -> dict:
     folder = os.path.join(ctx.fileroot, f"scale-{n}")
     os.makedirs(folder, exist_ok=True)
     cfg = BaseExperimentConfig(experiment_name=ctx.unique_name("scale"), trial_name="t0")
+    launcher = _launcher_class()(folder)
     sched = Scheduler(
         cfg,
-        launcher=_launcher_class()(folder),
+        launcher=launcher,
         fileroot=ctx.fileroot,
         startup_timeout=600.0,
         progress=lambda text: None,
@@ -136,7 +140,7 @@ def measure(ctx: Context, n: int) -> dict:
     ctx.on_close(sched.close)
     from corral import Job, SchedulingSpec
 
-    fds0, rss0 = _fds(), _rss()
+    fds0, rss0, threads0 = _fds(), _rss(), _threads()
     started = time.perf_counter()
     ids = sched.create_workers(Job(role="sim", replicas=n, tasks=[SchedulingSpec(cpu=0)]))
     register = time.perf_counter() - started
@@ -149,14 +153,14 @@ def measure(ctx: Context, n: int) -> dict:
 
     async def rounds() -> tuple[float, list[float]]:
         first = await round_trip()
-        return first, [await round_trip() for _ in range(3)]
+        return first, [await round_trip() for _ in range(5)]
 
     loop = asyncio.new_event_loop()  # kept open: its connections stay pooled, as in a real job
     try:
         first, again = loop.run_until_complete(rounds())
-        fds, rss, threads = _fds() - fds0, _rss() - rss0, _threads()
+        fds, rss, threads = _fds() - fds0, _rss() - rss0, _threads() - threads0
     finally:
-        loop.run_until_complete(sched._async_client.aclose())
+        loop.run_until_complete(sched._calls.async_client.aclose())
         loop.close()
     started = time.perf_counter()
     sched.delete_workers("sim")
@@ -173,6 +177,7 @@ def measure(ctx: Context, n: int) -> dict:
         "rss_per_worker_bytes": rss / n,
         "threads": threads,
         "hosts": -(-n // PER_HOST),
+        "hosts_killed_after_10s": launcher.killed,
     }
     log(
         f"scale n={n}: register {register:.2f}s, fan-out {result['fanout_s']:.3f}s (first "
@@ -206,10 +211,7 @@ def run(ctx: Context) -> list[Row]:
                         f"{k:.0f} x the {ns:,}-worker figure (linear growth)" if r is big else ""
                     ),
                     targets=[Target("ratio", "<=", 1.5, "<= 1.5x linear")] if r is big else [],
-                    extra={k2: v for k2, v in r.items() if not k2.endswith("_s")}
-                    | {"fanout_first_s": r["fanout_first_s"], "samples": r["fanout_samples_s"]}
-                    if key == "fanout"
-                    else {},
+                    extra=dict(r),
                 )
             )
     for r in (small, big):
@@ -236,7 +238,7 @@ def run(ctx: Context) -> list[Row]:
         Row(
             key=f"scale.threads.n{nb}",
             backend=NAME,
-            label=f"scale: controller threads with {nb:,} workers",
+            label=f"scale: controller threads started, {nb:,} workers",
             unit="threads",
             value=float(big["threads"]),
             baseline=float(small["threads"]),

@@ -18,7 +18,6 @@ exit, error or Ctrl-C.
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import os
 import shutil
 import subprocess
@@ -30,6 +29,7 @@ from common import (
     Context,
     Row,
     Target,
+    hold_lock,
     log,
     median,
     percentile,
@@ -85,17 +85,6 @@ def ensure_cluster() -> None:
     )
     if r.returncode != 0:
         log(f"slurm: starting the test cluster failed:\n{(r.stdout + r.stderr)[-2000:]}")
-
-
-def take_cluster_lock(ctx: Context) -> None:
-    """Hold the shared cluster's lock for the whole Slurm part (released at exit)."""
-    fh = open(CLUSTER_LOCK, "a")
-    try:
-        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        log(f"slurm: waiting for {CLUSTER_LOCK} (another user of the test cluster)")
-        fcntl.flock(fh, fcntl.LOCK_EX)
-    ctx.on_close(fh.close)
 
 
 def check() -> str | None:
@@ -215,10 +204,10 @@ def _scheduler(ctx: Context):
     from corral.config import BaseExperimentConfig
 
     cfg = BaseExperimentConfig(experiment_name=ctx.unique_name("benchslurm"), trial_name="t0")
+    cfg.cluster.n_gpus_per_node = GPUS_PER_NODE  # a config's value wins over the keyword
     sched = SlurmScheduler(
-        cfg,
+        exp_config=cfg,
         fileroot=ctx.fileroot,
-        n_gpus_per_node=GPUS_PER_NODE,
         startup_timeout=180.0,
         progress=lambda text: None,
     )
@@ -260,7 +249,7 @@ def _local(ctx: Context, key: str) -> tuple[float | None, str]:
 
 
 def run(ctx: Context) -> list[Row]:
-    take_cluster_lock(ctx)
+    hold_lock(ctx, CLUSTER_LOCK, "slurm")
     ensure_cluster()
     reason = check()
     if reason:

@@ -262,6 +262,19 @@ def processes_left(pids: Iterable[int]) -> dict[str, Any]:
     }
 
 
+def hold_lock(ctx: Context, path: str, what: str) -> None:
+    """Take the shared service's lock file (others' tests use it too) until the run ends."""
+    import fcntl
+
+    fh = open(path, "a")
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        log(f"{what}: waiting for {path} (another user of the {what} service)")
+        fcntl.flock(fh, fcntl.LOCK_EX)
+    ctx.on_close(fh.close)
+
+
 # ----------------------------------------------------------------- shared measurements
 def time_forks(sched: Any, reps: int, cpu: int = 0) -> list[float]:
     """Seconds until one worker forked next to a one-worker role is ready (colocation

@@ -273,7 +273,9 @@ def _scheduler(fileroot: str):
     from corral.config import BaseExperimentConfig
 
     cfg = BaseExperimentConfig(experiment_name=f"hotspots-{os.getpid()}", trial_name="t0")
-    return LocalScheduler(cfg, gpu_devices=[], fileroot=fileroot, progress=lambda t: None)
+    return LocalScheduler(
+        exp_config=cfg, gpu_devices=[], fileroot=fileroot, progress=lambda t: None
+    )
 
 
 def _job(role: str, replicas: int, cmd: str | None):

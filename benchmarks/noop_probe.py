@@ -14,7 +14,9 @@ from corral import BaseExperimentConfig, Job, LocalScheduler
 def main() -> None:
     fileroot, calls = sys.argv[1], int(sys.argv[2])
     cfg = BaseExperimentConfig(experiment_name="noop-probe", trial_name=uuid.uuid4().hex[:8])
-    with LocalScheduler(cfg, gpu_devices=[], fileroot=fileroot, progress=lambda t: None) as s:
+    with LocalScheduler(
+        exp_config=cfg, gpu_devices=[], fileroot=fileroot, progress=lambda t: None
+    ) as s:
         (wid,) = s.create_workers(Job(role="w", replicas=1))
         asyncio.run(s.create_engine(wid, "corral.testing.engines.EchoEngine"))
         for _ in range(200):

@@ -39,18 +39,32 @@ def main(spec_path: str) -> None:
         settings = WorkerSettings.from_env({**os.environ, "CORRAL_INDEX": str(index)})
         runtime = WorkerRuntime(settings, secret)
         runtime.engines = engines
-        runtime._on_shutdown = _stopper(runtime)
+        runtime._on_shutdown = _stopper(runtime, in_thread=True)
         runtime.start()
         runtimes.append(runtime)
     print("ready", flush=True)
     stop.wait()
     for runtime in runtimes:
-        runtime.stop()
+        _stopper(runtime)()
     os._exit(0)
 
 
-def _stopper(runtime):
-    return lambda: threading.Thread(target=runtime.stop, daemon=True).start()
+_stop_lock = threading.Lock()
+
+
+def _stopper(runtime, in_thread: bool = False):
+    """Stop ``runtime`` once, whoever asks first (its /shutdown or the host's SIGTERM)."""
+
+    def stop() -> None:
+        with _stop_lock:
+            if getattr(runtime, "_sim_stopping", False):
+                return
+            runtime._sim_stopping = True
+        runtime.stop()
+
+    if in_thread:
+        return lambda: threading.Thread(target=stop, daemon=True).start()
+    return stop
 
 
 if __name__ == "__main__":

@@ -76,7 +76,7 @@ def main() -> None:
     )
     root = tempfile.mkdtemp(prefix="corral-soak-")
     cfg = BaseExperimentConfig(experiment_name="soak", trial_name=f"t{os.getpid()}")
-    sched = LocalScheduler(cfg, fileroot=root, gpu_devices=[], progress=lambda _t: None)
+    sched = LocalScheduler(exp_config=cfg, fileroot=root, gpu_devices=[], progress=lambda _t: None)
     try:
         ids = sched.create_workers(Job("soak", args.workers, [SchedulingSpec(cpu=0, port_count=0)]))
 

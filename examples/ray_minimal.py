@@ -11,8 +11,7 @@ ray.init(ignore_reinit_error=True, num_cpus=8, num_gpus=4)
 exp_cfg = BaseExperimentConfig(
     experiment_name="demo",
     trial_name="run1",
-    cluster=type('C', (), {"n_gpus_per_node": 4})  # dummy cluster object
-
+    cluster=type("C", (), {"n_gpus_per_node": 4}),  # dummy cluster object
 )
 
 scheduler = RayScheduler(exp_config=exp_cfg)
@@ -26,7 +25,7 @@ job = type(
         "role": "rollout",
         "replicas": 2,
         "tasks": [SchedulingSpec(cpu=4, gpu=1, mem=16, port_count=2)],
-        "scheduling_strategy": SchedulingStrategy(type="separation")
+        "scheduling_strategy": SchedulingStrategy(type="separation"),
     },
 )()
 worker_ids = scheduler.create_workers(job)

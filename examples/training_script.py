@@ -6,6 +6,7 @@ from corral import LocalScheduler, RayScheduler, SlurmScheduler
 from corral import load_expr_config
 from grpo_config import GRPOConfig
 
+
 def main():
     # Load experiment configuration
 
@@ -41,13 +42,14 @@ def main():
         worker_id=rollout_ids[0],
         method="generate",
         engine_name="my_engine",
-        inputs={"prompt": "Explain quantum computing"}
+        inputs={"prompt": "Explain quantum computing"},
     )
     print(result)
 
     # Cleanup
 
     scheduler.delete_workers()
+
 
 if __name__ == "__main__":
     main()

@@ -142,6 +142,10 @@ def run_tests(copy: str, mutant: Mutant, timeout: float) -> tuple[int | None, st
             os.killpg(proc.pid, signal.SIGKILL)
         out, _ = proc.communicate()
         code = None
+    except BaseException:  # interrupted: take the test run down with us
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        raise
     lines = [ln for ln in out.splitlines() if ln.strip()]
     return code, "\n".join(lines[-3:])
 
@@ -200,6 +204,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=420.0, help="seconds per test run")
     ap.add_argument("--markdown", help="also write the results as a Markdown table here")
     args = ap.parse_args(argv)
+    # SIGTERM (and SIGINT, which background shells ignore) unwind through the finally
+    # blocks: the mutated file is restored and the temporary copy removed
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
     chosen = list(MUTANTS)
     if args.only:

@@ -61,6 +61,14 @@ install() {
     fi
     run_step "pip install -e .[dev,ray,torch]" "check the network / package index (pip config list), then rerun" \
         "$PY" -m pip install -q -e ".[dev,ray,torch]"
+    # AReaL 1.0.4 for tests/areal_compat: the package without its GPU stack (--no-deps) and
+    # the few packages its scheduler and controller modules import.
+    run_step "pip install --no-deps areal==1.0.4 (tests/areal_compat/requirements.txt)" \
+        "check the network / package index, then rerun; the pins are in tests/areal_compat/requirements.txt" \
+        "$PY" -m pip install -q --no-deps -r tests/areal_compat/requirements.txt
+    run_step "import areal's controllers" \
+        "a package areal imports is missing from tests/areal_compat/requirements.txt: add its pin" \
+        "$PY" -c "import areal.infra.controller.train_controller, areal.infra.controller.rollout_controller, areal.infra.scheduler.local, areal.infra.scheduler.ray, areal.infra.scheduler.slurm, areal.api.cli_args, areal.api.io_struct"
 }
 
 if [ "$mode" != test ]; then install; fi

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from corral.backends import lazy_exports
 from corral.config import (
     BaseExperimentConfig,
     ClusterSpecConfig,
@@ -23,32 +24,30 @@ from corral.errors import (
     EngineCallError,
     EngineCreationError,
     EngineImportError,
+    GPUAllocationError,
     PlacementError,
+    PortAllocationError,
     RefError,
     RefLostError,
     ResourceLimitError,
+    RPCConnectionError,
     SchedulerError,
     TrialInUseError,
+    WorkerConfigurationError,
+    WorkerConnectionError,
     WorkerCreationError,
     WorkerFailedError,
     WorkerNotFoundError,
     WorkerPreemptedError,
     WorkerTimeoutError,
 )
-from corral.spec import Job, SchedulingSpec, SchedulingStrategy, Worker
+from corral.spec import Job, SchedulingSpec, SchedulingStrategy, SchedulingStrategyType, Worker
 
 __version__ = "0.1.0"
 
-_LAZY = {
-    "Scheduler": "corral.scheduler",
-    "LocalScheduler": "corral.backends.local",
-    "RayScheduler": "corral.backends.ray",
-    "SlurmScheduler": "corral.backends.slurm",
-}
-
 
 def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
+    module = {"Scheduler": "corral.scheduler", **lazy_exports()}.get(name)
     if module is None:
         raise AttributeError(f"module 'corral' has no attribute {name!r}")
     import importlib
@@ -62,6 +61,8 @@ __all__ = [
     "Worker", "Scheduler", "LocalScheduler", "RayScheduler", "SlurmScheduler",
     "CorralError", "ConfigError", "SchedulerError", "WorkerCreationError", "WorkerTimeoutError",
     "WorkerFailedError", "WorkerNotFoundError", "EngineCreationError", "EngineImportError",
+    "EngineCallError", "SchedulingStrategyType", "WorkerConfigurationError",
+    "WorkerConnectionError", "PortAllocationError", "GPUAllocationError", "RPCConnectionError",
     "EngineCallError", "TrialInUseError", "PlacementError", "ResourceLimitError", "WorkerPreemptedError",
     "Ref", "RefError", "RefLostError",
 ]  # fmt: skip

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from corral import keys
 from corral.errors import ConfigError, WorkerNotFoundError
 from corral.fdlimit import ensure_fds
+from corral.roles import LAUNCHED
 
 if TYPE_CHECKING:
     from corral.scheduler import Scheduler
@@ -32,7 +33,7 @@ def scale(sched: Scheduler, role: str, replicas: int) -> list[str]:
         state = sched._roles.get(role)
         if state is None:
             raise WorkerNotFoundError(f"no role {role!r} to scale")
-        if state.kind != "launched":
+        if state.kind != LAUNCHED:
             raise ConfigError("role", role, "only launched roles scale; scale their target instead")
         dependents = [r for r, s in sched._roles.items() if s.target == role]
         if dependents:
@@ -50,22 +51,22 @@ def scale(sched: Scheduler, role: str, replicas: int) -> list[str]:
             )
             sched.launcher.grow(role, n, list(tasks), envs, sched.log_dir)
             try:
-                workers = sched._await_registration(role, replicas, sched.startup_timeout)
+                workers = sched._watch.await_registration(role, replicas, sched.startup_timeout)
             except BaseException:
                 sched.launcher.shrink(role, list(range(n, replicas)))
                 state.job = dataclasses.replace(state.job, replicas=n, tasks=state.job.tasks[:n])
                 raise
             state.workers = workers
-            for worker in workers[n:]:
-                sched._ids[worker.id] = worker
+            sched._table.add_workers(workers[n:])
         elif replicas < n:
             doomed = state.workers[replicas:]
-            sched._io.run(sched._retire(doomed))  # destroy engines, ask to exit (drain)
+            sched._io.run(sched._calls.retire(doomed))  # destroy engines, ask to exit (drain)
             sched.launcher.shrink(role, [w.index for w in doomed])
             for worker in doomed:
-                sched._ids.pop(worker.id, None)
-                sched._data.owner_gone(worker, f"was removed by scale({role!r}, {replicas})")
+                sched._table.ids.pop(worker.id, None)
+                sched._table.unrestartable.pop(worker.id, None)
                 sched.monitor.forget(worker.id)
+                sched._data.owner_gone(worker, f"was removed by scale({role!r}, {replicas})")
                 state.engines.pop(worker.id, None)
                 for fn in (keys.worker_address_key, keys.worker_info_key):
                     sched.name_resolve.delete(sched._key(fn, role, worker.index))

@@ -106,9 +106,15 @@ class Launcher(abc.ABC):
         return False
 
     def rendezvous_master(self, role: str, workers: list[Worker]) -> tuple[str, int] | None:
-        """MASTER_ADDR and MASTER_PORT for the role; default: rank 0's first reserved port."""
+        """MASTER_ADDR and MASTER_PORT for the role; default: rank 0's first reserved port
+        (``worker_ports[1]``, the port AReaL's TrainController uses too)."""
         first = workers[0]
-        return (first.ip, first.worker_ports[0]) if first.worker_ports else None
+        return (first.ip, first.reserved_ports[0]) if first.reserved_ports else None
+
+    def stop_in_reverse(self, role: str) -> None:
+        """Stop the role's workers from the highest rank down (``reverse_order``); default:
+        ``stop`` (backends that stop a role at once, such as one Slurm job, need no order)."""
+        self.stop(role)
 
     def share_secret_by_env(self) -> bool:
         """True if workers cannot read the controller's fileroot (no shared filesystem): the

@@ -15,6 +15,7 @@ import time
 from typing import TYPE_CHECKING
 
 from corral.errors import WorkerNotFoundError, WorkerTimeoutError
+from corral.roles import LAUNCHED
 
 if TYPE_CHECKING:
     from corral.scheduler import Scheduler
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
 
 def wait_role(sched: Scheduler, role: str, timeout: float | None = None) -> list[str]:
     state = sched._roles.get(role)
-    if state is None or state.kind != "launched":
+    if state is None or state.kind != LAUNCHED:
         raise WorkerNotFoundError(f"no launched role {role!r} to wait for")
     timeout = sched.startup_timeout if timeout is None else timeout
     deadline = time.monotonic() + timeout
@@ -35,7 +36,7 @@ def wait_role(sched: Scheduler, role: str, timeout: float | None = None) -> list
         for index in range(len(state.workers)):
             if index in back:
                 continue
-            worker = sched._read_worker(role, index)
+            worker = sched._watch.read_worker(role, index)
             if worker is not None and worker.generation != old.get(index):
                 back[index] = worker
             elif worker is not None:
@@ -48,7 +49,7 @@ def wait_role(sched: Scheduler, role: str, timeout: float | None = None) -> list
         final = {i: e for i, e in dead.items() if not e.preempted and i not in back}
         if final and not any(e.preempted for e in dead.values()):
             index, exit_ = sorted(final.items())[0]
-            raise sched._failure(f"{role}/{index}", exit_, role, index, "while coming back")
+            raise sched._watch.failure(f"{role}/{index}", exit_, role, index, "while coming back")
         now = time.monotonic()
         if now >= deadline:
             reason = sched.launcher.pending_reason(role)
@@ -66,9 +67,9 @@ def wait_role(sched: Scheduler, role: str, timeout: float | None = None) -> list
     with sched._lock:
         state.workers = [back[i] for i in range(len(state.workers))]
         for worker in state.workers:
-            sched._ids[worker.id] = worker
             sched.monitor.forget(worker.id)
-            sched._unrestartable.pop(worker.id, None)
+            sched._table.unrestartable.pop(worker.id, None)
+        sched._table.add_workers(state.workers)
         state.engines.clear()
         sched.launcher.mark_returned(role)
         sched._rendezvous(role, state.workers)

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
+import enum
 import re
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-from corral.errors import ConfigError
+from corral.errors import ConfigError, EngineTypeError, JobConfigError, UnknownRoleError
 
 STRATEGY_TYPES = ("separation", "colocation")
 RAY_PLACEMENT_STRATEGIES = ("shared", "separate", "deferred")
 CONTAINER_TYPES = ("none", "apptainer")
+TASK_TYPES = ("worker", "engine")
 _ROLE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
@@ -19,15 +21,18 @@ _ROLE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 class SchedulingSpec:
     """Resources and launch details of one worker (one replica of a role).
 
-    ``mem`` is in GiB. ``port_count`` extra ports are reserved by the worker itself
-    (bind port 0) and reported in ``Worker.worker_ports``. ``engines`` maps engine names
-    to import paths of engines the worker creates before it reports ready.
+    ``mem`` is in GiB. ``port_count`` is the number of ports in ``Worker.worker_ports``:
+    the port the worker serves on, then ``port_count - 1`` free ports reserved on its host
+    (at least one, rank 0's is ``MASTER_PORT``). ``engines`` maps engine names to import
+    paths of engines the worker creates before it reports ready. ``task_type`` (``worker``
+    or ``engine``) is AReaL's label, kept and validated; corral starts both the same way.
+    ``cmd`` replaces ``python -m corral.worker``; see docs/areal.md for the arguments it gets.
     """
 
     cpu: int = 1
     gpu: int = 0
     mem: int = 1
-    port_count: int = 1
+    port_count: int = 2
     env_vars: dict[str, str] = field(default_factory=dict)
     cmd: str | None = None
     container_type: str = "none"
@@ -40,9 +45,19 @@ class SchedulingSpec:
     ray_placement_strategy: str = "separate"
     max_restarts: int = 0
     engines: dict[str, str] = field(default_factory=dict)
+    task_type: str = "worker"
 
     def __post_init__(self) -> None:
+        if self.additional_bash_cmds is None:
+            self.additional_bash_cmds = []
         validate_spec(self)
+
+
+class SchedulingStrategyType(str, enum.Enum):  # noqa: UP042 (AReaL's base classes)
+    """The placement kinds (AReaL's enum): a member compares equal to its name."""
+
+    separation = "separation"
+    colocation = "colocation"
 
 
 @dataclass
@@ -50,54 +65,79 @@ class SchedulingStrategy:
     """How a role is placed relative to other roles.
 
     ``separation``: the role gets its own resources. ``colocation``: the role lives on
-    the workers of ``target``; with ``fork=True`` each target worker forks a new worker
-    process next to itself, otherwise the target's workers are reused as they are.
+    the workers of ``target``; with ``fork=True`` (the default, as in AReaL) each target
+    worker forks a new worker process next to itself, with ``fork=False`` the target's
+    workers are reused as they are. ``type`` may be a :class:`SchedulingStrategyType`.
+    A colocation without a target is refused by ``create_workers``.
     """
 
-    type: Literal["separation", "colocation"] = "separation"
+    type: str = "separation"
     target: str | None = None
-    fork: bool = False
+    fork: bool = True
 
     def __post_init__(self) -> None:
+        if isinstance(self.type, SchedulingStrategyType):
+            self.type = self.type.value
         if self.type not in STRATEGY_TYPES:
             raise ConfigError(
                 "scheduling_strategy.type", self.type, f"use one of {', '.join(STRATEGY_TYPES)}"
             )
-        if self.type == "colocation" and not self.target:
-            raise ConfigError(
-                "scheduling_strategy.target",
-                self.target,
-                "colocation needs target=<role> naming the role to colocate with",
-            )
-        if self.target is not None:
+        if self.target:
             validate_role_name(self.target, "scheduling_strategy.target")
+
+
+class DefaultTasks(list):
+    """The empty ``Job.tasks`` default. It equals ``[]`` as in AReaL, but unlike an
+    explicit ``tasks=[]`` (refused: "No scheduling specs") it means "the default spec"."""
 
 
 @dataclass
 class Job:
-    """A role to run: ``replicas`` workers, each with one of ``tasks``."""
+    """A role to run: ``replicas`` workers, each with one of ``tasks`` (one spec for all
+    replicas, or one per replica; empty: the default spec). Defaults as in AReaL:
+    ``replicas=0`` is refused by ``create_workers``, so say how many."""
 
     role: str
-    replicas: int = 1
-    tasks: list[SchedulingSpec] = field(default_factory=lambda: [SchedulingSpec()])
+    replicas: int = 0
+    tasks: list[SchedulingSpec] = field(default_factory=lambda: DefaultTasks())
     scheduling_strategy: SchedulingStrategy = field(default_factory=SchedulingStrategy)
 
 
 @dataclass
 class Worker:
-    """A reachable worker process: its id (``role/index``), address and reserved ports."""
+    """A reachable worker process.
+
+    The first four fields are AReaL's ``Worker``: ``id`` (``role/index``), ``ip``,
+    ``worker_ports`` (strings; ``worker_ports[0]`` is the port the worker serves on, the
+    rest are free ports reserved on its host) and ``engine_ports`` (ports engines
+    announced; empty unless an engine reports some). The rest are corral's.
+    """
 
     id: str
-    role: str
-    index: int
     ip: str
-    port: int
-    worker_ports: list[int] = field(default_factory=list)
+    worker_ports: list[str] = field(default_factory=list)
+    engine_ports: list[str] = field(default_factory=list)
+    role: str = ""
+    index: int = -1
+    port: int = 0
     host: str = ""
     pid: int | None = None
     backend_id: str | None = None
     forked: bool = False
     generation: str = ""
+
+    def __post_init__(self) -> None:
+        role, _, index = self.id.rpartition("/")
+        if not self.role:
+            self.role = role
+        if self.index < 0 and index.isdigit():
+            self.index = int(index)
+        self.worker_ports = [str(p) for p in self.worker_ports]
+        self.engine_ports = [str(p) for p in self.engine_ports]
+        if not self.port and self.worker_ports:
+            self.port = int(self.worker_ports[0])
+        elif self.port and not self.worker_ports:
+            self.worker_ports = [str(self.port)]
 
     @classmethod
     def from_registration(
@@ -106,8 +146,12 @@ class Worker:
         """A worker from what it published: ``ip:port`` and its info record (pid, host,
         reserved ports, generation); ``fields`` override or fill in the rest."""
         ip, _, port = address.rpartition(":")
+        extra = [str(p) for p in info.get("worker_ports", [])]
+        if extra[:1] != [port]:
+            extra.insert(0, port)
         values = {
-            "worker_ports": list(info.get("worker_ports", [])),
+            "worker_ports": extra,
+            "engine_ports": [str(p) for p in info.get("engine_ports", [])],
             "host": info.get("host", ""),
             "pid": info.get("pid"),
             "backend_id": info.get("backend_id"),
@@ -116,6 +160,11 @@ class Worker:
         }
         values.update(fields)
         return cls(id=f"{role}/{index}", role=role, index=index, ip=ip, port=int(port), **values)
+
+    @property
+    def reserved_ports(self) -> list[int]:
+        """The free ports reserved for this worker (``worker_ports`` after the served one)."""
+        return [int(p) for p in self.worker_ports[1:]]
 
     @property
     def address(self) -> str:
@@ -157,6 +206,10 @@ def validate_spec(spec: SchedulingSpec, prefix: str = "SchedulingSpec") -> None:
     _check_count(f"{prefix}.mem", spec.mem, 0)
     _check_count(f"{prefix}.port_count", spec.port_count, 0)
     _check_count(f"{prefix}.max_restarts", spec.max_restarts, 0)
+    if spec.task_type not in TASK_TYPES:
+        raise ConfigError(
+            f"{prefix}.task_type", spec.task_type, f"use one of {', '.join(TASK_TYPES)}"
+        )
     if spec.container_type not in CONTAINER_TYPES:
         raise ConfigError(
             f"{prefix}.container_type",
@@ -213,7 +266,7 @@ def _as_strategy(value: Any) -> SchedulingStrategy:
     return SchedulingStrategy(
         type=getattr(value, "type", "separation"),
         target=getattr(value, "target", None),
-        fork=bool(getattr(value, "fork", False)),
+        fork=bool(getattr(value, "fork", True)),
     )
 
 
@@ -232,32 +285,81 @@ def _as_spec(value: Any, index: int) -> SchedulingSpec:
 
 
 def normalize_job(job: Any) -> NormalizedJob:
-    """Check any object with ``role``, ``replicas``, ``tasks`` and ``scheduling_strategy``."""
+    """Check any object with ``role``, ``replicas``, ``tasks`` and ``scheduling_strategy``.
+
+    Refusals are :class:`JobConfigError` (a ``ConfigError`` and a ``WorkerCreationError``);
+    their messages keep the phrases AReaL's errors use for the same input."""
     for attr in ("role", "replicas"):
         if not hasattr(job, attr):
             raise ConfigError(
                 f"job.{attr}", None, "a job needs role, replicas, tasks and scheduling_strategy"
             )
     role = validate_role_name(job.role)
-    _check_count("job.replicas", job.replicas, 1)
+    replicas = job.replicas
+    if isinstance(replicas, int) and not isinstance(replicas, bool) and replicas == 0:
+        raise JobConfigError(
+            "job.replicas", 0, "replicas must be greater than 0; say how many workers", role
+        )
+    _check_count("job.replicas", replicas, 1)
     raw_tasks = getattr(job, "tasks", None)
-    if raw_tasks is None:
+    if raw_tasks is None or isinstance(raw_tasks, DefaultTasks) and not raw_tasks:
         raw_tasks = [SchedulingSpec()]
     elif isinstance(raw_tasks, SchedulingSpec | dict):
         raw_tasks = [raw_tasks]
     raw_tasks = list(raw_tasks)
-    if len(raw_tasks) == 1:
-        raw_tasks = raw_tasks * job.replicas
-    if len(raw_tasks) != job.replicas:
-        raise ConfigError(
+    if not raw_tasks:
+        raise JobConfigError(
             "job.tasks",
-            f"{len(raw_tasks)} specs",
-            f"give 1 spec (used for every replica) or exactly replicas={job.replicas} specs",
+            [],
+            "No scheduling specs given; pass one SchedulingSpec (used for every replica), "
+            "one per replica, or leave tasks out for the default spec",
+            role,
+        )
+    if len(raw_tasks) == 1:
+        raw_tasks = raw_tasks * replicas
+    if len(raw_tasks) != replicas:
+        n = len(raw_tasks)
+        raise JobConfigError(
+            "job.tasks",
+            f"{n} specs",
+            f"schedulings length ({n}) must be 1 or equal to replicas ({replicas}): the "
+            f"number of specs must be 1 or match replicas; give 1 spec (used for every "
+            f"replica) or exactly replicas={replicas} specs",
+            role,
         )
     tasks = tuple(_as_spec(t, i) for i, t in enumerate(raw_tasks))
     strategy = _as_strategy(getattr(job, "scheduling_strategy", None))
-    if strategy.target == role:
-        raise ConfigError(
-            "scheduling_strategy.target", strategy.target, "a role cannot colocate with itself"
+    if strategy.type == "colocation" and not strategy.target:
+        raise UnknownRoleError(
+            "scheduling_strategy.target",
+            strategy.target,
+            "Colocation strategy requires target=<role> naming the role to colocate with",
+            role,
         )
-    return NormalizedJob(role=role, replicas=job.replicas, tasks=tasks, strategy=strategy)
+    if strategy.target == role:
+        raise JobConfigError(
+            "scheduling_strategy.target",
+            strategy.target,
+            "a role cannot colocate with itself",
+            role,
+        )
+    return NormalizedJob(role=role, replicas=replicas, tasks=tasks, strategy=strategy)
+
+
+def engine_import_path(engine: Any) -> str:
+    """The import path a worker creates ``engine`` from (a path, or a class of a module)."""
+    if isinstance(engine, str):
+        return engine
+    if isinstance(engine, type):
+        if engine.__module__ == "__main__":
+            raise ConfigError(
+                "engine",
+                engine.__qualname__,
+                "define the engine class in an importable module, not in __main__",
+            )
+        return f"{engine.__module__}:{engine.__qualname__}"
+    raise EngineTypeError(
+        "engine",
+        engine,
+        "Engine must be a string import path 'pkg.module.Class' (or the class itself)",
+    )

@@ -13,6 +13,6 @@ def local_backend(tmp_path_factory) -> BackendUnderTest:
     def make(cfg, **kwargs):
         kwargs.setdefault("gpu_devices", list(range(8)))
         kwargs.setdefault("startup_timeout", 60)
-        return LocalScheduler(cfg, fileroot=root, **kwargs)
+        return LocalScheduler(exp_config=cfg, fileroot=root, **kwargs)
 
     return BackendUnderTest(name="local", make=make, gpus_per_node=8, fileroot=root)

@@ -134,7 +134,7 @@ def ray_backend(ray_cluster, tmp_path_factory) -> BackendUnderTest:
 
     def make(cfg, **kwargs):
         kwargs.setdefault("startup_timeout", 60)
-        return RayScheduler(cfg, fileroot=root, **kwargs)
+        return RayScheduler(exp_config=cfg, fileroot=root, **kwargs)
 
     return BackendUnderTest(
         name="ray",

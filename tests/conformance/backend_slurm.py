@@ -82,7 +82,7 @@ def slurm_backend(tmp_path_factory) -> BackendUnderTest:
 
     def make(cfg, **kwargs):
         kwargs.setdefault("startup_timeout", 60)
-        return SlurmScheduler(cfg, fileroot=root, **kwargs)
+        return SlurmScheduler(exp_config=cfg, fileroot=root, **kwargs)
 
     env = {"SLURM_CONF": slurm_conf()} if slurm_conf() else {}
     return BackendUnderTest(

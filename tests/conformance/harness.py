@@ -60,7 +60,8 @@ class BackendUnderTest:
         experiment = experiment or f"conf-{self.name}"
         trial = trial or f"t{uuid.uuid4().hex[:8]}"
         cfg = BaseExperimentConfig(experiment_name=experiment, trial_name=trial)
-        cfg.cluster.n_gpus_per_node = self.gpus_per_node
+        # a config's n_gpus_per_node wins over the keyword (as in AReaL): put it there
+        cfg.cluster.n_gpus_per_node = kwargs.pop("n_gpus_per_node", self.gpus_per_node)
         for key, value in (name_resolve or {}).items():
             setattr(cfg.cluster.name_resolve, key, value)
         return self.make(cfg, **kwargs)

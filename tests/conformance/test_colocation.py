@@ -14,7 +14,11 @@ ECHO = "corral.testing.engines.EchoEngine"
 def test_colocation_without_fork_reuses_target_workers(sched):
     rollout = sched.create_workers(Job(role="rollout", replicas=2))
     ref = sched.create_workers(
-        Job(role="ref", replicas=2, scheduling_strategy=SchedulingStrategy("colocation", "rollout"))
+        Job(
+            role="ref",
+            replicas=2,
+            scheduling_strategy=SchedulingStrategy("colocation", "rollout", fork=False),
+        )
     )
     assert ref == rollout
     assert [w.pid for w in sched.get_workers("ref")] == [

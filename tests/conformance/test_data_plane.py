@@ -98,6 +98,17 @@ def test_ref_passed_to_another_worker_is_fetched_from_the_owner(sched):
     assert_no_leaks(sched, a, b)
 
 
+def test_a_ref_in_create_engine_arguments_reaches_the_constructor(sched):
+    (a,) = _workers(sched, "a", 1)
+    (b,) = sched.create_workers(Job(role="b", replicas=1))
+    ref = sched.call_engine(a, "make", None, 4 * MiB, rpc_meta={"keep": True})["big"]
+    asyncio.run(sched.create_engine(b, DATA, None, ref))
+    assert sched.call_engine(b, "held_nbytes") == 4 * MiB
+    del ref
+    sched.call_engine(b, "destroy_held")
+    assert_no_leaks(sched, a, b)
+
+
 def test_same_host_calls_go_through_shared_memory(sched):
     (a,) = _workers(sched, "a", 1)
     value = np.arange(4 * MiB, dtype=np.float32)

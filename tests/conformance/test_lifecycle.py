@@ -55,8 +55,9 @@ def test_rendezvous_variables_come_from_rank_zero(sched):
     master_ports = {sched.call_engine(w, "getenv", "e", "MASTER_PORT") for w in ids}
     assert len(master_ports) == 1
     if sched.backend != "ray":
-        assert int(master_ports.pop()) == workers[0].worker_ports[0]
+        assert int(master_ports.pop()) == int(workers[0].worker_ports[1])
     assert len(workers[0].worker_ports) == 2
+    assert int(workers[0].worker_ports[0]) == workers[0].port  # the served port first
 
 
 def test_gpus_are_exclusive_and_visible_through_cuda_visible_devices(sched):

@@ -17,7 +17,7 @@ SCRIPT = textwrap.dedent(
     from corral.errors import ResourceLimitError
     root, replicas = sys.argv[1], int(sys.argv[2])
     cfg = BaseExperimentConfig(experiment_name="fds", trial_name="t")
-    s = LocalScheduler(cfg, fileroot=root, gpu_devices=[], progress=lambda t: None)
+    s = LocalScheduler(exp_config=cfg, fileroot=root, gpu_devices=[], progress=lambda t: None)
     out = {}
     try:
         out["ids"] = len(s.create_workers(

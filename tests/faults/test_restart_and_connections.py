@@ -26,7 +26,7 @@ ECHO = "corral.testing.engines.EchoEngine"
 @pytest.fixture
 def sched(tmp_path):
     cfg = BaseExperimentConfig(experiment_name="faults", trial_name=tmp_path.name[:40])
-    s = LocalScheduler(cfg, fileroot=str(tmp_path), gpu_devices=[])
+    s = LocalScheduler(exp_config=cfg, fileroot=str(tmp_path), gpu_devices=[])
     yield s
     s.close()
 
@@ -141,7 +141,14 @@ def test_negative_restarts_are_refused():
         SchedulingSpec(max_restarts=-1)
 
 
-def test_a_delivered_large_reply_is_not_kept_and_its_duplicate_never_runs(sched):
+@pytest.mark.parametrize("transport", ["shared-memory", "socket"])
+def test_a_delivered_large_reply_is_not_kept_and_its_duplicate_never_runs(
+    sched, monkeypatch, transport
+):
+    """Delivery is proven by the client's ACK of a shared-memory reply, or (over a
+    socket: another host, or CORRAL_SHM=0) by its next request on the same connection."""
+    if transport == "socket":
+        monkeypatch.setenv("CORRAL_SHM", "0")  # the worker inherits it: no segments
     from corral.errors import ProtocolError
     from corral.rpc.client import RPCClient
 

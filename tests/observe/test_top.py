@@ -94,3 +94,29 @@ def test_top_refuses_a_name_that_leaves_the_fileroot(tmp_path):
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert done.returncode == 2 and "experiment='..'" in done.stderr
+
+
+def test_top_refreshes_count_times_into_a_pipe(local_backend):
+    sched = local_backend.scheduler()
+    try:
+        (wid,) = sched.create_workers(Job(role="solo", replicas=1))
+        wait_stats(sched, lambda s: worker_row(s, wid)["state"] == "running", what="running")
+        text = _top_live(
+            local_backend.fileroot,
+            sched.experiment_name,
+            sched.trial_name,
+            "--count", "3", "--interval", "0.2",
+        )  # fmt: skip
+        assert text.count(f"{sched.experiment_name} / {sched.trial_name}") == 3
+        assert text.count(f"\n{wid} ") == 3
+    finally:
+        sched.close()
+
+
+def _top_live(fileroot: str, *args: str) -> str:
+    out = subprocess.run(
+        [sys.executable, "-m", "corral.cli", "--fileroot", fileroot, "top", *args],
+        capture_output=True, text=True, timeout=60, env=dict(os.environ, COLUMNS="200"),
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    return out.stdout

@@ -41,7 +41,7 @@ def make(ray_cluster, tmp_path):  # noqa: F811
         cfg = BaseExperimentConfig(experiment_name="ray-test", trial_name=uuid.uuid4().hex[:8])
         cfg.cluster.n_gpus_per_node = GPUS_PER_NODE
         kwargs.setdefault("startup_timeout", 60)
-        sched = RayScheduler(cfg, fileroot=str(tmp_path), **kwargs)
+        sched = RayScheduler(exp_config=cfg, fileroot=str(tmp_path), **kwargs)
         made.append(sched)
         return sched
 
@@ -201,7 +201,7 @@ assert "ray" not in sys.modules, "import corral imported ray"
 from corral.backends.ray import RayScheduler
 assert "ray" not in sys.modules, "importing the backend imported ray"
 import ray
-sched = RayScheduler(BaseExperimentConfig(trial_name="own"), fileroot={str(tmp_path)!r},
+sched = RayScheduler(exp_config=BaseExperimentConfig(trial_name="own"), fileroot={str(tmp_path)!r},
                      init_kwargs={{"num_cpus": 2}})
 assert sched.launcher.started_runtime and ray.is_initialized()
 assert sched.create_workers(Job(role="w", replicas=1)) == ["w/0"]

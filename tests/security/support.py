@@ -11,6 +11,8 @@ import threading
 
 import pytest
 
+from tests.support.loopback import LoopbackServer
+
 MALLORY = "corral-mallory"
 
 
@@ -38,14 +40,11 @@ def as_mallory(argv: list[str], **kwargs) -> subprocess.CompletedProcess:
     )
 
 
-class Listener:
+class Listener(LoopbackServer):
     """The attacker's server: accepts connections, records every byte, answers a canned
     reply (by default an unsigned ``200``) to each request head."""
 
     def __init__(self, reply: bytes | None = None):
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        self.address = f"127.0.0.1:{self.port}"
         self.reply = (
             reply
             if reply is not None
@@ -54,19 +53,9 @@ class Listener:
             )
         )
         self.received = bytearray()
-        self.connections = 0
-        threading.Thread(target=self._accept, daemon=True).start()
+        super().__init__()
 
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self.connections += 1
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
-
-    def _serve(self, conn: socket.socket) -> None:
+    def serve(self, conn: socket.socket) -> None:
         conn.settimeout(5)
         try:
             while True:
@@ -81,31 +70,21 @@ class Listener:
         finally:
             conn.close()
 
-    def close(self) -> None:
-        self.sock.close()
 
-
-class RecordingProxy:
+class RecordingProxy(LoopbackServer):
     """Forwards loopback TCP to ``target`` and keeps both directions' bytes."""
 
     def __init__(self, target: tuple[str, int]):
         self.target = target
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
         self.to_worker = bytearray()
         self.to_client = bytearray()
-        threading.Thread(target=self._accept, daemon=True).start()
+        super().__init__()
 
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.sock.accept()
-            except OSError:
-                return
-            upstream = socket.create_connection(self.target)
-            for src, dst, buf in ((client, upstream, self.to_worker),
-                                  (upstream, client, self.to_client)):  # fmt: skip
-                threading.Thread(target=self._pipe, args=(src, dst, buf), daemon=True).start()
+    def accepted(self, client: socket.socket) -> None:
+        upstream = socket.create_connection(self.target)
+        for src, dst, buf in ((client, upstream, self.to_worker),
+                              (upstream, client, self.to_client)):  # fmt: skip
+            threading.Thread(target=self._pipe, args=(src, dst, buf), daemon=True).start()
 
     @staticmethod
     def _pipe(src: socket.socket, dst: socket.socket, buf: bytearray) -> None:
@@ -123,9 +102,6 @@ class RecordingProxy:
                 s.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 def environ_of(pid: int) -> bytes:

@@ -54,7 +54,7 @@ def test_fileroot_precreated_by_another_user_is_refused(shared_tmp) -> None:
     assert made.returncode == 0, made.stderr
     assert os.stat(root).st_uid == mallory().pw_uid
     with pytest.raises(ConfigError, match=f"(?s)cluster.fileroot.*{root}.*{MALLORY}.*remove it"):
-        LocalScheduler(_config(root), gpu_devices=[])
+        LocalScheduler(exp_config=_config(root), gpu_devices=[])
     assert not os.path.exists(os.path.join(root, "secrets")), "nothing may be written there"
 
 
@@ -63,7 +63,7 @@ def test_fileroot_writable_by_others_is_refused(tmp_path) -> None:
     root.mkdir()
     os.chmod(root, 0o777)
     with pytest.raises(ConfigError, match=f"(?s){root}.*other users can write.*chmod go-w"):
-        LocalScheduler(_config(str(root)), gpu_devices=[])
+        LocalScheduler(exp_config=_config(str(root)), gpu_devices=[])
 
 
 def test_record_directory_owned_by_another_user_is_refused(tmp_path, shared_tmp) -> None:
@@ -75,7 +75,7 @@ def test_record_directory_owned_by_another_user_is_refused(tmp_path, shared_tmp)
 
 def test_private_directories_are_created_0700(tmp_path) -> None:
     root = tmp_path / "fresh"
-    sched = LocalScheduler(_config(str(root)), gpu_devices=[])
+    sched = LocalScheduler(exp_config=_config(str(root)), gpu_devices=[])
     try:
         for path in (root, root / "name_resolve"):
             assert stat.S_IMODE(os.stat(path).st_mode) == 0o700, path
@@ -170,7 +170,7 @@ def test_forged_etcd_record_is_refused_before_connecting(backend, tmp_path, slow
 def test_corral_stop_does_not_follow_a_forged_record(tmp_path) -> None:
     """The CLI (ps, stop) reads records too: a rewritten address is refused, not contacted."""
     root = tmp_path / "root"
-    sched = LocalScheduler(_config(str(root)), gpu_devices=[])
+    sched = LocalScheduler(exp_config=_config(str(root)), gpu_devices=[])
     listener = Listener()
     try:
         (wid,) = sched.create_workers(Job(role="victim", replicas=1))

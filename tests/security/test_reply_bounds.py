@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import threading
 
 import pytest
 
@@ -14,31 +13,22 @@ from corral.auth import AUTH_HEADER, TrialKeys, _reply_fields
 from corral.errors import AuthenticationError, ProtocolError
 from corral.rpc.client import AsyncRPCClient, RPCClient
 from corral.rpc.http import SocketReader
+from tests.support.loopback import LoopbackServer
 
 SECRET = "d" * 64
 TIB = 1 << 40
 
 
-class HugeReplyServer:
+class HugeReplyServer(LoopbackServer):
     """Answers every request with a head announcing ``length`` bytes and never sends them;
     signed with the trial key (a worker gone wrong) or unsigned (an impostor)."""
 
     def __init__(self, length: int, signed: bool):
         self.length, self.signed = length, signed
         self.keys = TrialKeys(SECRET)
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.address = f"127.0.0.1:{self.sock.getsockname()[1]}"
-        threading.Thread(target=self._accept, daemon=True).start()
+        super().__init__()
 
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
-
-    def _serve(self, conn: socket.socket) -> None:
+    def serve(self, conn: socket.socket) -> None:
         with conn:
             msg = SocketReader(conn).read_head()
             nonce = msg.headers["x-corral-auth"].split(" ")[1]
@@ -56,9 +46,6 @@ class HugeReplyServer:
                 conn.recv(1)
             except OSError:
                 pass
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 @pytest.mark.parametrize("length", [TIB, 9 << 30])

@@ -98,9 +98,10 @@ def test_state_descriptions_and_exit_codes():
     assert ending_state_from_log(log, "5") is None
 
 
-def _cfg(root: str, trial: str | None = None) -> BaseExperimentConfig:
+def _cfg(root: str, trial: str | None = None, gpus: int = 8) -> BaseExperimentConfig:
     cfg = BaseExperimentConfig(experiment_name="slurmtest", trial_name=trial or _trial())
     cfg.cluster.fileroot = root
+    cfg.cluster.n_gpus_per_node = gpus
     return cfg
 
 
@@ -109,7 +110,7 @@ def _trial() -> str:
 
 
 def test_dry_run_submits_nothing_and_prints_the_script(tmp_path, capsys):
-    sched = SlurmScheduler(_cfg(str(tmp_path)), n_gpus_per_node=4, dry_run=True)
+    sched = SlurmScheduler(exp_config=_cfg(str(tmp_path), gpus=4), dry_run=True)
     job = Job(role="rollout", replicas=4, tasks=[SchedulingSpec(cpu=2, gpu=2, mem=4)])
     script = sched.render_script(job)
     assert sched.create_workers(job) == []
@@ -125,7 +126,7 @@ def test_dry_run_submits_nothing_and_prints_the_script(tmp_path, capsys):
 def test_log_dir_that_cannot_be_created_is_a_config_error(tmp_path):
     (tmp_path / "logs").write_text("a file where the log directory should go")
     with pytest.raises(ConfigError, match="log directory"):
-        SlurmScheduler(_cfg(str(tmp_path)), n_gpus_per_node=4, dry_run=True)
+        SlurmScheduler(exp_config=_cfg(str(tmp_path), gpus=4), dry_run=True)
 
 
 # ------------------------------------------------------- on the cluster --
@@ -145,9 +146,10 @@ def make(lab, tmp_path):
     root = str(tmp_path / "root")
 
     def factory(**kwargs):
-        kwargs.setdefault("n_gpus_per_node", lab)
+        cfg = _cfg(root)
+        cfg.cluster.n_gpus_per_node = kwargs.pop("n_gpus_per_node", lab)  # the config wins
         kwargs.setdefault("startup_timeout", 60)
-        sched = SlurmScheduler(_cfg(root), **kwargs)
+        sched = SlurmScheduler(exp_config=cfg, **kwargs)
         made.append(sched)
         return sched
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 import socket
 import threading
 
+from tests.support.loopback import LoopbackServer
 
-class CuttingProxy:
+
+class CuttingProxy(LoopbackServer):
     """Forwards loopback TCP to a worker; the first ``cuts`` connections are closed after
     ``cut_after`` bytes in one direction, every later one passes through untouched.
 
@@ -25,24 +27,15 @@ class CuttingProxy:
         self.direction = direction
         self.cut = 0
         self._open: list[socket.socket] = []
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        self.connections = 0
-        threading.Thread(target=self._accept, daemon=True).start()
+        super().__init__()
 
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.sock.accept()
-            except OSError:
-                return
-            self.connections += 1
-            limit = self.cut_after if self.connections <= self.cuts else None
-            up, down = (limit, None) if self.direction == "request" else (None, limit)
-            upstream = socket.create_connection(self.target)
-            self._open += [client, upstream]
-            threading.Thread(target=self._pipe, args=(client, upstream, up), daemon=True).start()
-            threading.Thread(target=self._pipe, args=(upstream, client, down), daemon=True).start()
+    def accepted(self, client: socket.socket) -> None:
+        limit = self.cut_after if self.connections <= self.cuts else None
+        up, down = (limit, None) if self.direction == "request" else (None, limit)
+        upstream = socket.create_connection(self.target)
+        self._open += [client, upstream]
+        threading.Thread(target=self._pipe, args=(client, upstream, up), daemon=True).start()
+        threading.Thread(target=self._pipe, args=(upstream, client, down), daemon=True).start()
 
     def _pipe(self, src: socket.socket, dst: socket.socket, limit: int | None) -> None:
         moved = 0
@@ -74,9 +67,6 @@ class CuttingProxy:
                 s.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 def sockets_only(sched, address: str) -> None:

@@ -129,10 +129,15 @@ def test_scale_rows_show_constant_threads_and_bounded_descriptors(tmp_path):
         timeout=280,  # a hang guard, not a performance check
     )
     assert proc.returncode == 0, f"stderr:\n{proc.stderr[-5000:]}"
-    rows = {r["key"]: r for r in json.loads((tmp_path / "latest.json").read_text())["rows"]}
+    doc = json.loads((tmp_path / "latest.json").read_text())
+    assert not doc["failed"], doc["failed"]
+    rows = {r["key"]: r for r in doc["rows"]}
     for size in (128, 512):
         for what in ("register", "fanout", "delete", "fds_per_worker", "rss_per_worker"):
             assert _number(rows[f"scale.{what}.n{size}"]["value"]), f"scale.{what}.n{size}"
-        assert rows[f"scale.fds_per_worker.n{size}"]["value"] <= 2.0
+        assert rows[f"scale.fds_per_worker.n{size}"]["value"] <= 2.0, rows[
+            f"scale.fds_per_worker.n{size}"
+        ]
     threads = rows["scale.threads.n512"]
-    assert threads["value"] == threads["baseline"], "controller threads grew with workers"
+    # 4x the workers, the same threads (slack: a helper thread asyncio may start once)
+    assert threads["value"] <= threads["baseline"] + 1, f"threads grew with workers: {threads}"

@@ -33,7 +33,7 @@ def test_naming_a_backend_does_not_import_its_library():
 
 def test_a_started_worker_has_imported_no_heavy_library(tmp_path):
     cfg = BaseExperimentConfig(experiment_name="imports", trial_name="t1")
-    with LocalScheduler(cfg, fileroot=str(tmp_path), gpu_devices=[]) as sched:
+    with LocalScheduler(exp_config=cfg, fileroot=str(tmp_path), gpu_devices=[]) as sched:
         (wid,) = sched.create_workers(Job(role="light", replicas=1))
         asyncio.run(sched.create_engine(wid, "corral.testing.engines.EchoEngine", "e"))
         assert sched.call_engine(wid, "loaded", "e", HEAVY) == []

@@ -266,7 +266,7 @@ def test_scheduler_reads_partial_cluster(tmp_path: Path) -> None:
             "cluster": type("C", (), {"n_gpus_per_node": 4, "fileroot": str(tmp_path)}),
         },
     )()
-    sched = LocalScheduler(cfg, gpu_devices=[])
+    sched = LocalScheduler(exp_config=cfg, gpu_devices=[])
     try:
         assert sched.n_gpus_per_node == 4
         assert sched.fileroot == str(tmp_path)

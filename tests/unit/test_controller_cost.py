@@ -34,7 +34,7 @@ def fds() -> list[str]:
 @pytest.fixture
 def sched(tmp_path):
     cfg = BaseExperimentConfig(experiment_name="cost", trial_name=uuid.uuid4().hex[:8])
-    s = LocalScheduler(cfg, gpu_devices=[], fileroot=str(tmp_path), startup_timeout=120)
+    s = LocalScheduler(exp_config=cfg, gpu_devices=[], fileroot=str(tmp_path), startup_timeout=120)
     yield s
     s.close()
 
@@ -67,7 +67,7 @@ def test_file_descriptors_per_worker_are_bounded(sched):
     before = fds()
     exercise(sched, "fd", n, in_flight=1)
     during = fds()
-    logs = [p for p in during if p.startswith(sched.log_dir)]
+    logs = [p for p in during if p.startswith(str(sched.log_dir))]
     others = len(during) - len(before) - len(logs)
     new = sorted(set(during) - set(before))
     # fixed: two event loops' selectors and self-pipes

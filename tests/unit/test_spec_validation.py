@@ -11,7 +11,7 @@ import pytest
 
 from corral.backends.local import LocalScheduler
 from corral.config import BaseExperimentConfig
-from corral.errors import ConfigError
+from corral.errors import ConfigError, WorkerCreationError, WorkerNotFoundError
 from corral.spec import (
     Job,
     SchedulingSpec,
@@ -79,11 +79,13 @@ def test_unknown_strategy_type() -> None:
 
 
 @pytest.mark.parametrize("target", [None, ""])
-def test_colocation_without_target(target: object) -> None:
+def test_colocation_without_target_is_refused_by_the_job_check(target: object) -> None:
+    strategy = SchedulingStrategy(type="colocation", target=target)  # accepted, as in AReaL
     with pytest.raises(ConfigError) as info:
-        SchedulingStrategy(type="colocation", target=target)
+        normalize_job(Job(role="ref", replicas=1, scheduling_strategy=strategy))
     assert_config_error(info.value, "scheduling_strategy.target", target)
     assert "target=" in info.value.fix
+    assert isinstance(info.value, WorkerCreationError | WorkerNotFoundError)
 
 
 def test_colocation_with_bad_target_name() -> None:
@@ -104,6 +106,7 @@ def test_strategy_as_dict_with_unknown_type_is_refused() -> None:
 def test_colocation_with_itself_is_refused() -> None:
     job = Job(
         role="actor",
+        replicas=1,
         scheduling_strategy=SchedulingStrategy(type="colocation", target="actor"),
     )
     with pytest.raises(ConfigError) as info:
@@ -170,7 +173,7 @@ BAD_ROLES = [
 @pytest.mark.parametrize("role", BAD_ROLES, ids=repr)
 def test_bad_role_name_is_refused(role: object) -> None:
     with pytest.raises(ConfigError) as info:
-        normalize_job(Job(role=role))  # type: ignore[arg-type]
+        normalize_job(Job(role=role, replicas=1))  # type: ignore[arg-type]
     assert_config_error(info.value, "job.role", role)
     assert "'/'" in info.value.fix and "'..'" in info.value.fix
 
@@ -178,7 +181,7 @@ def test_bad_role_name_is_refused(role: object) -> None:
 @pytest.mark.parametrize("role", ["actor", "a", "x" * 64, "ref-model_2.v1", "0rollout"])
 def test_good_role_names(role: str) -> None:
     assert validate_role_name(role) == role
-    assert normalize_job(Job(role=role)).role == role
+    assert normalize_job(Job(role=role, replicas=1)).role == role
 
 
 # ---------------------------------------------------------------- containers, env, engines
@@ -350,7 +353,7 @@ def test_normalize_accepts_strategy_as_foreign_object() -> None:
     job = type("J", (), {"role": "ref", "replicas": 1, "scheduling_strategy": strat})()
     nj = normalize_job(job)
     assert nj.strategy.type == "colocation" and nj.strategy.target == "actor"
-    assert nj.strategy.fork is False
+    assert nj.strategy.fork is True  # AReaL's default
 
 
 def test_normalize_accepts_a_foreign_dataclass_task() -> None:
@@ -383,7 +386,7 @@ def scheduler(tmp_path):
     cfg = BaseExperimentConfig(experiment_name="spec-test", trial_name="t0")
     cfg.cluster.n_gpus_per_node = 2
     before = _children()
-    sched = LocalScheduler(cfg, fileroot=str(tmp_path / "root"), gpu_devices=[0, 1])
+    sched = LocalScheduler(exp_config=cfg, fileroot=str(tmp_path / "root"), gpu_devices=[0, 1])
     yield sched
     assert sched.roles == [], "a refused job left a role behind"
     assert _children() - before == set(), "a refused job started a process"
@@ -410,13 +413,14 @@ def test_gpus_over_free_devices(scheduler: LocalScheduler) -> None:
 
 def test_invalid_job_through_scheduler_starts_nothing(scheduler: LocalScheduler) -> None:
     with pytest.raises(ConfigError) as info:
-        scheduler.create_workers(Job(role="bad/role"))
+        scheduler.create_workers(Job(role="bad/role", replicas=1))
     assert info.value.field == "job.role"
 
 
 def test_colocation_with_unknown_target_starts_nothing(scheduler: LocalScheduler) -> None:
     job = Job(
         role="ref",
+        replicas=1,
         scheduling_strategy=SchedulingStrategy(type="colocation", target="actor"),
     )
     with pytest.raises(ConfigError) as info:
@@ -438,7 +442,7 @@ def test_fork_workers_from_unknown_role(scheduler: LocalScheduler) -> None:
 def test_duplicate_gpu_devices(tmp_path, devices: list[int]) -> None:
     before = _children()
     with pytest.raises(ConfigError) as info:
-        LocalScheduler(None, fileroot=str(tmp_path), gpu_devices=devices)
+        LocalScheduler(fileroot=str(tmp_path), gpu_devices=devices)
     assert_config_error(info.value, "gpu_devices", devices)
     assert "distinct" in info.value.fix
     assert _children() - before == set()
@@ -447,7 +451,7 @@ def test_duplicate_gpu_devices(tmp_path, devices: list[int]) -> None:
 @pytest.mark.parametrize("devices", [[-1], ["0"], [0.5]], ids=repr)
 def test_bad_gpu_device_values(tmp_path, devices: list) -> None:
     with pytest.raises(ConfigError) as info:
-        LocalScheduler(None, fileroot=str(tmp_path), gpu_devices=devices)
+        LocalScheduler(fileroot=str(tmp_path), gpu_devices=devices)
     assert info.value.field == "gpu_devices"
 
 
@@ -456,7 +460,7 @@ def test_fileroot_under_a_file(tmp_path) -> None:
     blocker.write_text("not a directory")
     bad = str(blocker / "root")
     with pytest.raises(ConfigError) as info:
-        LocalScheduler(None, fileroot=bad, gpu_devices=[0, 1])
+        LocalScheduler(fileroot=bad, gpu_devices=[0, 1])
     assert_config_error(info.value, "cluster.fileroot", bad)
     assert "writable directory" in info.value.fix
     assert not os.path.exists(bad)
@@ -464,7 +468,7 @@ def test_fileroot_under_a_file(tmp_path) -> None:
 
 def test_negative_n_gpus_per_node(tmp_path) -> None:
     with pytest.raises(ConfigError) as info:
-        LocalScheduler(None, fileroot=str(tmp_path), gpu_devices=[], n_gpus_per_node=-1)
+        LocalScheduler(fileroot=str(tmp_path), gpu_devices=[], n_gpus_per_node=-1)
     assert_config_error(info.value, "n_gpus_per_node", -1)
 
 
@@ -473,7 +477,7 @@ def test_bad_experiment_or_trial_name(tmp_path, field_name: str) -> None:
     cfg = BaseExperimentConfig()
     setattr(cfg, field_name, "../escape")
     with pytest.raises(ConfigError) as info:
-        LocalScheduler(cfg, fileroot=str(tmp_path), gpu_devices=[])
+        LocalScheduler(exp_config=cfg, fileroot=str(tmp_path), gpu_devices=[])
     assert_config_error(info.value, field_name, "../escape")
     assert not (tmp_path / "secrets").exists()
 

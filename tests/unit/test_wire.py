@@ -7,7 +7,7 @@ import math
 import socket
 import struct
 import sys
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 
 import numpy as np
 import pytest
@@ -160,6 +160,15 @@ class NoInitField:
     b: int = field(init=False, default=5)
 
 
+@dataclass
+class NeedsInitVar:
+    a: int
+    factor: InitVar[int]
+
+    def __post_init__(self, factor: int) -> None:
+        self.a *= factor
+
+
 def test_nested_dataclasses_roundtrip() -> None:
     value = Outer("o", [Inner(1), Inner(2, np.arange(3.0))], {"k": Inner(3)}, (Inner(4), Frozen(2)))
     out = roundtrip(value)
@@ -176,12 +185,18 @@ def test_frozen_dataclass_as_dict_key_and_set_member() -> None:
     assert roundtrip(value) == value
 
 
-def test_dataclass_that_cannot_be_rebuilt_becomes_a_record() -> None:
+def test_dataclass_with_a_field_outside_init_is_rebuilt_with_its_value() -> None:
     obj = NoInitField(1)
+    obj.b = 7
     out = roundtrip(obj)
+    assert isinstance(out, NoInitField) and (out.a, out.b) == (1, 7)
+
+
+def test_dataclass_that_cannot_be_rebuilt_becomes_a_record() -> None:
+    out = roundtrip(NeedsInitVar(2, 3))  # the InitVar is not a field: __init__ refuses
     assert isinstance(out, DataclassRecord)
-    assert out == {"a": 1, "b": 5}
-    assert out.class_path == f"{__name__}:NoInitField"
+    assert out == {"a": 6}
+    assert out.class_path == f"{__name__}:NeedsInitVar"
 
 
 def test_unloaded_dataclass_comes_back_as_record_and_reencodes_to_same_tag() -> None:

@@ -3,20 +3,24 @@
 from __future__ import annotations
 
 import glob
+import logging
 import os
-import shlex
-import sys
 import threading
 from typing import Any
 
+from corral import options as opts
 from corral.config import cluster_field
-from corral.errors import ConfigError, PlacementError
+from corral.errors import ConfigError, GPURequestError
 from corral.launcher import Launcher, LaunchRequest, WorkerExit
 from corral.logs import LogPump, replica_log_path
-from corral.procs import describe_exit, spawn, stop_process_groups
+from corral.procs import describe_returncode, spawn, stop_process_groups
 from corral.scheduler import Scheduler
 from corral.spec import NormalizedJob
 from corral.worker import env as E
+from corral.worker.args import args_from_env, command_argv, free_port
+
+GPU_SHARING = ("exclusive", "round_robin")
+log = logging.getLogger("corral")
 
 
 def detect_gpu_devices() -> list[int]:
@@ -30,12 +34,21 @@ class LocalLauncher(Launcher):
     name = "local"
     fds_per_worker = 5  # output pipe, three log files, a connection
 
-    def __init__(self, gpu_devices: list[int] | None = None):
+    def __init__(self, gpu_devices: list[int] | None = None, gpu_sharing: str = "exclusive"):
         devices = detect_gpu_devices() if gpu_devices is None else list(gpu_devices)
         if len(set(devices)) != len(devices) or any(
             not isinstance(d, int) or d < 0 for d in devices
         ):
             raise ConfigError("gpu_devices", gpu_devices, "use a list of distinct GPU indices >= 0")
+        if gpu_sharing not in GPU_SHARING:
+            raise ConfigError("gpu_sharing", gpu_sharing, f"use one of {', '.join(GPU_SHARING)}")
+        if gpu_sharing == "round_robin":
+            log.warning(
+                "gpu_sharing='round_robin': GPUs are handed out in turn and may be shared by "
+                "several workers (AReaL's behaviour); workers can run out of GPU memory"
+            )
+        self.sharing = gpu_sharing
+        self._turn = 0
         self.devices = devices
         self._free = list(devices)
         self._procs: dict[str, list] = {}
@@ -47,13 +60,16 @@ class LocalLauncher(Launcher):
 
     def check(self, job: NormalizedJob) -> None:
         need = job.total_gpus
+        if self.sharing == "round_robin":
+            return  # each worker's own request was checked against the node's GPU count
         if need > len(self._free):
-            raise PlacementError(
+            raise GPURequestError(
                 f"{job.role}: gpu per worker x replicas",
                 need,
                 f"only {len(self._free)} of {len(self.devices)} GPUs are free on this machine "
                 f"(devices {self.devices}); lower gpu/replicas, delete other roles, or declare "
                 "devices with gpu_devices=[...]",
+                job.role,
             )
 
     def launch(self, request: LaunchRequest) -> None:
@@ -64,7 +80,7 @@ class LocalLauncher(Launcher):
         try:
             for index, (spec, env) in enumerate(zip(job.tasks, request.envs, strict=True)):
                 with self._lock:
-                    devices, self._free = self._free[: spec.gpu], self._free[spec.gpu :]
+                    devices = self._take(spec.gpu)
                 taken.append(devices)
                 procs.append(self._start(job.role, index, spec, env, devices))
         finally:
@@ -72,11 +88,20 @@ class LocalLauncher(Launcher):
             self._gpus[job.role] = taken
             self._specs[job.role] = job.tasks
 
+    def _take(self, count: int) -> list[int]:
+        """``count`` devices: the first free ones, or (round robin) the next in turn."""
+        if self.sharing == "round_robin":
+            picked = [self.devices[(self._turn + i) % len(self.devices)] for i in range(count)]
+            self._turn += count
+            return picked
+        devices, self._free = self._free[:count], self._free[count:]
+        return devices
+
     def _start(self, role: str, index: int, spec, env: dict[str, str], devices: list[int]):
         env = dict(env)
         env[E.DIE_WITH_PARENT] = "1"
         env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, devices))
-        argv = shlex.split(spec.cmd) if spec.cmd else [sys.executable, "-m", "corral.worker"]
+        argv = command_argv(spec.cmd) + args_from_env(env, port=free_port() if spec.cmd else 0)
         proc = spawn(argv, env)
         self._pump.add(proc.stdout, self._log_dir, role, index)
         return proc
@@ -84,16 +109,17 @@ class LocalLauncher(Launcher):
     def grow(self, role: str, first: int, tasks: list, envs: list[dict[str, str]], log_dir: str):
         need = sum(spec.gpu for spec in tasks)
         with self._lock:
-            if need > len(self._free):
-                raise PlacementError(
+            if self.sharing != "round_robin" and need > len(self._free):
+                raise GPURequestError(
                     f"{role}: gpu per worker x new replicas",
                     need,
                     f"only {len(self._free)} GPUs are free; shrink or delete other roles",
+                    role,
                 )
         self._specs[role] = tuple(self._specs[role]) + tuple(tasks)
         for i, (spec, env) in enumerate(zip(tasks, envs, strict=True)):
             with self._lock:
-                devices, self._free = self._free[: spec.gpu], self._free[spec.gpu :]
+                devices = self._take(spec.gpu)
             self._gpus[role].append(devices)
             self._procs[role].append(self._start(role, first + i, spec, env, devices))
 
@@ -101,9 +127,10 @@ class LocalLauncher(Launcher):
         keep = min(indices)
         stop_process_groups(self._procs[role][keep:])
         with self._lock:
-            for devices in self._gpus[role][keep:]:
-                self._free.extend(devices)
-            self._free.sort()
+            if self.sharing != "round_robin":
+                for devices in self._gpus[role][keep:]:
+                    self._free.extend(devices)
+                self._free.sort()
         del self._procs[role][keep:]
         del self._gpus[role][keep:]
         self._specs[role] = tuple(self._specs[role])[:keep]
@@ -118,12 +145,17 @@ class LocalLauncher(Launcher):
         for index, proc in enumerate(self._procs.get(role, [])):
             code = proc.poll()
             if code is not None:
-                exit_ = describe_exit(code)
-                exit_.log_path = replica_log_path(self._log_dir, role, index)
-                dead[index] = exit_
+                dead[index] = WorkerExit(
+                    describe_returncode(code), code, replica_log_path(self._log_dir, role, index)
+                )
         if dead:
             self._pump.flush_closed(0.3)
         return dead
+
+    def stop_in_reverse(self, role: str) -> None:
+        for proc in reversed(self._procs.get(role, [])):
+            stop_process_groups([proc])
+        self.stop(role)
 
     def stop(self, role: str) -> None:
         procs = self._procs.pop(role, [])
@@ -131,7 +163,8 @@ class LocalLauncher(Launcher):
         self._specs.pop(role, None)
         with self._lock:
             for devices in self._gpus.pop(role, []):
-                self._free.extend(devices)
+                if self.sharing == "exclusive":
+                    self._free.extend(devices)
             self._free.sort()
 
     def pids(self, role: str) -> list[int]:
@@ -144,13 +177,58 @@ class LocalLauncher(Launcher):
 
 class LocalScheduler(Scheduler):
     """Workers are subprocesses of this machine. ``gpu_devices`` declares GPU indices
-    (works without physical GPUs); by default they are detected."""
+    (works without physical GPUs); by default they are detected.
+
+    The signature is AReaL's ``LocalScheduler``; corral's own options (``progress``,
+    ``name_resolve``, ``lease_timeout``, ``n_gpus_per_node``) are further keywords. An
+    experiment config given first is taken as ``exp_config`` (corral's older form).
+    Unlike AReaL, GPUs are given exclusively: a request beyond the free devices is refused
+    (AReaL's round-robin sharing: ``gpu_sharing="round_robin"``, see docs/areal.md).
+    """
 
     backend = "local"
 
     def __init__(
-        self, exp_config: Any = None, *, gpu_devices: list[int] | None = None, **kwargs: Any
+        self,
+        gpu_devices: list[int] | None = None,
+        log_dir: str | None = None,
+        startup_timeout: float | None = None,
+        health_check_interval: float | None = None,
+        *,
+        experiment_name: str | None = None,
+        trial_name: str | None = None,
+        fileroot: str | None = None,
+        enable_tms_offload: bool | None = None,
+        name_resolve_type: str | None = None,
+        nfs_record_root: str | None = None,
+        etcd3_addr: str | None = None,
+        exp_config: Any = None,
+        gpu_sharing: str = "exclusive",
+        **kwargs: Any,
     ):
+        if exp_config is None and opts.looks_like_config(gpu_devices):
+            exp_config, gpu_devices = gpu_devices, None
+        gpu_devices = opts.check_gpu_devices(gpu_devices)
+        opts.check_exp_config(exp_config)
         if gpu_devices is None:
             gpu_devices = cluster_field(exp_config, "gpu_devices")
-        super().__init__(exp_config, launcher=LocalLauncher(gpu_devices), **kwargs)
+        super().__init__(
+            exp_config,
+            launcher=LocalLauncher(gpu_devices, gpu_sharing),
+            startup_timeout=startup_timeout,
+            log_dir=log_dir,
+            health_check_interval=health_check_interval,
+            experiment_name=experiment_name,
+            trial_name=trial_name,
+            fileroot=fileroot,
+            enable_tms_offload=enable_tms_offload,
+            name_resolve_type=name_resolve_type,
+            nfs_record_root=nfs_record_root,
+            etcd3_addr=etcd3_addr,
+            **kwargs,
+        )
+
+    @property
+    def gpu_devices(self) -> list[int]:
+        """The GPU indices this scheduler hands out (declared or detected)."""
+        return list(self.launcher.devices)

@@ -59,6 +59,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from corral import options as opts
 from corral.backends.ray_placement import infeasible, node_totals, remove_trial_leftovers
 from corral.config import scheduler_field
 from corral.errors import ConfigError, PlacementError, WorkerCreationError
@@ -69,6 +70,7 @@ from corral.safedirs import make_private_subdir
 from corral.scheduler import Scheduler
 from corral.spec import NormalizedJob, Worker
 from corral.worker import env as E
+from corral.worker.args import command_argv
 
 log = logging.getLogger("corral.ray")
 
@@ -475,7 +477,7 @@ class RayLauncher(Launcher):
             )
         kind = self.accelerator_kind()
         for i, spec in enumerate(job.tasks):
-            if spec.cmd:
+            if spec.cmd and command_argv(spec.cmd)[1:] != ["-m", "corral.worker"]:
                 raise ConfigError(
                     f"job.tasks[{i}].cmd",
                     spec.cmd,
@@ -1114,15 +1116,22 @@ class RayScheduler(Scheduler):
 
     def __init__(
         self,
-        exp_config: Any = None,
-        *,
         startup_timeout: float | None = None,
+        *,
+        exp_config: Any = None,
         n_gpus_per_node: int | None = None,
         address: str | None = None,
         init_kwargs: dict | None = None,
         reserve_memory: bool = False,
         **kwargs: Any,
     ):
+        """AReaL's signature (``startup_timeout``, then ``exp_config`` and
+        ``n_gpus_per_node`` by keyword; a config's ``n_gpus_per_node`` wins); an
+        experiment config given first is taken as ``exp_config``."""
+        if exp_config is None and opts.looks_like_config(startup_timeout):
+            exp_config, startup_timeout = startup_timeout, None
+        opts.check_exp_config(exp_config)
+        opts.check_number("startup_timeout", startup_timeout)
         if address is None:
             address = scheduler_field(exp_config, "ray_address")
         launcher = RayLauncher(address, init_kwargs=init_kwargs, reserve_memory=reserve_memory)

@@ -26,6 +26,7 @@ import dataclasses
 import logging
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -34,22 +35,21 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from corral import options as opts
 from corral.backends.sbatch import (
     SbatchParams,
     check_container,
     check_homogeneous,
-    exit_code_path,
     plan_layout,
     render_sbatch_script,
     render_task_script,
-    replica_log_path,
-    sbatch_log_path,
 )
 from corral.backends.slurm_cluster import fit_problem, never_clears, read_inventory
 from corral.backends.slurm_steps import read_place, start_step, step_failure
-from corral.config import scheduler_field
+from corral.config import cluster_field, scheduler_field
 from corral.errors import ConfigError, PlacementError, SchedulerError
 from corral.launcher import Launcher, LaunchRequest, WorkerExit
+from corral.paths import TrialPaths, check_dir, exit_code_path, replica_log_path, sbatch_log_path
 from corral.safedirs import make_private_subdir, user_name, write_private
 from corral.scheduler import Scheduler
 from corral.spec import NormalizedJob, SchedulingSpec, normalize_job
@@ -372,7 +372,11 @@ class SlurmLauncher(Launcher):
         dry_run: bool = False,
         requeue: bool = False,
         signal: str | None = None,
+        container_type: str | None = None,
+        container_mounts: str | None = None,
     ):
+        self.container_type = container_type
+        self.container_mounts = container_mounts
         self.n_gpus_per_node = n_gpus_per_node
         self.requeue = requeue
         self.signal = signal
@@ -435,6 +439,8 @@ class SlurmLauncher(Launcher):
             exclude=self.exclude,
             requeue=self.requeue,
             signal=self.signal,
+            container_type=self.container_type,
+            mount=self.container_mounts,
         )
 
     def render(self, job: NormalizedJob, env: dict[str, str], log_dir: str) -> str:
@@ -509,7 +515,7 @@ class SlurmLauncher(Launcher):
         make_private_subdir(role_dir)
         for index in range(job.replicas):  # a role made again must not read old exits
             self._forget_exit(log_dir, job.role, index)
-        path = os.path.join(log_dir, f"{job.role}.sbatch")
+        path = TrialPaths.at(log_dir).sbatch_script(job.role)
         write_private(path, script)  # it holds env_vars (tokens): owner only
         job_id = self._submit(path, job, job.role)
         with self._lock:
@@ -533,7 +539,7 @@ class SlurmLauncher(Launcher):
         one = NormalizedJob(role, 1, (nj.tasks[index],), nj.strategy)
         params = dataclasses.replace(self.params(one, env, log_dir), index_offset=index)
         script = render_sbatch_script(params)
-        path = os.path.join(log_dir, f"{role}.{index}.restart{len(jobs)}.sbatch")
+        path = TrialPaths.at(log_dir).restart_script(role, index, len(jobs))
         write_private(path, script)
         # the dead replica's exit file must not make the new one look dead
         self._forget_exit(log_dir, role, index)
@@ -903,10 +909,22 @@ class SlurmScheduler(Scheduler):
 
     def __init__(
         self,
+        n_gpus_per_node: int | None = None,
+        experiment_name: str | None = None,
+        trial_name: str | None = None,
+        fileroot: str | None = None,
+        cluster_name: str | None = None,
+        container_type: str | None = None,
+        container_mounts: str | None = None,
+        srun_additional_args: str | None = None,
+        startup_timeout: float | None = None,
+        health_check_interval: float | None = None,
+        enable_tms_offload: bool | None = None,
+        name_resolve_type: str | None = None,
+        nfs_record_root: str | None = None,
+        etcd3_addr: str | None = None,
         exp_config: Any = None,
         *,
-        n_gpus_per_node: int | None = None,
-        startup_timeout: float | None = None,
         partition: str | None = None,
         account: str | None = None,
         qos: str | None = None,
@@ -921,16 +939,37 @@ class SlurmScheduler(Scheduler):
         signal: str | None = None,
         **kwargs: Any,
     ):
+        """The first fifteen parameters are AReaL's ``SlurmScheduler``'s (an experiment
+        config given first is taken as ``exp_config``); ``container_type`` and
+        ``container_mounts`` override every role's spec when given, and
+        ``srun_additional_args`` is added to ``srun_args``."""
+        if exp_config is None and opts.looks_like_config(n_gpus_per_node):
+            exp_config, n_gpus_per_node = n_gpus_per_node, None
+        opts.check_exp_config(exp_config)
+        experiment, trial = opts.names(exp_config, experiment_name, trial_name)
+        if experiment is None or trial is None:
+            raise ConfigError(
+                "experiment_name/trial_name",
+                (experiment, trial),
+                "experiment_name and trial_name must be provided (or exp_config): they "
+                "name the Slurm jobs and the shared directories",
+            )
+        for name, value in (
+            ("cluster_name", cluster_name),
+            ("container_type", container_type),
+            ("container_mounts", container_mounts),
+            ("srun_additional_args", srun_additional_args),
+        ):
+            opts.check_type(name, value, (str,), "a str")
+
         def pick(value: Any, name: str) -> Any:
             return value if value is not None else scheduler_field(exp_config, name)
 
-        from corral.config import cluster_field
-
-        gpus = int(
-            n_gpus_per_node
-            if n_gpus_per_node is not None
-            else cluster_field(exp_config, "n_gpus_per_node")
-        )
+        gpus = opts.n_gpus(exp_config, n_gpus_per_node)
+        srun = pick(srun_args, "srun_args") or ()
+        if srun_additional_args:
+            srun = [*(shlex.split(srun) if isinstance(srun, str) else srun)]
+            srun += shlex.split(srun_additional_args)
         launcher = SlurmLauncher(
             n_gpus_per_node=gpus,
             partition=pick(partition, "partition"),
@@ -938,24 +977,38 @@ class SlurmScheduler(Scheduler):
             qos=pick(qos, "qos"),
             time_limit=pick(time_limit, "time_limit"),
             sbatch_directives=list(pick(sbatch_directives, "sbatch_directives") or ()),
-            srun_args=pick(srun_args, "srun_args") or (),
+            srun_args=srun,
             nodelist=nodelist,
             exclude=exclude,
             python=python,
             dry_run=dry_run,
             requeue=requeue,
             signal=signal,
+            container_type=container_type,
+            container_mounts=container_mounts,
         )
         super().__init__(
             exp_config,
             launcher=launcher,
             n_gpus_per_node=gpus,
             startup_timeout=startup_timeout,
+            experiment_name=experiment,
+            trial_name=trial,
+            fileroot=fileroot,
+            health_check_interval=health_check_interval,
+            enable_tms_offload=enable_tms_offload,
+            name_resolve_type=name_resolve_type,
+            nfs_record_root=nfs_record_root,
+            etcd3_addr=etcd3_addr,
             **kwargs,
         )
+        self.cluster_name = cluster_name or cluster_field(exp_config, "cluster_name")
         self.dry_run = dry_run
-        if not dry_run:  # a dry run writes nothing
-            self._ensure_dir(self.log_dir, "cluster.fileroot (the log directory under it)")
+        where = "cluster.fileroot (the log directory under it)"
+        if dry_run:  # a dry run writes nothing, but refuses what the real run would
+            check_dir(str(self.log_dir), where, create=False)
+        else:
+            self._ensure_dir(str(self.log_dir), where)
 
     def render_script(self, job: Any) -> str:
         """The exact batch script ``create_workers(job)`` submits (nothing is submitted)."""
@@ -976,7 +1029,7 @@ class SlurmScheduler(Scheduler):
                 )
         self.launcher.check(nj)
         env = self.worker_env(nj.role, 0, nj.tasks[0])
-        return self.launcher.render(nj, env, self.log_dir)
+        return self.launcher.render(nj, env, str(self.log_dir))
 
     def create_workers(self, job: Any, *args: Any, **kwargs: Any) -> list[str]:
         if self.dry_run:
@@ -1009,7 +1062,7 @@ def render_dry_run(cfg: Any, role: str, replicas: int) -> str:
     job = type(
         "Job", (), {"role": role, "replicas": replicas, "tasks": tasks, "scheduling_strategy": None}
     )()
-    sched = SlurmScheduler(cfg, dry_run=True)
+    sched = SlurmScheduler(exp_config=cfg, dry_run=True)
     try:
         return sched.render_script(job)
     finally:

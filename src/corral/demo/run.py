@@ -153,7 +153,7 @@ def run_demo(
                 learner_backend=backend,
                 seconds=time.monotonic() - t0,
                 startup_seconds=startup,
-                log_dir=sched.log_dir,
+                log_dir=str(sched.log_dir),
                 worker_ids={"rollout": rollout, "reward": helpers, "trainer": trainers},
             )
 

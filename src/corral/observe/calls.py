@@ -1,7 +1,7 @@
 """Per-role engine-call statistics, recorded in the controller's call path.
 
-The hook is two calls per engine call: ``begin(role)`` (a counter under a lock and a
-clock read) and ``end(role, started, ok)`` (a clock read, the counter, one list append).
+The hook is two calls per engine call: ``begin(role)`` (one deque append and a clock
+read) and ``end(role, started, ok)`` (a clock read and one deque append); no lock.
 Everything else — rates, percentiles, history — is computed once a second by
 ``sample()`` on the publisher's thread, off the call path.
 """
@@ -54,32 +54,37 @@ class CallStats:
     enabled = True
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        # deque.append and popleft are atomic: callers on any thread or event loop never
+        # wait for a lock, and the sampler drains exactly what was appended.
+        self._begun: deque[str] = deque()
+        self._ended: deque[tuple[str, float, bool]] = deque()
         self._in_flight: dict[str, int] = {}
-        self._window: list[tuple[str, float, bool]] = []
         self._roles: dict[str, RoleCalls] = {}
         self._last_sample = time.monotonic()
+        self._sampling = threading.Lock()
 
     # ------------------------------------------------------------ the hook
     def begin(self, role: str) -> float:
-        with self._lock:
-            self._in_flight[role] = self._in_flight.get(role, 0) + 1
+        self._begun.append(role)
         return time.perf_counter()
 
     def end(self, role: str, started: float, ok: bool = True) -> None:
-        elapsed = time.perf_counter() - started
-        with self._lock:
-            self._in_flight[role] -= 1
-            self._window.append((role, elapsed, ok))
+        self._ended.append((role, time.perf_counter() - started, ok))
 
     # ------------------------------------------------------------ sampling
     def sample(self, now: float | None = None) -> dict[str, dict]:
         """Close the current window: update totals, rates and percentiles; return the
         per-role figures (``RoleCalls.as_dict``), history included."""
-        now = time.monotonic() if now is None else now
-        with self._lock:
-            window, self._window = self._window, []
-            in_flight = dict(self._in_flight)
+        with self._sampling:
+            return self._sample(time.monotonic() if now is None else now)
+
+    def _sample(self, now: float) -> dict[str, dict]:
+        window = _drain(self._ended)  # ended first: a call drained here has begun below
+        for role in _drain(self._begun):
+            self._in_flight[role] = self._in_flight.get(role, 0) + 1
+        for role, _elapsed, _ok in window:
+            self._in_flight[role] -= 1
+        in_flight = self._in_flight
         span = max(now - self._last_sample, 1e-3)
         self._last_sample = now
         by_role: dict[str, list[float]] = {}
@@ -101,6 +106,16 @@ class CallStats:
                 point = (*point[:2], round(stats.p50 * 1e3, 4), round(stats.p99 * 1e3, 4))
             stats.history.append(point)
         return {role: s.as_dict(in_flight.get(role, 0)) for role, s in self._roles.items()}
+
+
+def _drain(queue: deque) -> list:
+    """Everything in ``queue`` now, removed; safe while other threads append."""
+    items = []
+    try:
+        while True:
+            items.append(queue.popleft())
+    except IndexError:
+        return items
 
 
 class NullCallStats(CallStats):

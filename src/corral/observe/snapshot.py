@@ -82,7 +82,7 @@ class SnapshotBuilder:
                 "host": socket.gethostname(),
                 "started": self.started,
             },
-            "log_dir": s.log_dir,
+            "log_dir": str(s.log_dir),
             "roles": roles_out,
             "workers": workers_out,
         }

@@ -60,7 +60,7 @@ def render(trials: list[dict]):
                 " · no stats file: workers from name-resolve" if t["status"] == "registered" else ""
             ),
         )
-        roles = Table(title=title, title_justify="left", expand=False, box=None, pad_edge=False)
+        roles = Table(expand=False, box=None, pad_edge=False)
         for name in ("ROLE", "KIND", "REPLICAS", "CALLS", "ERRORS", "IN FLIGHT", "CALLS/S",
                      "P50 MS", "P99 MS"):  # fmt: skip
             roles.add_column(name, justify="left" if name in ("ROLE", "KIND") else "right")
@@ -104,19 +104,38 @@ def render(trials: list[dict]):
                         (tail, "dim"),
                     )
                 )
-        parts += [roles, Text(""), workers, *failures, Text("")]
+        parts += [title, roles, Text(""), workers, *failures, Text("")]
     return Group(*parts)
 
 
-def run_top(source: TrialSource, once: bool = False, interval: float = 1.0, console=None) -> int:
+def run_top(
+    source: TrialSource,
+    once: bool = False,
+    interval: float = 1.0,
+    count: int | None = None,
+    console=None,
+) -> int:
+    """Draw the tables: once, ``count`` times, or until Ctrl-C. On a terminal the table is
+    redrawn in place; otherwise (a pipe, a log) each refresh is printed below the last,
+    like ``top -b``."""
     from rich.console import Console
     from rich.live import Live
 
     console = console or Console()
     if once:
-        console.print(render(source.trials()))
+        count = 1
+    if not console.is_terminal:
+        shown = 0
+        while count is None or shown < count:
+            if shown:
+                time.sleep(interval)
+            console.print(render(source.trials()))
+            shown += 1
         return 0
     with Live(render(source.trials()), console=console, screen=False, auto_refresh=False) as live:
-        while True:
+        shown = 1
+        while count is None or shown < count:
             time.sleep(interval)
             live.update(render(source.trials()), refresh=True)
+            shown += 1
+    return 0

@@ -31,13 +31,13 @@ from corral.rpc.http import (
     send_message,
     tune_socket,
 )
+from corral.rpc.peers import SharedMemoryPeers, _SegmentParts
 
 CONNECT_TIMEOUT = 5.0
 MAX_REPLY = 8 * 1024**3
 #: Connections the async client keeps open to one worker (per event loop); more calls wait.
 MAX_CONNECTIONS_PER_ADDRESS = 8
 SMALL_BODY = 64 * 1024
-MAX_SEGMENT = 1 << 40
 _REMOTE_ERRORS = {
     name: getattr(errors, name)
     for name in (
@@ -97,14 +97,14 @@ def raise_remote(error: dict) -> None:
     tb = error.get("traceback", "")
     cls = _REMOTE_ERRORS.get(kind)
     if cls is errors.EngineCallError:
-        raise errors.EngineCallError(message, tb)
+        raise errors.EngineCallError(message, remote_traceback=tb)
     if cls is errors.ConfigError:
         raise errors.SchedulerError(message)
     if cls is errors.RefLostError:
         raise errors.RefLostError(message, str(error.get("owner", "")))
     if cls is not None:
         raise cls(message + (f"\n--- remote traceback ---\n{tb}" if tb else ""))
-    raise errors.EngineCallError(f"{kind}: {message}", tb)
+    raise errors.EngineCallError(f"{kind}: {message}", remote_traceback=tb)
 
 
 def interpret_reply(address: str, msg: Message) -> Any:
@@ -178,75 +178,6 @@ def check_reply_body(signer: RequestSigner, address: str, digest: str, body) -> 
             f"the reply body from {address} does not match its signed digest: it was altered "
             "on the way"
         )
-
-
-_SHM_HEADERS = (shm.SEGMENT_HEADER, shm.RELEASED_HEADER, shm.OFFER_HEADER)
-
-
-class SharedMemoryPeers:
-    """Which addresses are on this host, and the shared-memory side of one request."""
-
-    def __init__(self) -> None:
-        self.token = shm.host_token()
-        self.offer = f"{self.token} {os.getpid()}"
-        self.local: dict[str, int] = {}  # address -> the server's pid
-        self.remote: set[str] = set()
-
-    def prepare(self, address: str, headers: dict[str, str], parts: list, fresh: bool) -> list:
-        """Set the shared-memory headers; a large body to a local peer moves into a segment
-        (kept alive by the returned list, which is sent instead of ``parts``). The offer
-        rides only on a connection's first request (``fresh``): the server remembers it."""
-        for name in _SHM_HEADERS:  # a retry: drop what the last attempt added
-            headers.pop(name, None)
-        if not self.token or address in self.remote:
-            return parts
-        if fresh:
-            headers[shm.OFFER_HEADER] = self.offer
-        pid = self.local.get(address)
-        if pid is None:
-            return parts
-        if pid in shm._RELEASED:
-            released = shm.released_for(pid)
-            if released:
-                headers[shm.RELEASED_HEADER] = released
-        if shm.wants_segment(parts, True):
-            segment = shm.Segment.from_parts(parts, pid)
-            headers[shm.SEGMENT_HEADER] = segment.descriptor()
-            return _SegmentParts(segment)
-        return parts
-
-    def receive(self, address: str, reply: Message) -> memoryview | None:
-        """The reply body if it is in a segment (None: read it from the socket)."""
-        pid = reply.headers.get(shm.LOCAL_HEADER)
-        if pid and pid.isdigit():
-            self.local[address] = int(pid)
-        shm.take_released(reply.headers.get(shm.RELEASED_HEADER), self.local.get(address))
-        descriptor = reply.headers.get(shm.SEGMENT_HEADER)
-        if descriptor is None:
-            return None
-        try:
-            return shm.open_segment(descriptor, MAX_SEGMENT)
-        except ProtocolError:
-            return None
-
-    def refused(self, address: str, reply: Message, body: memoryview | None) -> bool:
-        """True if shared memory failed either way: stop using it for ``address``; the
-        request is resent over the socket (same id: it runs at most once)."""
-        failed = reply.headers.get(shm.REFUSED_HEADER) or (
-            shm.SEGMENT_HEADER in reply.headers and body is None
-        )
-        if failed:
-            self.local.pop(address, None)
-            self.remote.add(address)
-        return bool(failed)
-
-
-class _SegmentParts(list):
-    """No body bytes to send; holds the request's segment until the reply is in."""
-
-    def __init__(self, segment: shm.Segment):
-        super().__init__()
-        self.segment = segment
 
 
 class _Conn:
@@ -642,6 +573,25 @@ class AsyncRPCClient:
         check_reply_body(self._signer, address, digest, msg.body)
         self.bytes_received += length
         return msg, body
+
+    def close(self) -> None:
+        """Close every idle connection, from any thread: loops that are still open close
+        theirs on their own thread, those of closed loops are closed here."""
+        with self._lock:
+            pools, self._pools = self._pools, {}
+            self._cache = (None, {})
+        for loop, by_address in pools.items():
+            writers = [w for pool in by_address.values() for _r, w in pool.idle]
+            for pool in by_address.values():
+                pool.idle = []
+            for writer in writers:
+                if loop.is_closed():
+                    _close_dead_transport(writer)
+                    continue
+                try:
+                    loop.call_soon_threadsafe(writer.close)
+                except RuntimeError:  # the loop closed meanwhile
+                    _close_dead_transport(writer)
 
     async def aclose(self) -> None:
         """Close the idle connections of every loop (call it on the last loop in use)."""

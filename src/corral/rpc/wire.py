@@ -5,15 +5,26 @@ Layout of one frame::
     b"CRL1" | u32 header_len | u32 n_buffers | n_buffers x u64 length | header | buffers
 
 Arrays and tensors travel as their raw bytes (bf16 stays bf16); the header holds only
-their dtype and shape. Decoding never imports a module named in the frame: dataclasses are
-rebuilt only if their class is already loaded, and torch is imported only to rebuild tensors.
+their dtype and shape. Dataclasses and Enum members travel as their class path and
+values; ``torch.dtype`` values by name.
+
+Decoding policy: by default decoding never imports a module named in the frame:
+dataclasses and enums are rebuilt only if their class is already loaded (else a
+dataclass stays a :class:`DataclassRecord` and an enum member its plain value), and torch
+is imported only to rebuild tensors and dtypes. ``decode(..., import_types=True)`` also
+imports the module a dataclass or enum names (a dotted module path, nothing else), as
+AReaL's workers do; the worker runtime passes it only for requests whose signature
+proved the sender holds the trial secret, so importing is never offered to strangers.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
+import importlib
 import json
 import math
+import re
 import struct
 import sys
 from typing import TYPE_CHECKING, Any
@@ -31,6 +42,8 @@ MAX_HEADER_BYTES = 16 * 1024 * 1024
 MAX_BUFFERS = 1 << 16
 TAG = "$t"
 _NUMPY_KINDS = set("biufc?mM")
+_PLAIN = (type(None), bool, int, str)
+_MODULE_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 _TORCH_DTYPES = {
     "float32", "float64", "float16", "bfloat16", "int8", "int16", "int32", "int64",
     "uint8", "bool", "complex64", "complex128", "float8_e4m3fn", "float8_e5m2",
@@ -55,7 +68,25 @@ class _Encoder:
         return len(self.buffers) - 1
 
     def encode(self, obj: Any) -> Any:
-        if obj is None or isinstance(obj, bool | int | str):
+        kind = type(obj)  # exact types first: the common case, without isinstance chains
+        if kind is str or kind is int or kind is bool or obj is None:
+            return obj
+        if kind is dict and TAG not in obj:
+            for key in obj:
+                if type(key) is not str:
+                    break
+            else:
+                return {k: self.encode(v) for k, v in obj.items()}
+        elif kind is list:
+            return [self.encode(x) for x in obj]
+        if isinstance(obj, enum.Enum):
+            cls = type(obj)
+            return {
+                TAG: "enum",
+                "c": f"{cls.__module__}:{cls.__qualname__}",
+                "v": self.encode(obj.value),
+            }
+        if isinstance(obj, bool | int | str):
             return obj
         if isinstance(obj, float):
             return obj if math.isfinite(obj) else {TAG: "float", "v": repr(obj)}
@@ -85,6 +116,9 @@ class _Encoder:
             return {TAG: "bytes", "b": self._buffer(memoryview(obj).cast("B"))}
         if _is_torch_tensor(obj):
             return self._tensor(obj)
+        torch = sys.modules.get("torch")
+        if torch is not None and isinstance(obj, torch.dtype):
+            return {TAG: "dtype", "v": str(obj).removeprefix("torch.")}
         if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
             cls = type(obj)
             fields = {f.name: self.encode(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
@@ -148,9 +182,12 @@ def encode_bytes(obj: Any) -> bytes:
     return b"".join(bytes(p) for p in encode(obj))
 
 
-def decode(data: bytes | bytearray | memoryview, refs: list | None = None) -> Any:
+def decode(
+    data: bytes | bytearray | memoryview, refs: list | None = None, import_types: bool = False
+) -> Any:
     """Decode one whole frame. Arrays are views into ``data`` when it is writable.
-    ``refs``: a list that receives every ``corral.Ref`` found in the frame."""
+    ``refs``: a list that receives every ``corral.Ref`` found in the frame.
+    ``import_types``: import the modules of dataclasses and enums (see the module doc)."""
     view = memoryview(data).cast("B")
     if view.nbytes < _PREFIX.size:
         raise ProtocolError(f"frame of {view.nbytes} bytes is shorter than its prefix")
@@ -179,7 +216,7 @@ def decode(data: bytes | bytearray | memoryview, refs: list | None = None) -> An
     except (ValueError, RecursionError) as exc:
         raise ProtocolError(f"frame header is not valid JSON: {exc}") from None
     try:
-        return _Decoder(buffers, refs).decode(tree)
+        return _Decoder(buffers, refs, import_types).decode(tree)
     except ProtocolError:
         raise
     except RecursionError:
@@ -191,9 +228,30 @@ def decode(data: bytes | bytearray | memoryview, refs: list | None = None) -> An
 
 
 class _Decoder:
-    def __init__(self, buffers: list[memoryview], refs: list | None = None):
+    def __init__(
+        self, buffers: list[memoryview], refs: list | None = None, import_types: bool = False
+    ):
         self.buffers = buffers
         self.refs = refs
+        self.import_types = import_types
+
+    def find_class(self, path: str) -> Any:
+        """The class ``module:qualname`` names, or None (module not loaded and not
+        importable under the policy, or no such attribute)."""
+        module_name, _, qualname = str(path).partition(":")
+        module: Any = sys.modules.get(module_name)
+        if module is None and self.import_types and _MODULE_PATH.fullmatch(module_name):
+            try:
+                module = importlib.import_module(module_name)
+            except Exception as exc:
+                raise ProtocolError(
+                    f"cannot import module {module_name!r} to rebuild {qualname!r}: "
+                    f"{type(exc).__name__}: {exc}; make it importable on the worker"
+                ) from None
+        cls = module
+        for part in qualname.split("."):
+            cls = getattr(cls, part, None) if cls is not None else None
+        return cls if isinstance(cls, type) else None
 
     def ref(self, node: dict) -> Ref:
         ref = Ref.from_wire(node)
@@ -260,16 +318,37 @@ class _Decoder:
 
     def dataclass(self, node: dict) -> Any:
         fields = {k: self.decode(v) for k, v in node["v"].items()}
-        module_name, _, qualname = str(node["c"]).partition(":")
-        cls: Any = sys.modules.get(module_name)
-        for part in qualname.split("."):
-            cls = getattr(cls, part, None) if cls is not None else None
-        if isinstance(cls, type) and dataclasses.is_dataclass(cls):
+        cls = self.find_class(node["c"])
+        if cls is not None and dataclasses.is_dataclass(cls):
+            init = {f.name for f in dataclasses.fields(cls) if f.init}
             try:
-                return cls(**fields)
-            except TypeError:
+                obj = cls(**{k: v for k, v in fields.items() if k in init})
+            except (TypeError, ValueError):
                 pass
+            else:
+                for name, value in fields.items():
+                    if name not in init:
+                        object.__setattr__(obj, name, value)
+                return obj
         return DataclassRecord(str(node["c"]), fields)
+
+    def enum(self, node: dict) -> Any:
+        value = self.decode(node["v"])
+        cls = self.find_class(node["c"])
+        if cls is None or not issubclass(cls, enum.Enum):
+            return value
+        try:
+            return cls(value)
+        except ValueError:
+            raise ProtocolError(f"{node['c']} has no member with value {value!r}") from None
+
+    def dtype(self, node: dict) -> Any:
+        name = node["v"]
+        if name not in _TORCH_DTYPES:
+            raise ProtocolError(f"refusing torch dtype {name!r}")
+        import torch
+
+        return getattr(torch, name)
 
 
 def _float(_d: _Decoder, node: dict) -> float:
@@ -305,5 +384,7 @@ _DECODERS = {
     "nd": _Decoder.ndarray,
     "pt": _Decoder.tensor,
     "dc": _Decoder.dataclass,
+    "enum": _Decoder.enum,
+    "dtype": _Decoder.dtype,
     _REF_TAG: _Decoder.ref,
 }

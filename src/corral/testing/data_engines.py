@@ -23,8 +23,14 @@ def _first_array(value: Any) -> Any:
 
 
 class DataEngine:
-    def __init__(self) -> None:
-        self.held: Any = None
+    def __init__(self, initial: Any = None) -> None:
+        self.held: Any = initial
+
+    def destroy_held(self) -> None:
+        self.held = None
+
+    def held_nbytes(self) -> int:
+        return int(self.held.nbytes) if isinstance(self.held, np.ndarray) else -1
 
     def make(self, nbytes: int) -> dict:
         big = np.arange(nbytes // 4, dtype=np.float32)

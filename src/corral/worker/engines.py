@@ -267,7 +267,7 @@ class EngineHost:
             except Exception as exc:
                 raise EngineCallError(
                     f"{type(engine).__name__}.{method} raised {type(exc).__name__}: {exc}",
-                    traceback.format_exc(),
+                    remote_traceback=traceback.format_exc(),
                 ) from exc
 
         return run
@@ -288,7 +288,7 @@ class EngineHost:
         except Exception as exc:
             raise EngineCallError(
                 f"{type(engine).__name__}.{method} raised {type(exc).__name__}: {exc}",
-                traceback.format_exc(),
+                remote_traceback=traceback.format_exc(),
             ) from exc
 
     def destroy_all(self) -> list[str]:

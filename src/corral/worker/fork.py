@@ -6,7 +6,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from corral.logs import LogPump, replica_log_path, tail
 from corral.procs import spawn, stop_process_groups
 from corral.spec import validate_role_name
 from corral.worker import env as E
+from corral.worker.args import DEFAULT_WORKER_MODULES, contract_args, free_port, module_argv
 from corral.worker.engines import is_stdlib_module
 from corral.worker.env import WorkerSettings
 
@@ -79,7 +79,18 @@ class ForkManager:
         read_end, write_end = os.pipe()
         try:
             child_env[E.SECRET_FD] = str(read_end)
-            proc = spawn([sys.executable, "-m", module], child_env, pass_fds=(read_end,))
+            own = module in DEFAULT_WORKER_MODULES
+            argv = module_argv(module) + contract_args(
+                port=0 if own else free_port(),
+                experiment=s.experiment,
+                trial=s.trial,
+                role=role,
+                index=index,
+                name_resolve=s.name_resolve,
+                fileroot=child_env.get(E.FILEROOT, ""),
+                host="0.0.0.0",
+            )
+            proc = spawn(argv, child_env, pass_fds=(read_end,))
         finally:
             os.close(read_end)
             try:

@@ -10,47 +10,31 @@ import socket
 import sys
 import threading
 import time
-import traceback
 from collections import OrderedDict
 from typing import Any
 
 from corral import keys
 from corral.data import store as data_store
 from corral.data.fetch import RefResolver
+from corral.data.routes import DataRoutes
 from corral.discovery import make_name_resolve
 from corral.discovery.signed import SignedNameResolve
-from corral.errors import CorralError, ProtocolError
+from corral.errors import ProtocolError
 from corral.procs import pid_alive
-from corral.rpc import shm, wire
-from corral.rpc.http import FRAME_TYPE, REQUEST_ID_HEADER, Message
+from corral.rpc import wire
+from corral.rpc.http import REQUEST_ID_HEADER, Message
 from corral.rpc.server import Deferred, Reply, RPCServer
 from corral.worker import env as E
 from corral.worker.engines import EngineHost
 from corral.worker.env import WorkerSettings, advertise_host, node_name, read_secret
 from corral.worker.fork import ForkManager
+from corral.worker.replies import EngineCallReply, failure, ok, uses_refs
 
 RESULT_CACHE_ENTRIES = 256
 RESULT_CACHE_BYTES = 128 << 20
 LARGE_REPLY_BYTES = 1 << 20
 DELIVERED_IDS = 4096
 _PR_SET_PDEATHSIG = 1
-
-
-def ok(result: Any = None) -> Reply:
-    return Reply(200, wire.encode({"ok": True, "result": result}), FRAME_TYPE)
-
-
-def failure(status: int, exc: BaseException) -> Reply:
-    error = {"type": type(exc).__name__, "message": str(exc)}
-    tb = getattr(exc, "remote_traceback", "") or ""
-    if not tb and not isinstance(exc, CorralError):
-        tb = traceback.format_exc()
-    error["traceback"] = tb
-    if getattr(exc, "owner", None):
-        error["owner"] = exc.owner
-    if isinstance(exc, CorralError) and not isinstance(exc, ProtocolError) and status == 500:
-        status = 500
-    return Reply(status, wire.encode({"ok": False, "error": error}), FRAME_TYPE)
 
 
 class ResultCache:
@@ -116,9 +100,10 @@ class ResultCache:
 class WorkerRuntime:
     """Everything a worker does once started; usable in-process (the Ray actor hosts one)."""
 
-    def __init__(self, settings: WorkerSettings, secret: str, on_shutdown=None):
+    def __init__(self, settings: WorkerSettings, secret: str, on_shutdown=None, port: int = 0):
         """``on_shutdown``: what ``POST /shutdown`` does (default: SIGTERM this process;
-        an in-process host such as a Ray actor passes its own stop)."""
+        an in-process host such as a Ray actor passes its own stop). ``port``: the port
+        to serve on (0: one the kernel picks)."""
         self.settings = settings
         self._on_shutdown = on_shutdown or (lambda: os.kill(os.getpid(), signal.SIGTERM))
         self.name_resolve = SignedNameResolve(make_name_resolve(settings.name_resolve), secret)
@@ -137,6 +122,7 @@ class WorkerRuntime:
                 secret,
                 self.handle,
                 host=settings.bind_host or advertised,
+                port=port,
                 identity=f"{settings.worker_id}#{self.generation}",
                 delivered=self.cache.delivered,
             )
@@ -154,6 +140,7 @@ class WorkerRuntime:
         self.refs = RefResolver(
             self.store, settings.experiment, settings.trial, self.name_resolve, secret
         )
+        self.data = DataRoutes(self.store)
         self._routes = {
             ("GET", "/health"): self._health,
             ("POST", "/create_engine"): self._create_engine,
@@ -164,21 +151,21 @@ class WorkerRuntime:
             ("POST", "/fork"): self._fork,
             ("POST", "/kill_forked_worker"): self._kill_forked,
             ("POST", "/shutdown"): self._shutdown,
-            ("POST", "/data/free"): self._data_free,
-            ("POST", "/data/stats"): self._data_stats,
+            ("POST", "/data/free"): self.data.free,
+            ("POST", "/data/stats"): self.data.stats,
         }
 
     # lifecycle -------------------------------------------------------------
     def start(self) -> None:
         for name, path in self.settings.engines.items():
             self.engines.create(name, path, [], {})
-        self.worker_ports = _reserve_ports(self.settings.port_count)
+        self.worker_ports = _reserve_ports(max(self.settings.port_count - 1, 1))
         self.server.start()
         s = self.settings
         info = {
             "pid": os.getpid(),
             "host": node_name(),
-            "worker_ports": self.worker_ports,
+            "worker_ports": [str(p) for p in [self.server.port, *self.worker_ports]],
             "generation": self.generation,
             "backend_id": s.backend_id,
             "forked": s.forked,
@@ -224,7 +211,7 @@ class WorkerRuntime:
     # dispatch --------------------------------------------------------------
     def handle(self, msg: Message) -> Reply:
         if msg.path == "/data/get" and msg.method == "POST":
-            return self._data_get(msg)
+            return self.data.get(msg)
         route = self._routes.get((msg.method, msg.path))
         if route is None:
             return Reply(404, [f"no endpoint {msg.method} {msg.path}".encode()], "text/plain")
@@ -232,7 +219,9 @@ class WorkerRuntime:
             return route(None)
         refs: list = []
         try:
-            payload = wire.decode(msg.body, refs) if msg.body else {}
+            # The peer proved it holds the trial secret: rebuild its dataclasses and enums
+            # by importing their modules (see corral.rpc.wire, "Decoding policy").
+            payload = wire.decode(msg.body, refs, import_types=True) if msg.body else {}
             if not isinstance(payload, dict):
                 raise ProtocolError("request body must be a mapping")
         except ProtocolError as exc:
@@ -245,11 +234,13 @@ class WorkerRuntime:
             if cached is not None:
                 return cached
         try:
-            if msg.path == "/call" and msg.keep_alive and not _uses_refs(payload):
+            if msg.path == "/call" and msg.keep_alive and not uses_refs(payload):
                 run = self._prepare_call(payload)
                 if run is not None:  # a synchronous method: reply from the engine thread
                     return Deferred(
-                        lambda send: self.engines.submit(_Call(self, request_id, run, send))
+                        lambda send: self.engines.submit(
+                            EngineCallReply(self, request_id, run, send)
+                        )
                     )
             reply = ok(route(payload))
         except Exception as exc:
@@ -281,7 +272,10 @@ class WorkerRuntime:
 
     def _create_engine(self, p: dict) -> None:
         name = p.get("engine_name") or self.settings.worker_id
-        self.engines.create(name, p["engine"], list(p.get("args", [])), dict(p.get("kwargs", {})))
+        args, kwargs = list(p.get("args", [])), dict(p.get("kwargs", {}))
+        if p.get("_refs"):  # refs in the constructor's arguments: fetched like a call's
+            args, kwargs = self.refs.resolve((args, kwargs), p["_refs"])
+        self.engines.create(name, p["engine"], args, kwargs)
         return name
 
     def _call(self, p: dict) -> Any:
@@ -293,37 +287,6 @@ class WorkerRuntime:
         keep = data_store.parse_keep(p.get("keep"))
         return result if keep is None else self.store.keep_tree(result, keep)
 
-    # data plane --------------------------------------------------------------
-    def _data_get(self, msg: Message) -> Reply:
-        """Values of refs this worker owns. Readers on this host share one segment."""
-        try:
-            p = wire.decode(msg.body)
-            keys_, trial, generation = list(p["keys"]), str(p["trial"]), str(p["generation"])
-            values = self.store.get(keys_, trial, generation)
-        except (ProtocolError, KeyError, TypeError) as exc:
-            return failure(400, ProtocolError(f"bad /data/get request: {exc}"))
-        except CorralError as exc:
-            return failure(500, exc)
-        if msg.peer is None:
-            return ok(values)
-
-        def build() -> Reply:
-            reply = ok(values)
-            reply.segment = shm.Segment.from_parts(reply.parts)  # for every reader
-            return reply
-
-        return self.store.shared_reply(keys_, build)
-
-    def _data_free(self, p: dict) -> int:
-        return self.store.free([str(k) for k in p.get("keys", [])])
-
-    def _data_stats(self, p: dict) -> dict:
-        """What this worker holds: refs, their bytes, shared-memory segments (after
-        dropping idle ones when ``trim``)."""
-        if p.get("trim"):
-            shm.POOL.trim()
-        return {**self.store.stats(), **shm.POOL.counts(), "mapped": shm.mapped_segments()}
-
     def _set_env(self, p: dict) -> None:
         env = p.get("env", {})
         if not isinstance(env, dict):
@@ -332,7 +295,12 @@ class WorkerRuntime:
             os.environ[str(key)] = str(value)
 
     def _configure(self, p: dict) -> None:
+        """Keep the experiment config, role and rank, and seed the random generators from
+        the config's ``seed`` (plus the rank) when it has one, as AReaL's workers do."""
         self.config = {"config": p.get("config"), "role": p.get("role"), "rank": p.get("rank")}
+        seed = _find_seed(p.get("config"))
+        if seed is not None:
+            seed_everything(seed + int(p.get("rank") or 0))
 
     def _destroy_engines(self, _p: dict) -> list[str]:
         self.store.clear()
@@ -359,30 +327,22 @@ class WorkerRuntime:
         self._on_shutdown()
 
 
-def _uses_refs(payload: dict) -> bool:
-    """Refs in the arguments (resolved, maybe fetched, first) or a result to keep: such
-    calls take the ordinary path through ``_call``."""
-    return bool(payload.get("_refs")) or payload.get("keep") is not None
+def _find_seed(config: Any) -> int | None:
+    seed = config.get("seed") if isinstance(config, dict) else getattr(config, "seed", None)
+    return seed if isinstance(seed, int) and not isinstance(seed, bool) else None
 
 
-class _Call:
-    """A synchronous engine call queued on the engine thread; it replies itself."""
+def seed_everything(seed: int) -> None:
+    """Seed Python's, numpy's and torch's generators (the last two only if loaded)."""
+    import random
 
-    __slots__ = ("runtime", "request_id", "fn", "send")
-
-    def __init__(self, runtime: WorkerRuntime, request_id: str | None, fn, send):
-        self.runtime, self.request_id, self.fn, self.send = runtime, request_id, fn, send
-
-    def run(self) -> None:
-        try:
-            reply = ok(self.fn())
-        except Exception as exc:
-            reply = failure(500, exc)
-        self.send(self.runtime._finish(self.request_id, reply))
-
-    def cancel(self) -> None:
-        stopping = CorralError("the worker is stopping; the call did not run")
-        self.send(self.runtime._finish(self.request_id, failure(503, stopping)))
+    random.seed(seed)
+    np = sys.modules.get("numpy")
+    if np is not None:
+        np.random.seed(seed % (1 << 32))
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.manual_seed(seed)
 
 
 def _reserve_ports(count: int) -> list[int]:
@@ -453,14 +413,20 @@ def _lease_run_id(raw: str) -> str:
     return str(value.get("run_id", "")) if isinstance(value, dict) else ""
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    """Run a worker. ``argv``: the command-line contract of corral.worker.args (AReaL's
+    arguments; ``--port`` picks the port to serve on)."""
+    from corral.worker.args import parse
+
+    args = parse(argv)
+
     settings = WorkerSettings.from_env()
     if settings.die_with_parent:
         die_with_parent()
     secret = read_secret()
     for name in (E.SECRET,):
         os.environ.pop(name, None)
-    runtime = WorkerRuntime(settings, secret)
+    runtime = WorkerRuntime(settings, secret, port=args.port)
     done = threading.Event()
     reason: list[str] = []
 

@@ -20,7 +20,7 @@ export CORRAL_NAME_RESOLVE='{"root": "/shared/corral/name_resolve", "type": "fil
 export CORRAL_SECRET_FILE=/shared/corral/demo/run1/.secret
 export CORRAL_INDEX_OFFSET=0
 export CORRAL_LEASE_TIMEOUT=5.0
-export CORRAL_PORT_COUNT=1
+export CORRAL_PORT_COUNT=2
 export CORRAL_LOG_DIR=/shared/corral/demo/run1/logs
 export CORRAL_BACKEND_ID="${SLURM_JOB_ID:-}"
 srun --ntasks=2 --ntasks-per-node=2 --cpus-per-task=4 --kill-on-bad-exit=1 --unbuffered \
@@ -39,6 +39,7 @@ for (( corral_i = corral_first; corral_i < corral_first + corral_gpus; corral_i+
     fi
 done
 export CUDA_VISIBLE_DEVICES="$corral_devices"
+export ASCEND_RT_VISIBLE_DEVICES="$corral_devices"
 corral_prefix="[trainer/${corral_index}] "
 corral_log=/shared/corral/demo/run1/logs/trainer/${corral_index}.log
 corral_exit=/shared/corral/demo/run1/logs/trainer/${corral_index}${SLURM_JOB_ID:+.$SLURM_JOB_ID}.exit

@@ -18,7 +18,7 @@ export CORRAL_NAME_RESOLVE='{"root": "/shared/corral/name_resolve", "type": "fil
 export CORRAL_SECRET_FILE=/shared/corral/demo/run1/.secret
 export CORRAL_INDEX_OFFSET=0
 export CORRAL_LEASE_TIMEOUT=5.0
-export CORRAL_PORT_COUNT=1
+export CORRAL_PORT_COUNT=2
 export CORRAL_LOG_DIR=/shared/corral/demo/run1/logs
 export CORRAL_BACKEND_ID="${SLURM_JOB_ID:-}"
 export OMP_NUM_THREADS=2
@@ -27,6 +27,7 @@ srun --ntasks=2 --ntasks-per-node=2 --cpus-per-task=2 --kill-on-bad-exit=1 --unb
 export PYTHONUNBUFFERED=1
 corral_index=$(( ${CORRAL_INDEX_OFFSET:-0} + ${SLURM_PROCID:-0} ))
 export CUDA_VISIBLE_DEVICES=""  # CPU-only role: no GPU visible
+export ASCEND_RT_VISIBLE_DEVICES=""
 corral_prefix="[trainer/${corral_index}] "
 corral_log=/shared/corral/demo/run1/logs/trainer/${corral_index}.log
 corral_exit=/shared/corral/demo/run1/logs/trainer/${corral_index}${SLURM_JOB_ID:+.$SLURM_JOB_ID}.exit

@@ -27,7 +27,7 @@ export CORRAL_NAME_RESOLVE='{"type": "etcd", "address": "10.0.0.5:2379"}'
 export CORRAL_SECRET_FILE=/shared/corral/demo/run1/.secret
 export CORRAL_INDEX_OFFSET=4
 export CORRAL_LEASE_TIMEOUT=12.5
-export CORRAL_PORT_COUNT=1
+export CORRAL_PORT_COUNT=2
 export CORRAL_LOG_DIR=/shared/corral/demo/run1/logs
 export CORRAL_BACKEND_ID="${SLURM_JOB_ID:-}"
 export WANDB_MODE=offline
@@ -48,6 +48,7 @@ for (( corral_i = corral_first; corral_i < corral_first + corral_gpus; corral_i+
     fi
 done
 export CUDA_VISIBLE_DEVICES="$corral_devices"
+export ASCEND_RT_VISIBLE_DEVICES="$corral_devices"
 corral_prefix="[trainer/${corral_index}] "
 corral_log=/shared/corral/demo/run1/logs/trainer/${corral_index}.log
 corral_exit=/shared/corral/demo/run1/logs/trainer/${corral_index}${SLURM_JOB_ID:+.$SLURM_JOB_ID}.exit
@@ -57,7 +58,7 @@ exec 3> >(sed -u "s|^|${corral_prefix}|" >> /shared/corral/demo/run1/logs/traine
 corral_sed=$!
 corral_pidf="$corral_exit.pid"
 trap '"'"'kill -TERM "$(cat "$corral_pidf" 2>/dev/null)" 2>/dev/null'"'"' TERM
-{ /opt/venv/bin/python -m corral.worker --log-level '"'"'debug info'"'"' 3>&- 2>&1 & printf "%s\n" "$!" > "$corral_pidf"; wait "$!"; printf "%s\n" "$?" > "$corral_exit.rc"; } \
+{ /opt/venv/bin/python -m corral.worker --log-level '"'"'debug info'"'"' --port 0 --experiment-name demo --trial-name run1 --role trainer --worker-index "$corral_index" --name-resolve-type etcd --nfs-record-root '"'"''"'"' --etcd3-addr 10.0.0.5:2379 --fileroot '"'"''"'"' 3>&- 2>&1 & printf "%s\n" "$!" > "$corral_pidf"; wait "$!"; printf "%s\n" "$?" > "$corral_exit.rc"; } \
     | tee -a "$corral_log" /dev/fd/3 \
     | sed -u "s|^|${corral_prefix}|" >> /shared/corral/demo/run1/logs/merged.log &
 corral_pipe=$!

@@ -38,6 +38,7 @@ for (( corral_i = corral_first; corral_i < corral_first + corral_gpus; corral_i+
     fi
 done
 export CUDA_VISIBLE_DEVICES="$corral_devices"
+export ASCEND_RT_VISIBLE_DEVICES="$corral_devices"
 corral_prefix="[rollout/${corral_index}] "
 corral_log=/shared/corral/demo/run1/logs/rollout/${corral_index}.log
 corral_exit=/shared/corral/demo/run1/logs/rollout/${corral_index}${SLURM_JOB_ID:+.$SLURM_JOB_ID}.exit
