@@ -39,6 +39,10 @@ class Launcher(abc.ABC):
     trial_secret: str = ""
     fds_per_worker: int = 1
     """Open files the controller holds per worker of this backend (see corral.fdlimit)."""
+    outlive: float = 0.0
+    can_outlive: bool = False
+    """Can its workers outlive the controller (``outlive_controller``, corral.attach)?"""
+    """Set by the scheduler: seconds the workers outlive their controller (corral.attach)."""
 
     def progress(self, text: str) -> None:
         """Progress lines (pending reasons while waiting); the Scheduler replaces this."""
@@ -77,6 +81,13 @@ class Launcher(abc.ABC):
     def restart(self, role: str, index: int, env: dict[str, str]) -> None:
         """Start replica ``index`` of ``role`` again, in its old place, with ``env``."""
         raise NotImplementedError(f"the {self.name} backend cannot restart workers")
+
+    def adopt(self, role: str, workers: list, log_dir: str) -> None:
+        """Take over running workers of a dead controller's run (see corral.attach)."""
+        raise NotImplementedError(
+            f"the {self.name} backend cannot re-attach to running workers; "
+            "use the local or slurm backend, or start a new run"
+        )
 
     def grow(
         self, role: str, first: int, tasks: list, envs: list[dict[str, str]], log_dir: str

@@ -28,6 +28,7 @@ from typing import Any
 
 from corral import keys
 from corral import options as opts
+from corral.attach import adopt, check_grace, detach, find_run
 from corral.calls import Caller, CallOptions, engine_call
 from corral.config import cluster_field, scheduler_field
 from corral.configure import configure_all
@@ -97,9 +98,12 @@ class Scheduler:
         etcd3_addr: str | None = None,
         on_worker_death: Callable[[str, WorkerExit], Any] | None = None,
         health_interval: float = DEFAULT_INTERVAL,
+        outlive_controller: float = 0.0,
+        attach: bool = False,
     ):
         """Options as in AReaL (see corral.options): an ``exp_config`` wins over the
-        keywords it also holds, except ``fileroot``; ``log_dir`` replaces the log directory."""
+        keywords it also holds, except ``fileroot``; ``log_dir`` replaces the log directory.
+        ``outlive_controller`` (seconds) and ``attach``: see corral.attach."""
         self.exp_config = exp_config = opts.check_exp_config(exp_config)
         experiment, trial = opts.names(exp_config, experiment_name, trial_name)
         self.experiment_name = validate_role_name(experiment or "corral", "experiment_name")
@@ -127,26 +131,37 @@ class Scheduler:
         self.log_dir = Path(self.paths.log_dir)
         if log_dir is not None:
             self._ensure_dir(self.paths.log_dir, "log_dir")
-        self.secret = secrets.token_hex(32)  # in memory; the file is written at claim
+        self.outlive_controller = check_grace(outlive_controller)
         resolve_cfg = opts.name_resolve(exp_config, name_resolve_type, nfs_record_root, etcd3_addr)
-        # records are signed with the trial secret; unsigned or forged ones are refused
-        self.name_resolve = SignedNameResolve(
-            name_resolve
-            or make_name_resolve(
-                resolve_cfg
-                if resolve_cfg is not None
-                else cluster_field(exp_config, "name_resolve"),
-                self.fileroot,
-            ),
-            self.secret,
+        records = name_resolve or make_name_resolve(
+            resolve_cfg if resolve_cfg is not None else cluster_field(exp_config, "name_resolve"),
+            self.fileroot,
         )
+        run = None
+        if attach:  # continue a run whose controller is gone (same run id and secret)
+            run = find_run(
+                records, self.experiment_name, self.trial_name, self.paths.secret_file,
+                lease_timeout,
+            )  # fmt: skip
+            self.outlive_controller = self.outlive_controller or run.lease.grace
+        self.secret = run.secret if run else secrets.token_hex(32)  # file written at claim
+        # records are signed with the trial secret; unsigned or forged ones are refused
+        self.name_resolve = SignedNameResolve(records, self.secret)
         self.lease_timeout = lease_timeout
         self.launcher = launcher
         self.progress = progress or (lambda text: log.info(text))
         launcher.progress = self.progress
         launcher.trial_secret = self.secret
+        if self.outlive_controller and not launcher.can_outlive:
+            raise ConfigError(
+                "outlive_controller",
+                outlive_controller,
+                f"the {launcher.name} backend's workers cannot outlive their controller "
+                "(Ray actors end with their driver); use 0, or the local or slurm backend",
+            )
+        launcher.outlive = self.outlive_controller  # workers outlive the controller (attach)
         self.secret_file = self.paths.secret_file  # written when the run claims its trial
-        self.run_id = new_run_id()
+        self.run_id = run.lease.run_id if run else new_run_id()
         self.removed_leftovers: list[str] = []
         self._table = RoleTable()
         self._roles = self._table.roles  # role -> RoleState (read by tests and tools)
@@ -175,6 +190,7 @@ class Scheduler:
             trial=self.trial_name,
             run_id=self.run_id,
             lease_timeout=lease_timeout,
+            grace=self.outlive_controller,
             secret=self.secret,
             secret_file=self.secret_file,
             write_secret=self._write_secret,
@@ -209,6 +225,9 @@ class Scheduler:
         )
         self._closed = False
         _live_schedulers.add(self)
+        if run is not None:
+            self._wrote_secret = True  # the run's secret file is ours to remove at close
+            adopt(self, run)
 
     # ------------------------------------------------------------------ setup
     @property
@@ -297,6 +316,7 @@ class Scheduler:
             engines=spec.engines,
             env_vars=spec.env_vars,
             offload=self.enable_tms_offload,
+            outlive=self.outlive_controller,
         )
 
     # ------------------------------------------------------------ create
@@ -679,6 +699,9 @@ def _cleanup_at_exit() -> None:
     """Ctrl-C or a normal exit with workers still up: stop them before the interpreter ends."""
     for scheduler in list(_live_schedulers):
         try:
+            if scheduler.outlive_controller and scheduler._roles:
+                detach(scheduler)  # opt-in: the workers wait for a new controller
+                continue
             scheduler.close()
         except Exception as exc:
             log.warning("cleanup at exit failed: %s", exc)

@@ -52,7 +52,7 @@ from corral.launcher import Launcher, LaunchRequest, WorkerExit
 from corral.paths import TrialPaths, check_dir, exit_code_path, replica_log_path, sbatch_log_path
 from corral.safedirs import make_private_subdir, user_name, write_private
 from corral.scheduler import Scheduler
-from corral.spec import NormalizedJob, SchedulingSpec, normalize_job
+from corral.spec import NormalizedJob, SchedulingSpec, SchedulingStrategy, normalize_job
 from corral.worker import env as E
 
 log = logging.getLogger("corral")
@@ -355,6 +355,7 @@ def _describe_code(code: int) -> str:
 # ----------------------------------------------------------------- launcher --
 class SlurmLauncher(Launcher):
     name = "slurm"
+    can_outlive = True  # processes / jobs of their own (corral.attach)
 
     def __init__(
         self,
@@ -623,6 +624,26 @@ class SlurmLauncher(Launcher):
             place.devices or "none",
         )
         return True
+
+    def adopt(self, role: str, workers: list, log_dir: str) -> None:
+        """The jobs of a dead controller's run, by the job id each worker registered."""
+        by_job: dict[str, list[int]] = {}
+        for worker in workers:
+            if not worker.backend_id:
+                raise SchedulerError(f"cannot adopt {worker.id}: it registered no Slurm job id")
+            by_job.setdefault(str(worker.backend_id), []).append(worker.index)
+        script = TrialPaths.at(log_dir).sbatch_script(role)
+        with self._lock:
+            self._jobs[role] = [
+                RoleJob(
+                    job_id, indices, log_dir, script, seen_active=True,
+                    requeues_seen=requeue_count(sbatch_log_path(log_dir, role), job_id),
+                )
+                for job_id, indices in by_job.items()
+            ]  # fmt: skip
+            self._specs[role] = NormalizedJob(
+                role, len(workers), tuple(SchedulingSpec() for _ in workers), SchedulingStrategy()
+            )
 
     def remove_leftovers(self, experiment: str, trial: str) -> list[str]:
         return [f"Slurm job {job_id}: cancelled" for job_id in cancel_trial_jobs(experiment, trial)]

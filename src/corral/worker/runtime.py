@@ -384,8 +384,11 @@ class ControllerWatch:
         s = self.runtime.settings
         same_host = s.controller_pid and s.controller_host == socket.gethostname()
         last_value, last_change = None, time.monotonic()
+        # workers asked to outlive their controller (corral.attach) wait for its lease only
+        outlive = getattr(s, "outlive", 0.0)
+        grace = outlive
         while not self.runtime.stopped.wait(0.5):
-            if same_host and not pid_alive(s.controller_pid):
+            if not grace and same_host and not pid_alive(s.controller_pid):
                 return self.on_lost(f"controller pid {s.controller_pid} is gone")
             try:
                 value = self.runtime.name_resolve.get(self.key)
@@ -393,7 +396,9 @@ class ControllerWatch:
                 continue
             if value is None:
                 return self.on_lost("controller lease removed")
-            owner, mine = _lease_run_id(value), getattr(s, "run_id", "")
+            owner, lease_grace = _lease_fields(value)
+            grace = max(outlive, lease_grace)
+            mine = getattr(s, "run_id", "")
             if mine and owner and owner != mine:
                 return self.on_lost(
                     f"the trial's lease now belongs to run {owner}, not this worker's run "
@@ -401,16 +406,26 @@ class ControllerWatch:
                 )
             if value != last_value:
                 last_value, last_change = value, time.monotonic()
-            elif time.monotonic() - last_change > s.lease_timeout:
-                return self.on_lost(f"controller lease not renewed for {s.lease_timeout:.0f}s")
+            elif time.monotonic() - last_change > s.lease_timeout + grace:
+                return self.on_lost(
+                    f"controller lease not renewed for {s.lease_timeout + grace:.0f}s"
+                    + (f" (lease timeout + {grace:g}s grace to re-attach)" if grace else "")
+                )
 
 
-def _lease_run_id(raw: str) -> str:
+def _lease_fields(raw: str) -> tuple[str, float]:
+    """The run id and the re-attach grace period written in a controller lease."""
     try:
         value = json.loads(raw)
     except ValueError:
-        return ""
-    return str(value.get("run_id", "")) if isinstance(value, dict) else ""
+        return "", 0.0
+    if not isinstance(value, dict):
+        return "", 0.0
+    try:
+        grace = max(0.0, float(value.get("grace", 0.0) or 0.0))
+    except (TypeError, ValueError):
+        grace = 0.0
+    return str(value.get("run_id", "")), grace
 
 
 def main(argv: list[str] | None = None) -> None:
