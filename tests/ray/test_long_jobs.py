@@ -39,3 +39,13 @@ def test_waiting_for_busy_gpus_shows_the_pending_placement_then_starts(make):  #
     assert result.get("ids") == ["patient/0"], result
     waiting = next(line for line in lines if line.startswith("waiting for patient"))
     assert "PENDING" in waiting and "GPU 1" in waiting, waiting
+
+
+def test_outlive_controller_is_refused_because_ray_actors_end_with_their_driver(make):  # noqa: F811
+    from corral import ConfigError
+
+    with pytest.raises(ConfigError) as info:
+        make(outlive_controller=60)
+    message = str(info.value)
+    assert "outlive_controller" in message and "60" in message
+    assert "local or slurm backend" in message
