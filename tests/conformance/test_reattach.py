@@ -59,15 +59,27 @@ def test_a_new_controller_attaches_to_workers_that_outlive_their_controller(keep
         assert any("(controller)" in row and "NOT RENEWED" in row for row in rows), rows
         for wid in ("orphan/0", "orphan/1"):  # listed and answering, from another process
             assert any(wid in r and "unreachable" not in r and "dead" not in r for r in rows)
-        sched = keeping.scheduler(experiment=experiment, trial=trial, attach=True)
+        deaths: list[str] = []
+        sched = keeping.scheduler(
+            experiment=experiment,
+            trial=trial,
+            attach=True,
+            on_worker_death=lambda wid, exit_: deaths.append(wid),
+        )
         assert sched.run_id == first["run_id"]
         assert {"orphan", "orphan_child"} <= set(sched.roles)
         adopted = [w.pid for role in ("orphan", "orphan_child") for w in sched.get_workers(role)]
         assert sorted(adopted) == sorted(first["pids"])
         assert sched.health("orphan/1")  # a signed call with the run's secret
+        # the backend adopted the processes: a death is seen like any other
+        keeping.kill_worker(sched.get_workers("orphan")[1])
+        deadline = time.monotonic() + 30
+        while "orphan/1" not in deaths and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert "orphan/1" in deaths, sched.worker_status()
         sched.close()
         sched = None
-        assert wait_gone(first["pids"]) == []
+        assert wait_gone(first["pids"], timeout=30) == []
         assert keeping.leftovers(experiment, trial) == []
     finally:
         if sched is not None:
