@@ -217,7 +217,9 @@ class Scheduler:
                 "remove it or use another directory",
             )
         if not os.access(probe, os.W_OK | os.X_OK):
-            raise ConfigError(field_name, path, f"{probe} is not writable; use a writable directory")
+            raise ConfigError(
+                field_name, path, f"{probe} is not writable; use a writable directory"
+            )
 
     @property
     def secrets_dir(self) -> str:
