@@ -44,6 +44,9 @@ def alive(pid: int) -> bool:
         return False
 
 
+RAY_CLUSTER: list = []  # the tests' Ray cluster (nodes can be added and removed)
+
+
 def scheduler(backend: str, root: str, trial: str, **kwargs):
     cfg = BaseExperimentConfig(experiment_name=f"faults-{backend}", trial_name=trial)
     cfg.scheduler.type = backend
@@ -150,6 +153,14 @@ def run(backend: str, root: str, repeats: int) -> dict:
         "chatty_2MB_call_full_log_disk_s": round(med(chatty_full), 3),
         "chatty_2MB_call_writable_log_s (baseline)": round(med(chatty_ok), 3),
     }
+    if backend in ("local", "slurm"):
+        attach = L.reattach(make, backend, root, f"attach{os.getpid()}")
+        out["reattach_after_controller_sigkill_s"] = round(attach["s"], 3)
+        out["reattach_workers_lost_before_attach"] = attach["lost_before_attach"]
+    if backend == "ray" and RAY_CLUSTER:
+        lost = L.ray_node_loss(make, RAY_CLUSTER[0].cluster, 4)
+        out["ray_node_loss_to_preempted_error_s"] = round(lost["preempted_error_s"], 3)
+        out["ray_node_back_wait_role_s"] = round(lost["back_after_node_joins_s"], 3)
     if backend == "local":
         out["fd_limit_refused_s (60 workers, ulimit -n 200)"] = round(L.fd_limit_refusal(root), 4)
     if backend == "slurm":
@@ -183,7 +194,8 @@ def main() -> None:
         sys.path.insert(0, os.path.dirname(HERE))  # this process and its controllers
         from tests.conformance.backend_ray import acquire_cluster
 
-        os.environ["RAY_ADDRESS"] = acquire_cluster().address
+        RAY_CLUSTER.append(acquire_cluster())
+        os.environ["RAY_ADDRESS"] = RAY_CLUSTER[0].address
     if "slurm" in backends:
         os.environ.setdefault("SLURM_CONF", "/tmp/corral-slurm/etc/slurm.conf")
     results = {b: run(b, root, args.repeats) for b in backends}

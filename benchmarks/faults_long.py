@@ -83,10 +83,19 @@ def chatty_call(sched, role: str, full_disk: bool) -> float:
     return took
 
 
-def _controller(backend: str, root: str, experiment: str, trial: str, lease: float | None):
+def _controller(
+    backend: str,
+    root: str,
+    experiment: str,
+    trial: str,
+    lease: float | None,
+    outlive: float | None = None,
+):
     argv = [sys.executable, CONTROLLER, backend, root, experiment, trial, "4"]
-    if lease is not None:
-        argv.append(str(lease))
+    if lease is not None or outlive is not None:
+        argv.append(str(lease if lease is not None else 5.0))
+    if outlive is not None:
+        argv.append(str(outlive))
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     return proc, json.loads(proc.stdout.readline())
 
@@ -229,3 +238,60 @@ def slurm_preemption(sched) -> dict:
     back = time.monotonic() - t
     sched.delete_workers("spot")
     return {"preempted_error_s": seen, "back_after_release_s": back}
+
+
+def reattach(make, backend: str, root: str, trial: str) -> dict:
+    """A controller with ``outlive_controller=120`` is SIGKILLed; its 4 workers (2 + 2
+    forked) keep running; time for ``Scheduler(attach=True)`` to adopt them and answer a
+    call, and whether any worker was lost meanwhile."""
+    experiment = f"faults-{backend}"
+    proc, first = _controller(backend, root, experiment, trial, 1.0, outlive=120)
+    proc.kill()
+    proc.wait()
+    time.sleep(2.5)  # past the lease timeout (1 s): fail-fast workers would have left
+    lost = sum(not _alive(p) for p in first["pids"])
+    t = time.monotonic()
+    sched = make(trial, lease_timeout=1.0, attach=True)
+    try:
+        sched.health("orphan/0")
+        took = time.monotonic() - t
+    finally:
+        sched.close()
+    return {"s": took, "lost_before_attach": lost}
+
+
+def ray_node_loss(make, cluster, gpus_per_node: int) -> dict:
+    """``requeue=True``: a worker's node is removed -> WorkerPreemptedError; a new node
+    joins -> ``wait_role`` returns the worker (new generation)."""
+    from corral.errors import WorkerPreemptedError as Preempted
+
+    hog = make(f"hog{os.getpid()}")
+    hog.create_workers(
+        Job(role="hog", replicas=2, tasks=[SchedulingSpec(cpu=1, gpu=gpus_per_node)])
+    )
+    added = [cluster.add_node(num_cpus=2, num_gpus=gpus_per_node)]
+    try:
+        cluster.wait_for_nodes()
+        sched = make(f"node{os.getpid()}", requeue=True)
+        sched.create_workers(Job(role="learner", replicas=1, tasks=[SchedulingSpec(gpu=1)]))
+        t = time.monotonic()
+        cluster.remove_node(added.pop())
+        while True:
+            try:
+                sched.health("learner/0", timeout=1.0)
+            except Preempted:
+                break
+            except Exception:
+                pass
+            time.sleep(0.02)
+        seen = time.monotonic() - t
+        added.append(cluster.add_node(num_cpus=2, num_gpus=gpus_per_node))
+        t = time.monotonic()
+        sched.wait_role("learner", timeout=120)
+        back = time.monotonic() - t
+        sched.close()
+    finally:
+        hog.close()
+        for node in added:
+            cluster.remove_node(node)
+    return {"preempted_error_s": seen, "back_after_node_joins_s": back}

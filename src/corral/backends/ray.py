@@ -61,6 +61,7 @@ from typing import Any
 
 from corral import options as opts
 from corral.backends.ray_placement import infeasible, node_totals, remove_trial_leftovers
+from corral.backends.ray_requeue import NodeLossRequeue, node_lost
 from corral.config import scheduler_field
 from corral.errors import ConfigError, PlacementError, WorkerCreationError
 from corral.launcher import Launcher, LaunchRequest, WorkerExit
@@ -427,8 +428,11 @@ class RayLauncher(Launcher):
         init_kwargs: dict | None = None,
         reserve_memory: bool = False,
         startup_timeout: float = 120.0,
+        requeue: bool = False,
     ):
         self.ray = ray = _ray()
+        self.requeue = requeue  # node loss = preemption (see ray_requeue)
+        self._node_loss = NodeLossRequeue()
         self.startup_timeout = float(startup_timeout)
         self.reserve_memory = reserve_memory
         self.started_runtime = False
@@ -781,7 +785,31 @@ class RayLauncher(Launcher):
             for r in live:
                 if r.done_ref.hex() in ready_ids:
                     r.exit = self._exit_of(r)
-        return {r.index: r.exit for r in replicas if r.exit is not None}
+                    if r.exit.preempted and r.parent is None:
+                        self._bring_back(r)
+        dead = {r.index: r.exit for r in replicas if r.exit is not None}
+        if self.requeue:
+            dead.update(self._node_loss.still_lost(ray, role))
+        return dead
+
+    def _bring_back(self, old: _Replica) -> None:
+        """A replica lost with its node: a new actor in the same bundle, which Ray starts
+        once it placed the bundle again (see ray_requeue)."""
+        new = self._start_main(
+            old.role, old.index, old.spec, old.env, old.pg, old.bundle_index, old.kind,
+            old.log_dir,
+        )  # fmt: skip
+        with self._lock:
+            record = self._roles.get(old.role)
+            if record is not None:
+                record.replicas = [new if r is old else r for r in record.replicas]
+        self._node_loss.replace(old.role, old.index, old.exit, new)
+
+    def preempted(self, role: str) -> bool:
+        return self._node_loss.preempted(role)
+
+    def mark_returned(self, role: str) -> None:
+        self._node_loss.mark_returned(role)
 
     def _exit_of(self, replica: _Replica) -> WorkerExit:
         ray = self.ray
@@ -790,7 +818,8 @@ class RayLauncher(Launcher):
             reason = ray.get(replica.done_ref, timeout=5)
             return WorkerExit(f"Ray actor {replica.name} {reason}", None, log_path)
         except ray.exceptions.RayActorError as exc:
-            return WorkerExit(_death_reason(exc), None, log_path)
+            lost = self.requeue and node_lost(exc)
+            return WorkerExit(_death_reason(exc), None, log_path, preempted=lost)
         except Exception as exc:
             return WorkerExit(f"Ray actor {replica.name} is gone: {exc}", None, log_path)
 
@@ -939,6 +968,7 @@ class RayLauncher(Launcher):
 
     # --------------------------------------------------------------- teardown
     def stop(self, role: str) -> None:
+        self._node_loss.forget(role)
         with self._lock:
             record = self._roles.pop(role, None)
             doomed = []
@@ -1123,9 +1153,11 @@ class RayScheduler(Scheduler):
         address: str | None = None,
         init_kwargs: dict | None = None,
         reserve_memory: bool = False,
+        requeue: bool = False,
         **kwargs: Any,
     ):
-        """AReaL's signature (``startup_timeout``, then ``exp_config`` and
+        """``requeue=True``: a worker lost with its Ray node is preempted and comes back
+        (corral.backends.ray_requeue; ``wait_role``). AReaL's signature (``startup_timeout``, then ``exp_config`` and
         ``n_gpus_per_node`` by keyword; a config's ``n_gpus_per_node`` wins); an
         experiment config given first is taken as ``exp_config``."""
         if exp_config is None and opts.looks_like_config(startup_timeout):
@@ -1134,7 +1166,9 @@ class RayScheduler(Scheduler):
         opts.check_number("startup_timeout", startup_timeout)
         if address is None:
             address = scheduler_field(exp_config, "ray_address")
-        launcher = RayLauncher(address, init_kwargs=init_kwargs, reserve_memory=reserve_memory)
+        launcher = RayLauncher(
+            address, init_kwargs=init_kwargs, reserve_memory=reserve_memory, requeue=requeue
+        )
         try:
             super().__init__(
                 exp_config,
