@@ -49,7 +49,7 @@ def scale(sched: Scheduler, role: str, replicas: int) -> list[str]:
             state.job = dataclasses.replace(
                 state.job, replicas=replicas, tasks=state.job.tasks + tasks
             )
-            sched.launcher.grow(role, n, list(tasks), envs, sched.log_dir)
+            sched.launcher.grow(role, n, list(tasks), envs, sched.paths.log_dir)
             try:
                 workers = sched._watch.await_registration(role, replicas, sched.startup_timeout)
             except BaseException:

@@ -96,6 +96,9 @@ def test_corral_stop_from_another_shell_stops_workers_that_outlive_their_control
         assert all(pid_alive(p) for p in first["pids"])
         _cli(keeping, "stop", experiment, trial)
         assert wait_gone(first["pids"], timeout=30) == []
+        deadline = time.monotonic() + 60  # Slurm jobs end after their tasks (COMPLETING)
+        while keeping.leftovers(experiment, trial) and time.monotonic() < deadline:
+            time.sleep(0.5)
         assert keeping.leftovers(experiment, trial) == []
     finally:
         end_controller(proc)
