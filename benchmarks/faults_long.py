@@ -154,7 +154,7 @@ def fd_limit_refusal(root: str) -> float:
         "import sys, time\n"
         "from corral import LocalScheduler, BaseExperimentConfig, Job, SchedulingSpec\n"
         "from corral.errors import ResourceLimitError\n"
-        "s = LocalScheduler(BaseExperimentConfig(experiment_name='fds', trial_name='t'),"
+        "s = LocalScheduler(exp_config=BaseExperimentConfig(experiment_name='fds', trial_name='t'),"
         " fileroot=sys.argv[1], gpu_devices=[], progress=lambda t: None)\n"
         "t = time.monotonic()\n"
         "try:\n"
