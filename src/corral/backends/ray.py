@@ -56,6 +56,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -616,6 +617,7 @@ class RayLauncher(Launcher):
         bundle_index: int,
         kind: str | None,
         log_dir: str,
+        suffix: str = "",
     ) -> _Replica:
         env = dict(env)
         if spec.gpu == 0:
@@ -625,7 +627,7 @@ class RayLauncher(Launcher):
             return self._start_actor(
                 role=role,
                 index=index,
-                name=f"{prefix}:{role}:{index}",
+                name=f"{prefix}:{role}:{index}{suffix}",
                 env=env,
                 pg=pg,
                 bundle_index=bundle_index,
@@ -784,8 +786,10 @@ class RayLauncher(Launcher):
             ready_ids = {ref.hex() for ref in ready}
             for r in live:
                 if r.done_ref.hex() in ready_ids:
-                    r.exit = self._exit_of(r)
-                    if r.exit.preempted and r.parent is None:
+                    exit_ = self._exit_of(r)
+                    with self._lock:  # the monitor and a call may poll at once
+                        first, r.exit = r.exit is None, r.exit or exit_
+                    if first and exit_.preempted and r.parent is None:
                         self._bring_back(r)
         dead = {r.index: r.exit for r in replicas if r.exit is not None}
         if self.requeue:
@@ -795,10 +799,15 @@ class RayLauncher(Launcher):
     def _bring_back(self, old: _Replica) -> None:
         """A replica lost with its node: a new actor in the same bundle, which Ray starts
         once it placed the bundle again (see ray_requeue)."""
-        new = self._start_main(
-            old.role, old.index, old.spec, old.env, old.pg, old.bundle_index, old.kind,
-            old.log_dir,
-        )  # fmt: skip
+        try:  # a name of its own: Ray may not have released the dead actor's name yet
+            new = self._start_main(
+                old.role, old.index, old.spec, old.env, old.pg, old.bundle_index, old.kind,
+                old.log_dir, suffix=f":back{uuid.uuid4().hex[:6]}",
+            )  # fmt: skip
+        except WorkerCreationError as exc:
+            old.exit.preempted = False
+            old.exit.reason += f"; it could not be brought back: {exc}"
+            return
         with self._lock:
             record = self._roles.get(old.role)
             if record is not None:
