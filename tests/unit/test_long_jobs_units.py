@@ -8,6 +8,8 @@ import os
 import socket
 import time
 
+import pytest
+
 from corral.backends.ray_placement import infeasible
 from corral.backends.slurm import requeue_count
 from corral.backends.slurm_cluster import Partition, fit_problem, never_clears
@@ -94,3 +96,49 @@ def test_health_monitor_reports_each_death_once_and_survives_a_backend_outage():
     assert recorded[0][:2] == ("r", 1)
     monitor.forget("r/1")  # restarted: its successor is watched afresh
     assert monitor.check_once() == ["r/1"]
+
+
+# --------------------------------------------------------------- re-attach, node loss
+def test_the_worker_reads_the_grace_period_and_run_id_from_the_lease():
+    from corral.worker.runtime import _lease_fields
+
+    assert _lease_fields('{"run_id": "abc", "grace": 120}') == ("abc", 120.0)
+    assert _lease_fields('{"run_id": "abc"}') == ("abc", 0.0)
+    assert _lease_fields('{"run_id": "abc", "grace": "x"}') == ("abc", 0.0)
+    assert _lease_fields("not json") == ("", 0.0)
+
+
+@pytest.mark.parametrize("value", [-1, True, "60", None])
+def test_outlive_controller_must_be_seconds_and_the_error_names_the_field(value):
+    from corral.attach import check_grace
+    from corral.errors import ConfigError
+
+    with pytest.raises(ConfigError) as info:
+        check_grace(value)
+    assert "outlive_controller" in str(info.value) and "attach=True" in str(info.value)
+
+
+def test_a_ray_actor_death_counts_as_node_loss_only_when_its_node_died():
+    from corral.backends.ray_requeue import node_lost
+
+    assert node_lost(RuntimeError("The actor died because its node has died. Node Id: 12ab"))
+    assert not node_lost(RuntimeError("The actor died unexpectedly before finishing this task."))
+    drained = RuntimeError("worker killed")
+    drained.preempted = True  # Ray's flag for a node drained for preemption
+    assert node_lost(drained)
+
+
+def test_an_adopted_process_is_polled_and_waited_for_by_pid():
+    import subprocess
+    import sys
+
+    from corral.procs import AdoptedProcess
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    adopted = AdoptedProcess(child.pid)
+    assert adopted.poll() is None
+    with pytest.raises(subprocess.TimeoutExpired):
+        adopted.wait(0.1)
+    child.kill()
+    child.wait()
+    assert adopted.poll() == -1 and adopted.wait(1.0) == -1
