@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+import shlex
 from dataclasses import dataclass, field
 
 from corral.spec import NormalizedJob, Worker
@@ -42,6 +43,13 @@ class Launcher(abc.ABC):
 
     def check(self, job: NormalizedJob) -> None:
         """Backend-specific validation; raise ConfigError before anything starts."""
+
+    def describe(self, request: LaunchRequest) -> str:
+        """What would ``launch(request)`` ask the backend for? Printable; starts nothing."""
+        lines = [f"# dry run ({self.name}): {request.job.replicas} {request.job.role} worker(s)"]
+        for index, env in enumerate(request.envs):
+            lines += [f"## {request.job.role}/{index}", *env_lines(env)]
+        return "\n".join(lines)
 
     @abc.abstractmethod
     def launch(self, request: LaunchRequest) -> None:
@@ -108,3 +116,8 @@ class Launcher(abc.ABC):
 
     def close(self) -> None:
         """Release backend resources (runtimes this launcher started)."""
+
+
+def env_lines(env: dict[str, str], indent: str = "    ") -> list[str]:
+    """A worker environment as sorted, shell-quoted ``NAME=value`` lines (dry runs)."""
+    return [f"{indent}{name}={shlex.quote(value)}" for name, value in sorted(env.items())]

@@ -32,8 +32,14 @@ from corral.calls import Caller, CallOptions, engine_call
 from corral.config import cluster_field, scheduler_field
 from corral.configure import configure_all
 from corral.data.plane import DataPlane
-from corral.discovery import NameResolve, make_name_resolve
+from corral.discovery import (
+    NameResolve,
+    PlannedNameResolve,
+    describe_name_resolve,
+    make_name_resolve,
+)
 from corral.discovery.signed import SignedNameResolve
+from corral.dryrun import plan
 from corral.errors import (
     ConfigError,
     CorralError,
@@ -96,9 +102,13 @@ class Scheduler:
         etcd3_addr: str | None = None,
         on_worker_death: Callable[[str, WorkerExit], Any] | None = None,
         health_interval: float = DEFAULT_INTERVAL,
+        dry_run: bool = False,
     ):
         """Options as in AReaL (see corral.options): an ``exp_config`` wins over the
-        keywords it also holds, except ``fileroot``; ``log_dir`` replaces the log directory."""
+        keywords it also holds, except ``fileroot``; ``log_dir`` replaces the log directory.
+        ``dry_run=True``: start, connect to and write nothing (no directory, no secret, no
+        name-resolve store); ``create_workers`` prints :meth:`dry_run` instead."""
+        self.dry_run_only = dry_run
         self.exp_config = exp_config = opts.check_exp_config(exp_config)
         experiment, trial = opts.names(exp_config, experiment_name, trial_name)
         self.experiment_name = validate_role_name(experiment or "corral", "experiment_name")
@@ -114,7 +124,10 @@ class Scheduler:
         self.health_check_interval = interval if interval is not None else 1.0
         self.enable_tms_offload = opts.offload(exp_config, enable_tms_offload)
         self.fileroot = os.path.abspath(opts.fileroot(exp_config, fileroot))
-        ensure_private_dir(self.fileroot, "cluster.fileroot")
+        if dry_run:  # refuses what the real run would, creating nothing
+            check_dir(self.fileroot, "cluster.fileroot", create=False)
+        else:
+            ensure_private_dir(self.fileroot, "cluster.fileroot")
         opts.check_type("log_dir", log_dir, (str, os.PathLike), "a directory path")
         self.paths = TrialPaths.of(
             self.fileroot,
@@ -124,20 +137,19 @@ class Scheduler:
         )
         #: A pathlib.Path, as in AReaL (``str(sched.log_dir)`` for the text).
         self.log_dir = Path(self.paths.log_dir)
-        if log_dir is not None:
+        if log_dir is not None and dry_run:
+            check_dir(self.paths.log_dir, "log_dir", create=False)
+        elif log_dir is not None:
             self._ensure_dir(self.paths.log_dir, "log_dir")
         self.secret = secrets.token_hex(32)  # in memory; the file is written at claim
         resolve_cfg = opts.name_resolve(exp_config, name_resolve_type, nfs_record_root, etcd3_addr)
+        if resolve_cfg is None:
+            resolve_cfg = cluster_field(exp_config, "name_resolve")
+        if name_resolve is None and dry_run:
+            name_resolve = PlannedNameResolve(describe_name_resolve(resolve_cfg, self.fileroot))
         # records are signed with the trial secret; unsigned or forged ones are refused
         self.name_resolve = SignedNameResolve(
-            name_resolve
-            or make_name_resolve(
-                resolve_cfg
-                if resolve_cfg is not None
-                else cluster_field(exp_config, "name_resolve"),
-                self.fileroot,
-            ),
-            self.secret,
+            name_resolve or make_name_resolve(resolve_cfg, self.fileroot), self.secret
         )
         self.lease_timeout = lease_timeout
         self.launcher = launcher
@@ -305,6 +317,9 @@ class Scheduler:
         ``wait=False`` returns once the workers are launched, as AReaL's schedulers do;
         ``get_workers(role, timeout)`` then waits for them (and any call on one of them
         waits up to ``startup_timeout``)."""
+        if self.dry_run_only:
+            print(self.dry_run(job))
+            return []
         nj = normalize_job(job)
         with self._lock:
             self._check_job(nj)
@@ -319,6 +334,12 @@ class Scheduler:
             if nj.is_colocated:
                 return self._fork_role(nj, nj.strategy.target)
             return self._launch_role(nj, wait)
+
+    def dry_run(self, job: Any) -> str:
+        """What ``create_workers(job)`` would ask the backend for, as printable text (the
+        local argv and environment, the Ray placement groups and actor options, the
+        sbatch script), after the same checks. Starts and writes nothing."""
+        return plan(self, normalize_job(job))
 
     def _check_job(self, job: NormalizedJob) -> None:
         self._table.check_new(job, self._n_gpus_per_node, self.launcher, self.backend)

@@ -63,7 +63,7 @@ from corral import options as opts
 from corral.backends.ray_placement import infeasible, node_totals, remove_trial_leftovers
 from corral.config import scheduler_field
 from corral.errors import ConfigError, PlacementError, WorkerCreationError
-from corral.launcher import Launcher, LaunchRequest, WorkerExit
+from corral.launcher import Launcher, LaunchRequest, WorkerExit, env_lines
 from corral.logs import replica_log_path
 from corral.procs import pid_alive
 from corral.safedirs import make_private_subdir
@@ -427,14 +427,20 @@ class RayLauncher(Launcher):
         init_kwargs: dict | None = None,
         reserve_memory: bool = False,
         startup_timeout: float = 120.0,
+        dry_run: bool = False,
     ):
-        self.ray = ray = _ray()
+        """``dry_run=True``: Ray is neither imported nor started (``describe`` only)."""
         self.startup_timeout = float(startup_timeout)
         self.reserve_memory = reserve_memory
         self.started_runtime = False
+        self.address = address
         self._roles: dict[str, _Role] = {}
         self._forks: dict[str, _Role] = {}
         self._lock = threading.RLock()
+        self.ray = None
+        if dry_run:
+            return
+        self.ray = ray = _ray()
         if ray.is_initialized():
             return  # the caller's runtime: used as it is, never shut down by us
         address = address or os.environ.get("RAY_ADDRESS") or _running_local_cluster()
@@ -475,7 +481,6 @@ class RayLauncher(Launcher):
                 sorted(strategies),
                 "use one placement strategy for every replica of a role",
             )
-        kind = self.accelerator_kind()
         for i, spec in enumerate(job.tasks):
             if spec.cmd and command_argv(spec.cmd)[1:] != ["-m", "corral.worker"]:
                 raise ConfigError(
@@ -491,6 +496,10 @@ class RayLauncher(Launcher):
                     "containers are a Slurm feature; on Ray use the cluster's image "
                     "(container_type='none')",
                 )
+        if self.ray is None:  # a dry run: no cluster to check against
+            return
+        kind = self.accelerator_kind()
+        for i, spec in enumerate(job.tasks):
             if spec.gpu > 0 and kind is None:
                 raise ConfigError(
                     f"job.tasks[{i}].gpu",
@@ -511,6 +520,42 @@ class RayLauncher(Launcher):
             )
 
     # ----------------------------------------------------------------- launch
+    def describe(self, request: LaunchRequest) -> str:
+        """The placement groups and each actor's options (GPU stands for the cluster's
+        accelerator, GPU or NPU, which is read from the cluster at launch)."""
+        job = request.job
+        kind = self.accelerator_kind() if self.ray is not None else "GPU"
+        prefix = name_prefix(request.envs[0][E.EXPERIMENT], request.envs[0][E.TRIAL])
+        strategy = job.tasks[0].ray_placement_strategy
+        bundles = [self._bundle(spec, kind) for spec in job.tasks]
+        where = self.address or "the runtime of this process, RAY_ADDRESS or a local one"
+        lines = [f"# dry run (ray): {job.replicas} {job.role} actor(s) on {where}"]
+        if strategy == "shared":
+            lines.append(f"placement_group({bundles}, strategy='PACK', name='{prefix}:{job.role}')")
+        else:
+            for i, bundle in enumerate(bundles):
+                lines.append(
+                    f"placement_group([{bundle}], strategy='{STRATEGIES[strategy]}', "
+                    f"name='{prefix}:{job.role}:{i}')"
+                )
+        for index, (spec, env) in enumerate(zip(job.tasks, request.envs, strict=True)):
+            options = {
+                "name": f"{prefix}:{job.role}:{index}",
+                "num_cpus": float(spec.cpu),
+                "max_concurrency": ACTOR_MAX_CONCURRENCY,
+                "max_restarts": 0,
+                "placement_group_bundle_index": index if strategy == "shared" else 0,
+                **self._accelerator_options(kind, spec.gpu),
+            }
+            if spec.gpu == 0:
+                env = {**env, "CUDA_VISIBLE_DEVICES": env.get("CUDA_VISIBLE_DEVICES", "")}
+            lines += [
+                f"## {job.role}/{index}: RayWorkerActor.options({options})",
+                "  environment (the trial secret is an actor argument, never shown):",
+                *env_lines(env),
+            ]
+        return "\n".join(lines)
+
     def launch(self, request: LaunchRequest) -> None:
         from ray.util.placement_group import placement_group
 
@@ -989,7 +1034,7 @@ class RayLauncher(Launcher):
                 self._teardown(record.replicas, [])
         for role in list(self._roles):
             self.stop(role)
-        if self.started_runtime and self.ray.is_initialized():
+        if self.started_runtime and self.ray is not None and self.ray.is_initialized():
             self.ray.shutdown()
         self.started_runtime = False
 
@@ -1064,6 +1109,7 @@ class RayScheduler(Scheduler):
         address: str | None = None,
         init_kwargs: dict | None = None,
         reserve_memory: bool = False,
+        dry_run: bool = False,
         **kwargs: Any,
     ):
         """AReaL's signature (``startup_timeout``, then ``exp_config`` and
@@ -1075,13 +1121,16 @@ class RayScheduler(Scheduler):
         opts.check_number("startup_timeout", startup_timeout)
         if address is None:
             address = scheduler_field(exp_config, "ray_address")
-        launcher = RayLauncher(address, init_kwargs=init_kwargs, reserve_memory=reserve_memory)
+        launcher = RayLauncher(
+            address, init_kwargs=init_kwargs, reserve_memory=reserve_memory, dry_run=dry_run
+        )
         try:
             super().__init__(
                 exp_config,
                 launcher=launcher,
                 startup_timeout=startup_timeout,
                 n_gpus_per_node=n_gpus_per_node,
+                dry_run=dry_run,
                 **kwargs,
             )
         except BaseException:

@@ -47,12 +47,13 @@ from corral.backends.sbatch import (
 from corral.backends.slurm_cluster import fit_problem, never_clears, read_inventory
 from corral.backends.slurm_steps import read_place, start_step, step_failure
 from corral.config import cluster_field, scheduler_field
+from corral.dryrun import job_of
 from corral.errors import ConfigError, PlacementError, SchedulerError
 from corral.launcher import Launcher, LaunchRequest, WorkerExit
 from corral.paths import TrialPaths, check_dir, exit_code_path, replica_log_path, sbatch_log_path
 from corral.safedirs import make_private_subdir, user_name, write_private
 from corral.scheduler import Scheduler
-from corral.spec import NormalizedJob, SchedulingSpec, normalize_job
+from corral.spec import NormalizedJob, normalize_job
 from corral.worker import env as E
 
 log = logging.getLogger("corral")
@@ -421,6 +422,10 @@ class SlurmLauncher(Launcher):
 
     def render(self, job: NormalizedJob, env: dict[str, str], log_dir: str) -> str:
         return render_sbatch_script(self.params(job, env, log_dir))
+
+    def describe(self, request: LaunchRequest) -> str:
+        """The exact batch script ``launch(request)`` submits."""
+        return self.render(request.job, request.envs[0], request.log_dir)
 
     # -------------------------------------------------------------- launch
     def check(self, job: NormalizedJob) -> None:
@@ -877,10 +882,10 @@ class SlurmScheduler(Scheduler):
             name_resolve_type=name_resolve_type,
             nfs_record_root=nfs_record_root,
             etcd3_addr=etcd3_addr,
+            dry_run=dry_run,
             **kwargs,
         )
         self.cluster_name = cluster_name or cluster_field(exp_config, "cluster_name")
-        self.dry_run = dry_run
         where = "cluster.fileroot (the log directory under it)"
         if dry_run:  # a dry run writes nothing, but refuses what the real run would
             check_dir(str(self.log_dir), where, create=False)
@@ -896,27 +901,7 @@ class SlurmScheduler(Scheduler):
                 nj.strategy.type,
                 "a colocated role has no batch script of its own (it lives on its target's job)",
             )
-        for i, spec in enumerate(nj.tasks):
-            if spec.gpu > self.n_gpus_per_node:
-                raise ConfigError(
-                    f"job.tasks[{i}].gpu",
-                    spec.gpu,
-                    f"a worker cannot use more GPUs than a node has "
-                    f"(n_gpus_per_node={self.n_gpus_per_node})",
-                )
-        self.launcher.check(nj)
-        env = self.worker_env(nj.role, 0, nj.tasks[0])
-        return self.launcher.render(nj, env, str(self.log_dir))
-
-    def create_workers(self, job: Any, *args: Any, **kwargs: Any) -> list[str]:
-        if self.dry_run:
-            nj = normalize_job(job)
-            if nj.is_colocated:
-                print(f"# dry run: {nj.role} is colocated with {nj.strategy.target}; no job")
-            else:
-                print(self.render_script(job))
-            return []
-        return super().create_workers(job, *args, **kwargs)
+        return self.dry_run(nj)
 
     @property
     def launcher_jobs(self) -> dict[str, str]:
@@ -926,22 +911,11 @@ class SlurmScheduler(Scheduler):
 
 
 def render_dry_run(cfg: Any, role: str, replicas: int) -> str:
-    """The batch script of ``replicas`` workers of ``role`` under ``cfg`` (``corral run
-    --dry-run``). The spec is ``cfg.scheduling_spec`` if the config has one, else the
-    default ``SchedulingSpec()``."""
-    spec = getattr(cfg, "scheduling_spec", None)
-    if isinstance(spec, (list, tuple)):
-        tasks = list(spec)
-    elif isinstance(spec, SchedulingSpec):
-        tasks = [spec]
-    else:
-        tasks = [SchedulingSpec()]
-    job = type(
-        "Job", (), {"role": role, "replicas": replicas, "tasks": tasks, "scheduling_strategy": None}
-    )()
+    """The batch script of ``replicas`` workers of ``role`` under ``cfg`` on Slurm,
+    whatever ``cfg.scheduler.type`` says (``corral.dryrun.from_config`` follows it)."""
     sched = SlurmScheduler(exp_config=cfg, dry_run=True)
     try:
-        return sched.render_script(job)
+        return sched.dry_run(job_of(cfg, role, replicas))
     finally:
         sched.close()
 
