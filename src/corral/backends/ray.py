@@ -60,8 +60,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from corral import options as opts
+from corral.backends.options import RayOptions
 from corral.backends.ray_placement import infeasible, node_totals, remove_trial_leftovers
-from corral.config import scheduler_field
 from corral.errors import ConfigError, PlacementError, WorkerCreationError
 from corral.launcher import Launcher, LaunchRequest, WorkerExit, env_lines
 from corral.logs import replica_log_path
@@ -422,18 +422,19 @@ class RayLauncher(Launcher):
 
     def __init__(
         self,
-        address: str | None = None,
+        options: RayOptions | None = None,
         *,
-        init_kwargs: dict | None = None,
-        reserve_memory: bool = False,
         startup_timeout: float = 120.0,
         dry_run: bool = False,
     ):
         """``dry_run=True``: Ray is neither imported nor started (``describe`` only)."""
+        options = options or RayOptions()
+        self.options = options
         self.startup_timeout = float(startup_timeout)
-        self.reserve_memory = reserve_memory
+        self.reserve_memory = options.reserve_memory
         self.started_runtime = False
-        self.address = address
+        self.address = address = options.address
+        init_kwargs = options.init_kwargs
         self._roles: dict[str, _Role] = {}
         self._forks: dict[str, _Role] = {}
         self._lock = threading.RLock()
@@ -1091,7 +1092,7 @@ class RayScheduler(Scheduler):
     """Workers are Ray actors on a Ray cluster, one placement group bundle per worker.
 
     Joins the runtime this process already has (``ray.init()`` called before), else the
-    cluster at ``address`` / ``cfg.scheduler.ray_address`` / ``RAY_ADDRESS`` / the one
+    cluster at ``address`` / ``cfg.scheduler.ray.address`` / ``RAY_ADDRESS`` / the one
     running on this machine, else starts a local runtime (no dashboard, object store
     capped at 512 MiB; ``init_kwargs`` go to ``ray.init``) that ``close()`` shuts down.
     A runtime it did not start is never shut down. See the module docstring for the
@@ -1108,22 +1109,23 @@ class RayScheduler(Scheduler):
         n_gpus_per_node: int | None = None,
         address: str | None = None,
         init_kwargs: dict | None = None,
-        reserve_memory: bool = False,
+        reserve_memory: bool | None = None,
         dry_run: bool = False,
         **kwargs: Any,
     ):
         """AReaL's signature (``startup_timeout``, then ``exp_config`` and
         ``n_gpus_per_node`` by keyword; a config's ``n_gpus_per_node`` wins); an
-        experiment config given first is taken as ``exp_config``."""
+        experiment config given first is taken as ``exp_config``. ``address``,
+        ``init_kwargs`` and ``reserve_memory`` are :class:`RayOptions` (they win over
+        ``cfg.scheduler.ray``)."""
         if exp_config is None and opts.looks_like_config(startup_timeout):
             exp_config, startup_timeout = startup_timeout, None
         opts.check_exp_config(exp_config)
         opts.check_number("startup_timeout", startup_timeout)
-        if address is None:
-            address = scheduler_field(exp_config, "ray_address")
-        launcher = RayLauncher(
-            address, init_kwargs=init_kwargs, reserve_memory=reserve_memory, dry_run=dry_run
+        options = RayOptions.resolve(
+            exp_config, address=address, init_kwargs=init_kwargs, reserve_memory=reserve_memory
         )
+        launcher = RayLauncher(options, dry_run=dry_run)
         try:
             super().__init__(
                 exp_config,

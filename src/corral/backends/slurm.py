@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from corral import options as opts
+from corral.backends.options import SlurmOptions
 from corral.backends.sbatch import (
     SbatchParams,
     check_container,
@@ -46,7 +47,7 @@ from corral.backends.sbatch import (
 )
 from corral.backends.slurm_cluster import fit_problem, never_clears, read_inventory
 from corral.backends.slurm_steps import read_place, start_step, step_failure
-from corral.config import cluster_field, scheduler_field
+from corral.config import cluster_field
 from corral.dryrun import job_of
 from corral.errors import ConfigError, PlacementError, SchedulerError
 from corral.launcher import Launcher, LaunchRequest, WorkerExit
@@ -343,34 +344,12 @@ class SlurmLauncher(Launcher):
         self,
         *,
         n_gpus_per_node: int,
-        partition: str | None = None,
-        account: str | None = None,
-        qos: str | None = None,
-        time_limit: str | int | None = None,
-        sbatch_directives: list[str] | tuple[str, ...] = (),
-        srun_args: list[str] | str = (),
-        nodelist: str | None = None,
-        exclude: str | None = None,
+        options: SlurmOptions | None = None,
         python: str = sys.executable,
         dry_run: bool = False,
-        container_type: str | None = None,
-        container_mounts: str | None = None,
     ):
-        self.container_type = container_type
-        self.container_mounts = container_mounts
+        self.options = (options or SlurmOptions()).checked()
         self.n_gpus_per_node = n_gpus_per_node
-        self.partition = partition
-        self.account = account
-        self.qos = qos
-        self.time_limit = time_limit
-        self.sbatch_directives = tuple(sbatch_directives or ())
-        if isinstance(srun_args, str):
-            import shlex
-
-            srun_args = shlex.split(srun_args)
-        self.srun_args = tuple(srun_args or ())
-        self.nodelist = nodelist
-        self.exclude = exclude
         self.python = python
         self.dry_run = dry_run
         self.queue = SlurmQueue()
@@ -408,16 +387,7 @@ class SlurmLauncher(Launcher):
             python=self.python,
             env=common,
             lease_timeout=float(common.get(E.LEASE_TIMEOUT, E.DEFAULT_LEASE_TIMEOUT)),
-            partition=self.partition,
-            account=self.account,
-            qos=self.qos,
-            time_limit=self.time_limit,
-            extra_sbatch_directives=self.sbatch_directives,
-            extra_srun_args=self.srun_args,
-            nodelist=self.nodelist,
-            exclude=self.exclude,
-            container_type=self.container_type,
-            mount=self.container_mounts,
+            options=self.options,
         )
 
     def render(self, job: NormalizedJob, env: dict[str, str], log_dir: str) -> str:
@@ -436,7 +406,9 @@ class SlurmLauncher(Launcher):
             return
         if self._inventory is None:
             self._inventory = read_inventory(_run) or {}
-        problem = fit_problem(self._inventory, self.partition, layout.nodes, layout.gpus_per_node)
+        problem = fit_problem(
+            self._inventory, self.options.partition, layout.nodes, layout.gpus_per_node
+        )
         if problem is not None:
             name, value, why = problem
             raise PlacementError(
@@ -783,10 +755,9 @@ class SlurmScheduler(Scheduler):
     """Workers are ``srun`` tasks of one ``sbatch`` job per role, on a cluster with a
     filesystem shared by the controller and every node (``cluster.fileroot``).
 
-    Options default to ``cfg.scheduler.<name>`` (``partition``, ``account``, ``qos``,
-    ``time_limit``, ``sbatch_directives``, ``srun_args``). ``nodelist``/``exclude``
-    apply to every role (a role's ``SchedulingSpec.nodelist``/``exclude`` is used when
-    these are None). ``python`` is the interpreter the nodes run workers with.
+    Its options are :class:`corral.backends.options.SlurmOptions` (keywords, else
+    ``cfg.scheduler.slurm``); ``nodelist``/``exclude`` there apply to every role (a
+    role's ``SchedulingSpec.nodelist``/``exclude`` is used when they are None). ``python`` is the interpreter the nodes run workers with.
     ``dry_run=True`` submits nothing: ``create_workers`` prints the batch script and
     returns ``[]``; :meth:`render_script` returns it.
     """
@@ -811,14 +782,7 @@ class SlurmScheduler(Scheduler):
         etcd3_addr: str | None = None,
         exp_config: Any = None,
         *,
-        partition: str | None = None,
-        account: str | None = None,
-        qos: str | None = None,
-        time_limit: str | int | None = None,
-        sbatch_directives: list[str] | None = None,
-        srun_args: list[str] | str | None = None,
-        nodelist: str | None = None,
-        exclude: str | None = None,
+        slurm: SlurmOptions | None = None,
         python: str = sys.executable,
         dry_run: bool = False,
         **kwargs: Any,
@@ -826,7 +790,9 @@ class SlurmScheduler(Scheduler):
         """The first fifteen parameters are AReaL's ``SlurmScheduler``'s (an experiment
         config given first is taken as ``exp_config``); ``container_type`` and
         ``container_mounts`` override every role's spec when given, and
-        ``srun_additional_args`` is added to ``srun_args``."""
+        ``srun_additional_args`` is added to ``srun_args``. Further keywords named like a
+        :class:`SlurmOptions` field (``partition=...``) win over ``slurm``, which wins
+        over ``cfg.scheduler.slurm``."""
         if exp_config is None and opts.looks_like_config(n_gpus_per_node):
             exp_config, n_gpus_per_node = n_gpus_per_node, None
         opts.check_exp_config(exp_config)
@@ -846,28 +812,17 @@ class SlurmScheduler(Scheduler):
         ):
             opts.check_type(name, value, (str,), "a str")
 
-        def pick(value: Any, name: str) -> Any:
-            return value if value is not None else scheduler_field(exp_config, name)
-
         gpus = opts.n_gpus(exp_config, n_gpus_per_node)
-        srun = pick(srun_args, "srun_args") or ()
+        given = {k: kwargs.pop(k) for k in SlurmOptions.names() if k in kwargs}
+        if slurm is not None:
+            given = {**dataclasses.asdict(slurm), **given}
+        given.setdefault("container_type", container_type)
+        given.setdefault("container_mounts", container_mounts)
+        options = SlurmOptions.resolve(exp_config, **given)
         if srun_additional_args:
-            srun = [*(shlex.split(srun) if isinstance(srun, str) else srun)]
-            srun += shlex.split(srun_additional_args)
+            options.srun_args = [*options.srun_args, *shlex.split(srun_additional_args)]
         launcher = SlurmLauncher(
-            n_gpus_per_node=gpus,
-            partition=pick(partition, "partition"),
-            account=pick(account, "account"),
-            qos=pick(qos, "qos"),
-            time_limit=pick(time_limit, "time_limit"),
-            sbatch_directives=list(pick(sbatch_directives, "sbatch_directives") or ()),
-            srun_args=srun,
-            nodelist=nodelist,
-            exclude=exclude,
-            python=python,
-            dry_run=dry_run,
-            container_type=container_type,
-            container_mounts=container_mounts,
+            n_gpus_per_node=gpus, options=options, python=python, dry_run=dry_run
         )
         super().__init__(
             exp_config,
