@@ -51,7 +51,7 @@ from corral.fdlimit import ensure_fds, is_fd_exhaustion, too_many_files
 from corral.forking import fork_via_worker
 from corral.health import DEFAULT_INTERVAL, HealthMonitor, WorkerHealth, health_key
 from corral.ioloop import IOLoop
-from corral.launcher import Launcher, LaunchRequest, WorkerExit
+from corral.launcher import ForkRequest, Launcher, LaunchRequest, WorkerExit
 from corral.lease import TrialHold
 from corral.observe.publisher import StatsPublisher, make_call_stats
 from corral.paths import TrialPaths, check_dir
@@ -291,7 +291,7 @@ class Scheduler:
 
     def worker_env(self, role: str, index: int, spec: SchedulingSpec) -> dict[str, str]:
         """The environment every backend gives a worker process."""
-        by_launcher = self.launcher.share_secret_by_env()  # it hands the secret over itself
+        by_launcher = not self.launcher.shares_filesystem  # it hands the secret over itself
         return E.worker_environment(
             experiment=self.experiment_name,
             trial=self.trial_name,
@@ -427,11 +427,17 @@ class Scheduler:
         def fork_one(index: int) -> Worker:
             target = targets[index]
             env = {k: v for k, v in job.tasks[index].env_vars.items()}
-            made = self.launcher.fork(job.role, target, index, env, command)
-            if made is not None:
-                return made
-            return fork_via_worker(
-                self._calls, target, job.role, index, env, command, self.startup_timeout
+            return self.launcher.fork(
+                ForkRequest(
+                    job.role,
+                    index,
+                    target,
+                    env,
+                    command,
+                    lambda: fork_via_worker(
+                        self._calls, target, job.role, index, env, command, self.startup_timeout
+                    ),
+                )
             )
 
         try:

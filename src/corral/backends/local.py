@@ -153,13 +153,11 @@ class LocalLauncher(Launcher):
             self._pump.flush_closed(0.3)
         return dead
 
-    def stop_in_reverse(self, role: str) -> None:
-        for proc in reversed(self._procs.get(role, [])):
-            stop_process_groups([proc])
-        self.stop(role)
-
-    def stop(self, role: str) -> None:
+    def stop(self, role: str, reverse: bool = False) -> None:
         procs = self._procs.pop(role, [])
+        if reverse:
+            for proc in reversed(procs):
+                stop_process_groups([proc])
         stop_process_groups(procs)
         self._specs.pop(role, None)
         with self._lock:

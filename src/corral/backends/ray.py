@@ -56,6 +56,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,7 +64,7 @@ from corral import options as opts
 from corral.backends.options import RayOptions
 from corral.backends.ray_placement import infeasible, node_totals, remove_trial_leftovers
 from corral.errors import ConfigError, PlacementError, WorkerCreationError
-from corral.launcher import Launcher, LaunchRequest, WorkerExit, env_lines
+from corral.launcher import ForkRequest, Launcher, LaunchRequest, WorkerExit, env_lines
 from corral.logs import replica_log_path
 from corral.procs import pid_alive
 from corral.safedirs import make_private_subdir
@@ -419,6 +420,7 @@ class RayLauncher(Launcher):
     """Places workers with placement groups and runs each in a ``RayWorkerActor``."""
 
     name = "ray"
+    shares_filesystem = False
 
     def __init__(
         self,
@@ -809,16 +811,6 @@ class RayLauncher(Launcher):
     def remove_leftovers(self, experiment: str, trial: str) -> list[str]:
         return remove_trial_leftovers(self.ray, name_prefix(experiment, trial))
 
-    def backend_id(self, role: str, index: int) -> str | None:
-        for r in self._records(role):
-            if r.index == index:
-                actor_id = getattr(r.actor, "_actor_id", None)
-                return actor_id.hex() if actor_id is not None else None
-        return None
-
-    def share_secret_by_env(self) -> bool:
-        return True
-
     def placement(self, role: str, index: int, timeout: float = 30.0) -> dict:
         """Where a worker (launched or forked) runs: node id and ip, placement group id,
         bundle index, pid, visible devices."""
@@ -842,14 +834,13 @@ class RayLauncher(Launcher):
         return ip, int(port)
 
     # ------------------------------------------------------------------- fork
-    def fork(
-        self, role: str, target: Worker, index: int, env: dict[str, str], command: str | None = None
-    ) -> Worker | None:
-        if command is not None:
-            return None  # the target worker starts that module itself (POST /fork)
+    def fork(self, request: ForkRequest) -> Worker:
+        """A new actor in the target's placement group bundle, seeing its devices; a
+        ``command`` other than the corral worker is started by the target itself."""
+        role, index, target, env = request.role, request.index, request.target, request.env
         parent = next((r for r in self._records(target.role) if r.index == target.index), None)
-        if parent is None:
-            return None
+        if request.command is not None or parent is None:
+            return request.via_worker()
         ray = self.ray
         info = self._info(parent, self.startup_timeout)
         child_env = dict(parent.env)
@@ -916,16 +907,17 @@ class RayLauncher(Launcher):
                 if not record.replicas:
                     self._forks.pop(child.role, None)
 
-    def kill_fork(self, worker: Worker) -> bool:
+    def stop_fork(self, worker: Worker, via_worker: Callable[[], None]) -> None:
         child = next((r for r in self._records(worker.role) if r.index == worker.index), None)
         if child is None or child.parent is None:
-            return False
+            via_worker()  # its host worker started it
+            return
         self._teardown([child], [])
         self._drop_fork(child)
-        return True
 
     # --------------------------------------------------------------- teardown
-    def stop(self, role: str) -> None:
+    def stop(self, role: str, reverse: bool = False) -> None:
+        """Every actor of the role at once (Ray gives no order among them)."""
         with self._lock:
             record = self._roles.pop(role, None)
             doomed = []

@@ -641,7 +641,8 @@ class SlurmLauncher(Launcher):
         return describe_state(job.job_id, state.state, state.reason)
 
     # ---------------------------------------------------------------- stop
-    def stop(self, role: str) -> None:
+    def stop(self, role: str, reverse: bool = False) -> None:
+        """The role's jobs are cancelled at once (one job holds every rank: no order)."""
         with self._lock:
             jobs = self._jobs.pop(role, [])
             self._specs.pop(role, None)
