@@ -10,7 +10,7 @@ Restart policy (``SchedulingSpec.max_restarts > 0``): the role's step runs witho
 ``--kill-on-bad-exit`` so that one dead replica leaves the others running, and
 :meth:`SlurmLauncher.restart` submits a one-task job for the dead replica
 (``CORRAL_INDEX_OFFSET=index``, same log files). A role then has several jobs, each
-running a set of its replicas; polling, stopping and ``backend_id`` cover all of them.
+running a set of its replicas; polling and stopping cover all of them.
 
 Everything that happens once a worker is reachable (health, engines, calls, fork via
 ``POST /fork``, colocation, teardown order) is the shared :class:`~corral.scheduler.Scheduler`.
@@ -543,12 +543,6 @@ class SlurmLauncher(Launcher):
     def job_ids(self, role: str) -> list[str]:
         """Every job of the role: the first, then one per restart."""
         return [j.job_id for j in self._jobs.get(role, ())]
-
-    def backend_id(self, role: str, index: int) -> str | None:
-        for job in reversed(self._jobs.get(role, ())):
-            if index in job.indices:
-                return job.job_id
-        return self.job_id(role)
 
     # ---------------------------------------------------------------- poll
     def _states(self) -> dict[str, JobState]:
