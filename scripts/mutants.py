@@ -219,7 +219,7 @@ MUTANTS: list[Mutant] = [
       "for dependent in [r for r, s in table.items() if s.target == role]:",
       "for dependent in []:", f"{COLO} -k target_takes",
       why="deleting a role leaves its forked roles behind"),
-    M("restart-flag", "scheduler.py",
+    M("restart-flag", "restarts.py",
       "failure.restarted = True", "failure.restarted = False", f"{FAULTS} -k restart_policy",
       why="a restarted worker's failure does not say it was restarted"),
     # ------------------------------------------------------------------ backends/local.py

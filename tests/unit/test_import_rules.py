@@ -122,7 +122,8 @@ def reaches(graph: dict[str, set[str]], start: str) -> set[str]:
 
 def test_the_graph_is_read():
     graph = import_graph()
-    assert "corral.scheduler" in graph and "corral.config" in graph["corral.scheduler"]
+    assert "corral.scheduler" in graph and "corral.settings" in graph["corral.scheduler"]
+    assert "corral.config" in graph["corral.settings"]
     assert "corral.worker.env" in graph["corral.worker.runtime"]
 
 
