@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 from corral.backends import backend_names, scheduler_class
 from corral.backends.options import RayOptions, SlurmOptions, legacy_keys
+from corral.backends.options import section_value as _field_of
 from corral.errors import ConfigError
 from corral.safedirs import default_fileroot
 
@@ -71,14 +72,6 @@ def scheduler_field(cfg: Any, name: str) -> Any:
     default = getattr(SchedulerConfig(), name)
     value = _field_of(sched, name)
     return default if value is None else value
-
-
-def _field_of(section: Any, name: str) -> Any:
-    if section is None:
-        return None
-    if isinstance(section, dict):
-        return section.get(name)
-    return getattr(section, name, None)
 
 
 C = TypeVar("C")

@@ -19,7 +19,8 @@ from corral.errors import ConfigError
 _TIME_RE = re.compile(r"^(?:\d+-)?\d+(?::\d+){0,2}$|^(?:UNLIMITED|INFINITE)$", re.IGNORECASE)
 
 
-def _section_value(section: Any, name: str) -> Any:
+def section_value(section: Any, name: str) -> Any:
+    """``section.name`` of a config object or dict (None if absent)."""
     if section is None:
         return None
     if isinstance(section, dict):
@@ -48,13 +49,13 @@ class _Options:
         sched = getattr(exp_config, "scheduler", None)
         if sched is None and isinstance(exp_config, dict):
             sched = exp_config.get("scheduler")
-        section = _section_value(sched, cls.SECTION)
+        section = section_value(sched, cls.SECTION)
         if isinstance(section, cls):
             values = dataclasses.asdict(section)  # type: ignore[call-overload]
         else:
-            values = {name: _section_value(section, name) for name in cls.names()}
+            values = {name: section_value(section, name) for name in cls.names()}
         for legacy, name in cls.LEGACY.items():
-            old = _section_value(sched, legacy)
+            old = section_value(sched, legacy)
             if old not in (None, "", [], ()) and values.get(name) in (None, "", [], ()):
                 values[name] = old
         values.update({k: v for k, v in given.items() if v is not None})
