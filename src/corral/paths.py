@@ -36,8 +36,8 @@ def check_dir(path: str, field_name: str, create: bool = True) -> None:
             raise ConfigError(
                 field_name, path, f"cannot create it ({exc.strerror}); use a writable directory"
             ) from None
-    existing = path
-    while not os.path.exists(existing):
+    existing = os.path.abspath(path)
+    while not os.path.lexists(existing):  # a dangling symlink is in the way too
         existing = os.path.dirname(existing)
     if not os.path.isdir(existing):
         raise ConfigError(
