@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from corral.capabilities import Adoptable, require
 from corral.discovery import NameResolve
 from corral.errors import ConfigError, TrialInUseError
 from corral.roles import FORKED, LAUNCHED, RoleState
@@ -95,6 +96,7 @@ def find_run(
 
 def adopt(sched: Scheduler, run: Attachable) -> list[str]:
     """Take over the run's lease and registered workers; returns the roles adopted."""
+    require(sched.launcher, Adoptable, "re-attach to running workers", "attach", True)
     found = registered_workers(sched.name_resolve, sched.experiment_name, sched.trial_name)
     by_role: dict[str, list[Worker]] = {}
     for worker_id in sorted(found, key=lambda k: (k.rpartition("/")[0], _index(k))):

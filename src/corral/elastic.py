@@ -16,6 +16,7 @@ import time
 from typing import TYPE_CHECKING
 
 from corral import keys
+from corral.capabilities import Elastic, require
 from corral.errors import ConfigError, WorkerNotFoundError
 from corral.fdlimit import ensure_fds
 from corral.roles import LAUNCHED
@@ -29,6 +30,7 @@ def scale(sched: Scheduler, role: str, replicas: int) -> list[str]:
         raise ConfigError(
             "replicas", replicas, "use a whole number >= 1 (delete_workers removes a role)"
         )
+    require(sched.launcher, Elastic, "grow or shrink a role", "role", role)
     with sched._lock:
         state = sched._roles.get(role)
         if state is None:

@@ -63,8 +63,6 @@ class Launcher(abc.ABC):
     trial_secret: str = ""  # set by the scheduler
     outlive: float = 0.0
     """Set by the scheduler: seconds the workers outlive their controller (corral.attach)."""
-    can_outlive: bool = False
-    """Can its workers outlive the controller (``outlive_controller``, corral.attach)?"""
 
     def progress(self, text: str) -> None:
         """Progress lines (pending reasons while waiting); the Scheduler replaces this."""
@@ -91,13 +89,6 @@ class Launcher(abc.ABC):
         """Why have the role's workers not started yet (queue reasons), if known?"""
         return None
 
-    def preempted(self, role: str) -> bool:
-        """Was the role preempted (and will come back) since ``mark_returned``?"""
-        return False
-
-    def mark_returned(self, role: str) -> None:
-        """The role's workers are back after a preemption (see corral.preemption)."""
-
     def hopeless(self, role: str) -> str | None:
         """Can the role's queued workers never start? Then why (the backend has withdrawn
         the request)."""
@@ -111,23 +102,6 @@ class Launcher(abc.ABC):
     def restart(self, role: str, index: int, env: dict[str, str]) -> None:
         """Start replica ``index`` of ``role`` again, in its old place, with ``env``."""
         raise NotImplementedError(f"the {self.name} backend cannot restart workers")
-
-    def adopt(self, role: str, workers: list, log_dir: str) -> None:
-        """Take over running workers of a dead controller's run (see corral.attach)."""
-        raise NotImplementedError(
-            f"the {self.name} backend cannot re-attach to running workers; "
-            "use the local or slurm backend, or start a new run"
-        )
-
-    def grow(
-        self, role: str, first: int, tasks: list, envs: list[dict[str, str]], log_dir: str
-    ) -> None:
-        """Start replicas ``first``, ``first + 1``, ... of a running role (elastic)."""
-        raise NotImplementedError(f"the {self.name} backend cannot grow a role")
-
-    def shrink(self, role: str, indices: list[int]) -> None:
-        """Stop these replicas (the role's highest indices) and forget them."""
-        raise NotImplementedError(f"the {self.name} backend cannot shrink a role")
 
     def fork(self, request: ForkRequest) -> Worker:
         """Start a worker next to ``request.target``; returned once registered."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
+from corral.capabilities import Preemptible
 from corral.errors import WorkerNotFoundError, WorkerTimeoutError
 from corral.roles import LAUNCHED
 
@@ -44,7 +45,7 @@ def wait_role(sched: Scheduler, role: str, timeout: float | None = None) -> list
         dead = sched.launcher.poll(role)
         if len(back) == len(state.workers) and not dead:
             break
-        if unchanged == len(state.workers) and not dead and not sched.launcher.preempted(role):
+        if unchanged == len(state.workers) and not dead and not preempted(sched.launcher, role):
             return [w.id for w in state.workers]  # nothing happened to the role
         final = {i: e for i, e in dead.items() if not e.preempted and i not in back}
         if final and not any(e.preempted for e in dead.values()):
@@ -71,7 +72,8 @@ def wait_role(sched: Scheduler, role: str, timeout: float | None = None) -> list
             sched._table.unrestartable.pop(worker.id, None)
         sched._table.add_workers(state.workers)
         state.engines.clear()
-        sched.launcher.mark_returned(role)
+        if isinstance(sched.launcher, Preemptible):
+            sched.launcher.mark_returned(role)
         sched._rendezvous(role, state.workers)
     hook = sched._restart_hooks.get(role)
     for worker in state.workers:
@@ -79,3 +81,7 @@ def wait_role(sched: Scheduler, role: str, timeout: float | None = None) -> list
             hook(sched, worker.id)
     sched.progress(f"{role} is back: {len(state.workers)} worker(s), new generation")
     return [w.id for w in state.workers]
+
+
+def preempted(launcher: object, role: str) -> bool:
+    return isinstance(launcher, Preemptible) and launcher.preempted(role)

@@ -30,12 +30,12 @@ from corral import keys
 from corral import options as opts
 from corral.attach import adopt, check_grace, detach, find_run
 from corral.calls import Caller, CallOptions, engine_call
+from corral.capabilities import Adoptable, require
 from corral.configure import configure_all
 from corral.data.plane import DataPlane
 from corral.discovery.signed import SignedNameResolve
 from corral.dryrun import plan
 from corral.errors import (
-    ConfigError,
     WorkerCreationError,
     WorkerFailedError,
     WorkerNotFoundError,
@@ -126,13 +126,11 @@ class Scheduler:
         self.progress = progress or (lambda text: log.info(text))
         launcher.progress = self.progress
         launcher.trial_secret = self.secret
-        if self.outlive_controller and not launcher.can_outlive:
-            raise ConfigError(
-                "outlive_controller",
-                outlive_controller,
-                f"the {launcher.name} backend's workers cannot outlive their controller "
-                "(Ray actors end with their driver); use 0, or the local or slurm backend",
-            )
+        if self.outlive_controller:
+            require(
+                launcher, Adoptable, "keep workers after their controller is gone",
+                "outlive_controller", outlive_controller,
+            )  # fmt: skip
         launcher.outlive = self.outlive_controller  # workers outlive the controller (attach)
         self.secret_file = self.paths.secret_file  # written when the run claims its trial
         self.run_id = run.lease.run_id if run else new_run_id()

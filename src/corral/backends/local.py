@@ -11,6 +11,7 @@ import threading
 from typing import Any
 
 from corral import options as opts
+from corral.capabilities import Adoptable, Elastic
 from corral.config import cluster_field
 from corral.errors import ConfigError, GPURequestError, SchedulerError
 from corral.launcher import Launcher, LaunchRequest, WorkerExit, env_lines
@@ -32,9 +33,8 @@ def detect_gpu_devices() -> list[int]:
     return sorted(int(p.removeprefix("/dev/nvidia")) for p in glob.glob("/dev/nvidia[0-9]*"))
 
 
-class LocalLauncher(Launcher):
+class LocalLauncher(Launcher, Elastic, Adoptable):
     name = "local"
-    can_outlive = True  # processes / jobs of their own (corral.attach)
     fds_per_worker = 5  # output pipe, three log files, a connection
 
     def __init__(self, gpu_devices: list[int] | None = None, gpu_sharing: str = "exclusive"):

@@ -61,6 +61,7 @@ from corral.backends.options import RayOptions
 from corral.backends.ray_actor import _GROUP_RE, RayWorkerActor
 from corral.backends.ray_placement import infeasible, node_totals, remove_trial_leftovers
 from corral.backends.ray_requeue import NodeLossRequeue, node_lost
+from corral.capabilities import Elastic, Preemptible
 from corral.errors import ConfigError, PlacementError, WorkerCreationError
 from corral.launcher import ForkRequest, Launcher, LaunchRequest, WorkerExit, env_lines
 from corral.logs import replica_log_path
@@ -153,7 +154,7 @@ class _Role:
     strategy: str = "separate"
 
 
-class RayLauncher(Launcher):
+class RayLauncher(Launcher, Elastic, Preemptible):
     """Places workers with placement groups and runs each in a ``RayWorkerActor``."""
 
     name = "ray"

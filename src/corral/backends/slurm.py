@@ -47,6 +47,7 @@ from corral.backends.sbatch import (
 )
 from corral.backends.slurm_cluster import fit_problem, never_clears, read_inventory
 from corral.backends.slurm_steps import read_place, start_step, step_failure
+from corral.capabilities import Adoptable, Elastic, Preemptible
 from corral.config import cluster_field
 from corral.dryrun import job_of
 from corral.errors import ConfigError, PlacementError, SchedulerError
@@ -355,9 +356,8 @@ def _describe_code(code: int) -> str:
 
 
 # ----------------------------------------------------------------- launcher --
-class SlurmLauncher(Launcher):
+class SlurmLauncher(Launcher, Elastic, Preemptible, Adoptable):
     name = "slurm"
-    can_outlive = True  # processes / jobs of their own (corral.attach)
 
     def __init__(
         self,
