@@ -47,12 +47,16 @@ def assert_no_leaks(sched, *live: str) -> None:
         # (workers send theirs within ~20 ms): wait for them, bounded.
         deadline = time.monotonic() + 10
         stats = _stats(sched, wid)
-        while (stats["lent"] or stats["mapped"]) and time.monotonic() < deadline:
+        while (
+            stats["lent"] or stats["mapped"] or stats["relay_buffers"]
+        ) and time.monotonic() < deadline:
             time.sleep(0.05)
             stats = _stats(sched, wid)
         assert stats["refs"] == 0 and stats["bytes"] == 0, f"{wid} still holds {stats}"
         assert stats["shared"] == 0 and stats["lent"] == 0, f"{wid} still holds {stats}"
+        assert stats["relay_buffers"] == 0, f"{wid} still keeps relay buffers {stats}"
         assert stats["mapped"] == 0, f"{wid} still maps {stats['mapped']} segment(s)"
+        assert stats["relay_sources"] == 0, f"{wid} still holds {stats}"
     shm.POOL.trim()
     assert shm.mapped_segments() == 0, "the controller still maps shared-memory segments"
 

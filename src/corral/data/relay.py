@@ -1,0 +1,287 @@
+"""Cross-host broadcast relay: N remote readers of one ref cost about one transfer over the
+owner's link, not N.
+
+How: a reader on another host asks the owner for refs with ``/data/get`` and names itself
+(``relay: "<worker id>#<generation>"``). If the values are large (``MIN_BYTES``), the owner
+does not send them; it encodes them once into a frame (a ``Source``: views of the values,
+no copy) and answers a *plan*: the frame's random id, its size, and the reader's
+**upstream** -- the reader that asked just before it (a chain), or nobody (the owner
+itself) for the first. Every reader then pulls the frame in ``CHUNK`` pieces with
+``/data/chunk`` from its upstream into a ``Buffer``, and serves the pieces it already has
+to its own downstream while it goes on pulling: the chain is pipelined, so it costs about
+one transfer plus one chunk per hop, and the owner sends the bytes once.
+
+Failures never hang a reader: a chunk the upstream does not have within ``WAIT`` seconds,
+an upstream that is gone, unreachable, restarted or answers an error, all make the reader
+pull the rest of the frame from the owner itself. Only the owner's own failure is an error
+(``RefLostError``, as for a direct fetch).
+
+Lifetimes: a reader keeps its buffer ``LINGER`` seconds after its last use (so later
+readers can still pull from it), the owner keeps its source until the refs are freed.
+Everything goes through the same signed requests as every other route; upstreams are
+looked up in name-resolve by worker id (never taken from an address in a message) and
+addressed with their ``id#generation`` identity.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from corral.errors import CorralError, RefError
+
+log = logging.getLogger("corral")
+
+CHUNK = 4 << 20
+#: frames smaller than this are sent whole, as before
+MIN_BYTES = int(os.environ.get("CORRAL_RELAY_MIN_BYTES", str(8 << 20)))
+#: seconds a reader keeps its buffer after its last use, for later readers
+LINGER = float(os.environ.get("CORRAL_RELAY_LINGER", "3"))
+#: seconds a relay waits for a chunk it has not received yet before saying so
+WAIT = 30.0
+ENABLED = os.environ.get("CORRAL_RELAY", "1") != "0"
+
+
+class RelayUnavailable(CorralError):
+    """This worker cannot serve that part of the frame (not here, gone, or its own pull
+    failed): the downstream reader pulls it from the owner instead."""
+
+
+class Source:
+    """The owner's side: one encoded frame of a key set, read in chunks (views, no copy)."""
+
+    def __init__(self, keys: tuple[str, ...], parts: list):
+        self.blob = secrets.token_hex(16)
+        self.keys = keys
+        self.parts = [memoryview(p).cast("B") for p in parts]
+        self.size = sum(p.nbytes for p in self.parts)
+        self.readers: list[tuple[str, float]] = []  # (identity, when it asked), in order
+
+    def upstream_for(self, reader: str, now: float) -> str | None:
+        """The last other reader that asked within ``LINGER`` (its buffer is still there),
+        or None (the owner). Then ``reader`` joins the chain."""
+        upstream = None
+        for identity, when in reversed(self.readers):
+            if now - when > LINGER:
+                break
+            if identity != reader:
+                upstream = identity
+                break
+        self.readers = [(i, w) for i, w in self.readers if now - w <= LINGER and i != reader]
+        self.readers.append((reader, now))
+        return upstream
+
+    def read(self, offset: int, size: int) -> memoryview | bytes:
+        pieces, pos, end = [], 0, offset + size
+        for part in self.parts:
+            lo, hi = max(offset, pos), min(end, pos + part.nbytes)
+            if lo < hi:
+                pieces.append(part[lo - pos : hi - pos])
+            pos += part.nbytes
+            if pos >= end:
+                break
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+
+
+class Buffer:
+    """A reader's side: the frame as it arrives; served onwards as far as it is filled."""
+
+    def __init__(self, blob: str, size: int):
+        self.blob = blob
+        self.data = bytearray(size)
+        self.filled = 0
+        self.failed: BaseException | None = None
+        self.done = threading.Event()
+        self.cond = threading.Condition()
+        self.users = 0  # pulls or serves in progress
+        self.last_used = time.monotonic()
+
+    def put(self, offset: int, chunk) -> None:
+        view = memoryview(chunk).cast("B")
+        if offset != self.filled or offset + view.nbytes > len(self.data):
+            raise RefError(f"relay chunk at {offset} does not continue the frame at {self.filled}")
+        self.data[offset : offset + view.nbytes] = view
+        with self.cond:
+            self.filled += view.nbytes
+            self.cond.notify_all()
+
+    def fail(self, exc: BaseException) -> None:
+        with self.cond:
+            self.failed = exc
+            self.cond.notify_all()
+        self.done.set()
+
+    def read(self, offset: int, size: int, wait: float) -> memoryview:
+        end = offset + size
+        if offset < 0 or size <= 0 or end > len(self.data):
+            raise RefError(
+                f"relay chunk {offset}+{size} is outside the frame of {len(self.data)} B"
+            )
+        with self.cond:
+            self.cond.wait_for(lambda: self.filled >= end or self.failed is not None, wait)
+            if self.filled < end:
+                why = "its own pull failed" if self.failed is not None else f"not within {wait}s"
+                raise RelayUnavailable(f"this relay does not have bytes {offset}+{size}: {why}")
+        return memoryview(self.data)[offset:end]
+
+
+#: ``fetch(upstream identity or None for the owner, offset, size) -> bytes``
+Fetch = Callable[[str | None, int, int], Any]
+
+
+class Relays:
+    """One worker's relay state: the sources it owns and the buffers it pulls or serves."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._sources: dict[tuple[str, ...], Source] = {}
+        self._by_blob: dict[str, Source] = {}
+        self._buffers: dict[str, Buffer] = {}
+        self._sweeper: threading.Thread | None = None
+        self.served_bytes = 0  # frame bytes this worker sent to readers (owner or relay)
+        self.relayed_bytes = 0  # of those, bytes served from a buffer (as a relay)
+        self.fallbacks = 0  # pulls that had to turn to the owner
+
+    # owner ------------------------------------------------------------------------
+    def plan(self, keys: list[str], encode: Callable[[], list], reader: str) -> dict:
+        """The plan for ``reader``: the frame's id and size, and its upstream."""
+        ident = tuple(keys)
+        with self._lock:
+            source = self._sources.get(ident)
+            if source is None:
+                source = Source(ident, encode())
+                self._sources[ident] = source
+                self._by_blob[source.blob] = source
+            upstream = source.upstream_for(reader, time.monotonic())
+        return {"blob": source.blob, "size": source.size, "upstream": upstream}
+
+    def dropped(self, keys: list[str]) -> None:
+        """The owner freed ``keys``: sources holding any of them go."""
+        gone = set(keys)
+        with self._lock:
+            for ident in [i for i in self._sources if gone.intersection(i)]:
+                source = self._sources.pop(ident)
+                self._by_blob.pop(source.blob, None)
+
+    # serving -----------------------------------------------------------------------
+    def chunk(self, blob: str, offset: int, size: int, wait: float = WAIT) -> memoryview | bytes:
+        with self._lock:
+            source = self._by_blob.get(blob)
+            buffer = self._buffers.get(blob) if source is None else None
+            if buffer is not None:
+                buffer.users += 1
+        if source is not None:
+            if offset < 0 or size <= 0 or offset + size > source.size:
+                raise RefError(
+                    f"relay chunk {offset}+{size} is outside the frame of {source.size} B"
+                )
+            data = source.read(offset, size)
+            self._count(size, relayed=False)
+            return data
+        if buffer is None:
+            raise RelayUnavailable(f"this worker holds no relay frame {blob[:8]}")
+        try:
+            data = buffer.read(offset, size, wait)
+        finally:
+            self._release(buffer)
+        self._count(size, relayed=True)
+        return data
+
+    def count_direct(self, size: int) -> None:
+        """A frame sent whole to a reader on another host (no relay)."""
+        self._count(size, relayed=False)
+
+    def _count(self, size: int, relayed: bool) -> None:
+        with self._lock:
+            self.served_bytes += size
+            if relayed:
+                self.relayed_bytes += size
+
+    # reading -----------------------------------------------------------------------
+    def pull(self, plan: dict, fetch: Fetch, chunk: int = CHUNK) -> bytearray:
+        """The whole frame of ``plan``: from the upstream, the rest from the owner if the
+        upstream fails. A frame this worker already has (or is pulling) is not pulled again."""
+        blob, size, upstream = str(plan["blob"]), int(plan["size"]), plan.get("upstream")
+        with self._lock:
+            buffer = self._buffers.get(blob)
+            mine = buffer is None
+            if mine:
+                buffer = self._buffers[blob] = Buffer(blob, size)
+            buffer.users += 1
+            self._ensure_sweeper()
+        try:
+            if not mine:
+                buffer.done.wait()
+                if buffer.failed is not None:
+                    raise buffer.failed
+                return buffer.data
+            source = str(upstream) if upstream else None
+            while buffer.filled < size:
+                offset = buffer.filled
+                n = min(chunk, size - offset)
+                try:
+                    data = fetch(source, offset, n)
+                except Exception as exc:
+                    if source is None:
+                        raise
+                    log.info("relay upstream %s failed (%s); pulling from the owner", source, exc)
+                    with self._lock:
+                        self.fallbacks += 1
+                    source = None
+                    continue
+                buffer.put(offset, data)
+            buffer.done.set()
+            return buffer.data
+        except BaseException as exc:
+            if mine:
+                buffer.fail(exc)
+                with self._lock:
+                    self._buffers.pop(blob, None)
+            raise
+        finally:
+            self._release(buffer)
+
+    def _release(self, buffer: Buffer) -> None:
+        with self._lock:
+            buffer.users -= 1
+            buffer.last_used = time.monotonic()
+
+    # lifetimes ---------------------------------------------------------------------
+    def _ensure_sweeper(self) -> None:
+        if self._sweeper is None or not self._sweeper.is_alive():
+            self._sweeper = threading.Thread(target=self._sweep, name="corral-relay", daemon=True)
+            self._sweeper.start()
+
+    def _sweep(self) -> None:
+        """Drop buffers unused for ``LINGER`` seconds; stop when none is left."""
+        while True:
+            time.sleep(min(LINGER, 0.5) or 0.1)
+            now = time.monotonic()
+            with self._lock:
+                for blob, buffer in list(self._buffers.items()):
+                    if buffer.users == 0 and now - buffer.last_used > LINGER:
+                        del self._buffers[blob]
+                if not self._buffers:
+                    self._sweeper = None
+                    return
+
+    def clear(self) -> None:
+        with self._lock:
+            self._sources.clear()
+            self._by_blob.clear()
+            self._buffers = {b: buf for b, buf in self._buffers.items() if buf.users}
+
+    def stats(self) -> dict[str, int]:
+        with self._lock:
+            return {
+                "relay_sources": len(self._sources),
+                "relay_buffers": len(self._buffers),
+                "served_bytes": self.served_bytes,
+                "relayed_bytes": self.relayed_bytes,
+                "relay_fallbacks": self.fallbacks,
+            }
