@@ -53,13 +53,15 @@ def test_broadcast_relay_standin_shm_off_owner_sends_one_copy(sched):
 
 def test_relay_falls_back_to_the_owner_when_the_upstream_died_standin(sched, backend):
     (owner,) = _tcp_workers(sched, "owner", 1)
-    first, second = _tcp_workers(sched, "readers", 2)
+    # two roles: on Slurm one role is one job, and a task's death ends the job's others
+    (first,) = _tcp_workers(sched, "first", 1)
+    (second,) = _tcp_workers(sched, "second", 1)
     size = 16 * MiB
     ref = sched.call_engine(owner, "make", None, size, rpc_meta={"keep": True})["big"]
     expected = sched.call_engine(owner, "digest", None, ref)
     assert sched.call_engine(first, "digest", None, ref) == expected
     # the owner names `first` as the next reader's upstream; it dies before serving it
-    backend.kill_worker(sched.get_workers("readers")[0], signal.SIGKILL)
+    backend.kill_worker(sched.get_workers("first")[0], signal.SIGKILL)
     assert sched.call_engine(second, "digest", None, ref) == expected
     stats = _stats(sched, second)
     assert stats["relay_fallbacks"] == 1, stats

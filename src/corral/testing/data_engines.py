@@ -29,6 +29,14 @@ class DataEngine:
     def destroy_held(self) -> None:
         self.held = None
 
+    def hold(self, value: Any) -> bool:
+        """Keep the array received; True if it is a view of a shared-memory segment."""
+        self.held = _first_array([value])
+        return shm.in_segment(self.held)
+
+    def held_sum(self) -> float:
+        return float(np.asarray(self.held).sum())
+
     def held_nbytes(self) -> int:
         return int(self.held.nbytes) if isinstance(self.held, np.ndarray) else -1
 
