@@ -1,0 +1,133 @@
+"""The relay's parts (corral/data/relay.py) without processes: the chain the owner hands out,
+chunks read across a frame's parts, bounded waits, and pulls whose upstream fails midway."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from corral.data import relay
+from corral.data.relay import Buffer, Relays, RelayUnavailable, Source
+from corral.errors import RefLostError
+from corral.rpc import wire
+
+FRAME = wire.encode([np.arange(40_000, dtype=np.float32), np.arange(9, dtype=np.int64)])
+WHOLE = b"".join(bytes(p) for p in FRAME)
+
+
+def _owner() -> tuple[Relays, dict]:
+    owner = Relays()
+    plan = owner.plan(["k1", "k2"], lambda: FRAME, "r/0#g")
+    return owner, plan
+
+
+def test_the_owner_hands_out_a_chain_and_encodes_once():
+    owner = Relays()
+    encoded = []
+
+    def encode():
+        encoded.append(1)
+        return FRAME
+
+    plans = [owner.plan(["k"], encode, f"r/{i}#g") for i in range(4)]
+    assert encoded == [1]
+    assert len({p["blob"] for p in plans}) == 1 and plans[0]["size"] == len(WHOLE)
+    assert [p["upstream"] for p in plans] == [None, "r/0#g", "r/1#g", "r/2#g"]
+    # a reader asking again never becomes its own upstream
+    assert owner.plan(["k"], encode, "r/3#g")["upstream"] == "r/2#g"
+
+
+def test_readers_older_than_linger_are_not_upstreams():
+    source = Source(("k",), FRAME)
+    assert source.upstream_for("a#1", now=100.0) is None
+    assert source.upstream_for("b#1", now=100.0 + relay.LINGER + 1) is None
+    assert source.upstream_for("c#1", now=100.0 + relay.LINGER + 1) == "b#1"
+
+
+def test_chunks_span_the_frame_parts_and_count_as_served():
+    owner, plan = _owner()
+    got = b"".join(
+        bytes(owner.chunk(plan["blob"], off, min(1000, plan["size"] - off)))
+        for off in range(0, plan["size"], 1000)
+    )
+    assert got == WHOLE
+    assert owner.stats()["served_bytes"] == len(WHOLE)
+    with pytest.raises(Exception, match="outside the frame"):
+        owner.chunk(plan["blob"], plan["size"] - 1, 2)
+    owner.dropped(["k2"])  # freeing any of its keys drops the source
+    assert owner.stats()["relay_sources"] == 0
+    with pytest.raises(RelayUnavailable):
+        owner.chunk(plan["blob"], 0, 10)
+
+
+def test_a_relay_serves_what_it_has_and_waits_bounded_for_the_rest():
+    buffer = Buffer("b", 100)
+    buffer.put(0, b"x" * 40)
+    assert bytes(buffer.read(0, 40, wait=0)) == b"x" * 40
+    with pytest.raises(RelayUnavailable, match="not within"):
+        buffer.read(30, 20, wait=0.05)
+    later = threading.Timer(0.05, lambda: buffer.put(40, b"y" * 60))
+    later.start()
+    assert bytes(buffer.read(90, 10, wait=10)) == b"y" * 10  # woken by the put
+    failed = Buffer("c", 10)
+    failed.fail(RuntimeError("boom"))
+    with pytest.raises(RelayUnavailable, match="own pull failed"):
+        failed.read(0, 5, wait=10)
+
+
+def _fetcher(owner: Relays, blob: str, upstream_dies_after: int | None, log: list):
+    """fetch() for pull(): the owner's chunks; the upstream serves ``upstream_dies_after``
+    chunks, then its connection breaks (or it is gone from the start with 0)."""
+
+    def fetch(source, offset, size):
+        log.append((source, offset))
+        if source is not None:
+            served = sum(1 for s, _ in log if s is not None)
+            if upstream_dies_after is not None and served > upstream_dies_after:
+                raise ConnectionResetError("upstream died")
+        return bytes(owner.chunk(blob, offset, size))
+
+    return fetch
+
+
+@pytest.mark.parametrize("dies_after", [0, 3])
+def test_an_upstream_that_dies_midway_falls_back_to_the_owner(dies_after):
+    owner, plan = _owner()
+    reader = Relays()
+    log: list = []
+    plan = {**plan, "upstream": "r/9#g"}
+    frame = reader.pull(plan, _fetcher(owner, plan["blob"], dies_after, log), chunk=20_000)
+    assert bytes(frame) == WHOLE
+    assert reader.stats()["relay_fallbacks"] == 1
+    from_up = [off for s, off in log if s is not None]
+    from_owner = [off for s, off in log if s is None]
+    assert len(from_up) == dies_after + 1  # the failed attempt included
+    # the owner sends exactly the rest, continuing where the upstream stopped
+    assert from_owner[0] == dies_after * 20_000
+    assert from_owner == list(range(from_owner[0], len(WHOLE), 20_000))
+    assert [wire.decode(bytearray(frame))[1].tolist()] == [list(range(9))]
+
+
+def test_an_owner_failure_is_the_pull_error_and_drops_the_buffer():
+    reader = Relays()
+
+    def fetch(source, offset, size):
+        raise RefLostError("owner gone", "o/0")
+
+    with pytest.raises(RefLostError, match="owner gone"):
+        reader.pull({"blob": "z", "size": 10, "upstream": None}, fetch)
+    assert reader.stats()["relay_buffers"] == 0
+
+
+def test_a_frame_pulled_once_serves_a_second_pull_and_downstream_readers():
+    owner, plan = _owner()
+    reader = Relays()
+    log: list = []
+    fetch = _fetcher(owner, plan["blob"], None, log)
+    first = reader.pull(plan, fetch, chunk=50_000)
+    calls = len(log)
+    assert reader.pull(plan, fetch) is first and len(log) == calls  # not pulled again
+    assert bytes(reader.chunk(plan["blob"], 0, 100)) == WHOLE[:100]
+    assert reader.stats()["relayed_bytes"] == 100
