@@ -127,8 +127,8 @@ class RefResolver:
             ) from None
 
     def _relayed(self, owner: str, generation: str, address: str, plan: dict) -> list[Any]:
-        """Pull the frame of ``plan`` through the relay chain (data/relay.py); decode a
-        private copy (the buffer is served on to later readers unchanged)."""
+        """Pull the frame of ``plan`` through the relay chain (data/relay.py) and decode
+        it from a private (copy-on-write) mapping: the buffer is served on unchanged."""
         blob = str(plan.get("blob"))
 
         def fetch(upstream: str | None, offset: int, size: int) -> Any:
@@ -144,8 +144,7 @@ class RefResolver:
                 identity=upstream,
             )
 
-        frame = self.relays.pull(plan, fetch)
-        return wire.decode(bytearray(frame))
+        return wire.decode(self.relays.pull(plan, fetch))
 
     def _address(self, owner: str, generation: str) -> str:
         role, _, index = owner.rpartition("/")

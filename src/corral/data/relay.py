@@ -26,10 +26,12 @@ addressed with their ``id#generation`` identity.
 from __future__ import annotations
 
 import logging
+import mmap
 import os
 import secrets
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -37,7 +39,7 @@ from corral.errors import CorralError, RefError
 
 log = logging.getLogger("corral")
 
-CHUNK = 4 << 20
+CHUNK = int(os.environ.get("CORRAL_RELAY_CHUNK", str(4 << 20)))
 #: frames smaller than this are sent whole, as before
 MIN_BYTES = int(os.environ.get("CORRAL_RELAY_MIN_BYTES", str(8 << 20)))
 #: seconds a reader keeps its buffer after its last use, for later readers
@@ -89,26 +91,49 @@ class Source:
 
 
 class Buffer:
-    """A reader's side: the frame as it arrives; served onwards as far as it is filled."""
+    """A reader's side: the frame as it arrives; served onwards as far as it is filled.
+
+    The bytes live in a memfd mapped shared (written here, served from here); the reader's
+    own values are decoded from a second, *private* mapping of it (``view()``): no copy,
+    and an engine that writes into its arrays gets copy-on-write pages, never changing
+    what later readers are served."""
 
     def __init__(self, blob: str, size: int):
         self.blob = blob
-        self.data = bytearray(size)
+        self.size = size
         self.filled = 0
         self.failed: BaseException | None = None
         self.done = threading.Event()
         self.cond = threading.Condition()
         self.users = 0  # pulls or serves in progress
         self.last_used = time.monotonic()
+        self.fd = -1
+        if hasattr(os, "memfd_create") and size:
+            self.fd = os.memfd_create(f"corral-relay-{blob[:8]}", os.MFD_CLOEXEC)
+            os.fchmod(self.fd, 0o600)
+            os.ftruncate(self.fd, size)
+            self.data = mmap.mmap(self.fd, size, flags=mmap.MAP_SHARED)
+        else:
+            self.data = bytearray(size)
+        self._closer = weakref.finalize(self, _close_fd, self.fd)
 
     def put(self, offset: int, chunk) -> None:
         view = memoryview(chunk).cast("B")
-        if offset != self.filled or offset + view.nbytes > len(self.data):
+        if offset != self.filled or offset + view.nbytes > self.size:
             raise RefError(f"relay chunk at {offset} does not continue the frame at {self.filled}")
         self.data[offset : offset + view.nbytes] = view
         with self.cond:
             self.filled += view.nbytes
             self.cond.notify_all()
+
+    def view(self) -> memoryview:
+        """The whole frame, for this reader's own values (private, copy-on-write)."""
+        if self.fd < 0:
+            return memoryview(bytearray(self.data))
+        private = mmap.mmap(
+            self.fd, self.size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE
+        )
+        return memoryview(private)
 
     def fail(self, exc: BaseException) -> None:
         with self.cond:
@@ -118,16 +143,19 @@ class Buffer:
 
     def read(self, offset: int, size: int, wait: float) -> memoryview:
         end = offset + size
-        if offset < 0 or size <= 0 or end > len(self.data):
-            raise RefError(
-                f"relay chunk {offset}+{size} is outside the frame of {len(self.data)} B"
-            )
+        if offset < 0 or size <= 0 or end > self.size:
+            raise RefError(f"relay chunk {offset}+{size} is outside the frame of {self.size} B")
         with self.cond:
             self.cond.wait_for(lambda: self.filled >= end or self.failed is not None, wait)
             if self.filled < end:
                 why = "its own pull failed" if self.failed is not None else f"not within {wait}s"
                 raise RelayUnavailable(f"this relay does not have bytes {offset}+{size}: {why}")
         return memoryview(self.data)[offset:end]
+
+
+def _close_fd(fd: int) -> None:
+    if fd >= 0:
+        os.close(fd)  # the mappings keep the pages for as long as they live
 
 
 #: ``fetch(upstream identity or None for the owner, offset, size) -> bytes``
@@ -203,7 +231,7 @@ class Relays:
                 self.relayed_bytes += size
 
     # reading -----------------------------------------------------------------------
-    def pull(self, plan: dict, fetch: Fetch, chunk: int = CHUNK) -> bytearray:
+    def pull(self, plan: dict, fetch: Fetch, chunk: int = CHUNK) -> memoryview:
         """The whole frame of ``plan``: from the upstream, the rest from the owner if the
         upstream fails. A frame this worker already has (or is pulling) is not pulled again."""
         blob, size, upstream = str(plan["blob"]), int(plan["size"]), plan.get("upstream")
@@ -219,7 +247,7 @@ class Relays:
                 buffer.done.wait()
                 if buffer.failed is not None:
                     raise buffer.failed
-                return buffer.data
+                return buffer.view()
             source = str(upstream) if upstream else None
             while buffer.filled < size:
                 offset = buffer.filled
@@ -236,7 +264,7 @@ class Relays:
                     continue
                 buffer.put(offset, data)
             buffer.done.set()
-            return buffer.data
+            return buffer.view()
         except BaseException as exc:
             if mine:
                 buffer.fail(exc)

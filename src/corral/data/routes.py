@@ -55,8 +55,10 @@ class DataRoutes:
             blob, offset, size = str(p["blob"]), int(p["offset"]), int(p["size"])
         except (ProtocolError, KeyError, TypeError, ValueError) as exc:
             return failure(400, ProtocolError(f"bad /data/chunk request: {exc}"))
+        import numpy as np  # a uint8 array: the reader gets a view of the body, no copy
+
         try:
-            return ok(self.relays.chunk(blob, offset, size))
+            return ok(np.frombuffer(self.relays.chunk(blob, offset, size), dtype=np.uint8))
         except CorralError as exc:
             return failure(500, exc)
 
