@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from corral.data import relay
-from corral.data.relay import Buffer, Relays, RelayUnavailable, Source
+from corral.data.relay import Buffer, Memory, Relays, RelayUnavailable, Source
 from corral.errors import RefLostError
 from corral.rpc import wire
 
@@ -63,7 +63,7 @@ def test_chunks_span_the_frame_parts_and_count_as_served():
 
 
 def test_a_relay_serves_what_it_has_and_waits_bounded_for_the_rest():
-    buffer = Buffer("b", 100)
+    buffer = Buffer("b", 100, Memory(100))
     buffer.put(0, b"x" * 40)
     assert bytes(buffer.read(0, 40, wait=0)) == b"x" * 40
     with pytest.raises(RelayUnavailable, match="not within"):
@@ -71,22 +71,20 @@ def test_a_relay_serves_what_it_has_and_waits_bounded_for_the_rest():
     later = threading.Timer(0.05, lambda: buffer.put(40, b"y" * 60))
     later.start()
     assert bytes(buffer.read(90, 10, wait=10)) == b"y" * 10  # woken by the put
-    failed = Buffer("c", 10)
+    failed = Buffer("c", 10, Memory(10))
     failed.fail(RuntimeError("boom"))
     with pytest.raises(RelayUnavailable, match="own pull failed"):
         failed.read(0, 5, wait=10)
 
 
-def _fetcher(owner: Relays, blob: str, upstream_dies_after: int | None, log: list):
-    """fetch() for pull(): the owner's chunks; the upstream serves ``upstream_dies_after``
-    chunks, then its connection breaks (or it is gone from the start with 0)."""
+def _fetcher(owner: Relays, blob: str, upstream_dies_at: int | None, log: list):
+    """fetch() for pull(): the owner's chunks; the upstream serves the bytes before offset
+    ``upstream_dies_at``, then its connection breaks (0: it is gone from the start)."""
 
     def fetch(source, offset, size):
         log.append((source, offset))
-        if source is not None:
-            served = sum(1 for s, _ in log if s is not None)
-            if upstream_dies_after is not None and served > upstream_dies_after:
-                raise ConnectionResetError("upstream died")
+        if source is not None and upstream_dies_at is not None and offset >= upstream_dies_at:
+            raise ConnectionResetError("upstream died")
         return bytes(owner.chunk(blob, offset, size))
 
     return fetch
@@ -98,16 +96,34 @@ def test_an_upstream_that_dies_midway_falls_back_to_the_owner(dies_after):
     reader = Relays()
     log: list = []
     plan = {**plan, "upstream": "r/9#g"}
-    frame = reader.pull(plan, _fetcher(owner, plan["blob"], dies_after, log), chunk=20_000)
+    fetch = _fetcher(owner, plan["blob"], dies_after * 20_000, log)
+    frame = reader.pull(plan, fetch, chunk=20_000)
     assert bytes(frame) == WHOLE
     assert reader.stats()["relay_fallbacks"] == 1
-    from_up = [off for s, off in log if s is not None]
-    from_owner = [off for s, off in log if s is None]
-    assert len(from_up) == dies_after + 1  # the failed attempt included
+    from_owner = sorted(off for s, off in log if s is None)
     # the owner sends exactly the rest, continuing where the upstream stopped
-    assert from_owner[0] == dies_after * 20_000
-    assert from_owner == list(range(from_owner[0], len(WHOLE), 20_000))
+    assert from_owner == list(range(dies_after * 20_000, len(WHOLE), 20_000))
     assert wire.decode(frame)[1].tolist() == list(range(9))
+
+
+def test_chunk_requests_overlap_up_to_the_depth():
+    owner, plan = _owner()
+    reader = Relays()
+    out, most, lock = [0], [0], threading.Lock()
+    gate = threading.Barrier(relay.DEPTH, timeout=10)
+
+    def fetch(source, offset, size):
+        with lock:
+            out[0] += 1
+            most[0] = max(most[0], out[0])
+        if offset < relay.DEPTH * 10_000:
+            gate.wait()  # the first DEPTH requests are all out at once, or this times out
+        with lock:
+            out[0] -= 1
+        return bytes(owner.chunk(plan["blob"], offset, size))
+
+    assert bytes(reader.pull(plan, fetch, chunk=10_000)) == WHOLE
+    assert most[0] == relay.DEPTH
 
 
 def test_an_owner_failure_is_the_pull_error_and_drops_the_buffer():
@@ -134,3 +150,26 @@ def test_a_frame_pulled_once_serves_a_second_pull_and_downstream_readers():
     mine = reader.pull(plan, fetch)  # this reader's values: a private mapping
     mine[:4] = b"ZZZZ"
     assert bytes(reader.chunk(plan["blob"], 0, 4)) == WHOLE[:4]  # later readers unaffected
+
+
+def test_memory_is_reused_only_when_no_view_of_it_is_left(monkeypatch):
+    monkeypatch.setattr(relay, "LINGER", 0.0)
+    owner, plan = _owner()
+    reader = Relays()
+    fetch = _fetcher(owner, plan["blob"], None, [])
+    mine = reader.pull(plan, fetch)
+    served = reader.chunk(plan["blob"], 0, 10)
+    buffer = reader._buffers[plan["blob"]]
+    memory = buffer.memory
+    with reader._lock:  # what the sweeper does once the buffer was idle for LINGER
+        del reader._buffers[plan["blob"]]
+        reader._retire(buffer)
+    assert reader.stats()["relay_idle"] == 0  # our values and a reply still use it
+    del mine, served
+    again = Buffer("x", plan["size"], memory)
+    with reader._lock:
+        reader._retire(again)  # no view handed out: reusable
+    assert reader.stats()["relay_idle"] == 1
+    with reader._lock:
+        assert reader._memory(plan["size"]) is memory  # the next frame of that size
+    reader.trim()

@@ -32,7 +32,9 @@ import secrets
 import threading
 import time
 import weakref
+from collections import deque
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from corral.errors import CorralError, RefError
@@ -40,10 +42,14 @@ from corral.errors import CorralError, RefError
 log = logging.getLogger("corral")
 
 CHUNK = int(os.environ.get("CORRAL_RELAY_CHUNK", str(4 << 20)))
+#: chunk requests a reader keeps in flight
+DEPTH = int(os.environ.get("CORRAL_RELAY_DEPTH", "3"))
 #: frames smaller than this are sent whole, as before
 MIN_BYTES = int(os.environ.get("CORRAL_RELAY_MIN_BYTES", str(8 << 20)))
 #: seconds a reader keeps its buffer after its last use, for later readers
 LINGER = float(os.environ.get("CORRAL_RELAY_LINGER", "3"))
+#: seconds a retired buffer's memory waits for the next frame
+POOL_IDLE = 10.0
 #: seconds a relay waits for a chunk it has not received yet before saying so
 WAIT = 30.0
 ENABLED = os.environ.get("CORRAL_RELAY", "1") != "0"
@@ -90,32 +96,58 @@ class Source:
         return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
 
+class Memory:
+    """A 0600 memfd and its shared mapping: where a reader's buffer lives. Reused for the
+    next frame of a fitting size once nothing refers to what it held (a broadcast of new
+    weights every step then writes into warm pages instead of faulting fresh ones in)."""
+
+    def __init__(self, capacity: int):
+        self.capacity = capacity
+        self.last_used = time.monotonic()
+        self.fd = -1
+        if hasattr(os, "memfd_create"):
+            self.fd = os.memfd_create("corral-relay", os.MFD_CLOEXEC)
+            os.fchmod(self.fd, 0o600)
+            os.ftruncate(self.fd, capacity)
+            self.map = mmap.mmap(self.fd, capacity, flags=mmap.MAP_SHARED)
+        else:  # no memfd: anonymous memory, and readers decode a copy
+            self.map = mmap.mmap(-1, capacity)
+        self._closer = weakref.finalize(self, _close, self.fd, self.map)
+
+    def close(self) -> None:
+        self._closer()
+
+
+def _close(fd: int, mapping: mmap.mmap) -> None:
+    try:
+        mapping.close()
+    except BufferError:  # a view is still alive: the mapping goes with it
+        pass
+    if fd >= 0:
+        os.close(fd)
+
+
 class Buffer:
     """A reader's side: the frame as it arrives; served onwards as far as it is filled.
 
-    The bytes live in a memfd mapped shared (written here, served from here); the reader's
-    own values are decoded from a second, *private* mapping of it (``view()``): no copy,
-    and an engine that writes into its arrays gets copy-on-write pages, never changing
-    what later readers are served."""
+    The bytes live in a shared mapping of a memfd (written here, served from here); the
+    reader's own values are decoded from a second, *private* mapping of it (``view()``):
+    no copy, and an engine that writes into its arrays gets copy-on-write pages, never
+    changing what later readers are served. Every view handed out is tracked, so the
+    memory is reused only when none is left."""
 
-    def __init__(self, blob: str, size: int):
+    def __init__(self, blob: str, size: int, memory: Memory):
         self.blob = blob
         self.size = size
+        self.memory = memory
+        self.data = memory.map
         self.filled = 0
         self.failed: BaseException | None = None
         self.done = threading.Event()
         self.cond = threading.Condition()
         self.users = 0  # pulls or serves in progress
         self.last_used = time.monotonic()
-        self.fd = -1
-        if hasattr(os, "memfd_create") and size:
-            self.fd = os.memfd_create(f"corral-relay-{blob[:8]}", os.MFD_CLOEXEC)
-            os.fchmod(self.fd, 0o600)
-            os.ftruncate(self.fd, size)
-            self.data = mmap.mmap(self.fd, size, flags=mmap.MAP_SHARED)
-        else:
-            self.data = bytearray(size)
-        self._closer = weakref.finalize(self, _close_fd, self.fd)
+        self._views: list[weakref.ref] = []
 
     def put(self, offset: int, chunk) -> None:
         view = memoryview(chunk).cast("B")
@@ -128,11 +160,12 @@ class Buffer:
 
     def view(self) -> memoryview:
         """The whole frame, for this reader's own values (private, copy-on-write)."""
-        if self.fd < 0:
-            return memoryview(bytearray(self.data))
+        if self.memory.fd < 0:
+            return memoryview(bytearray(self.data[: self.size]))
         private = mmap.mmap(
-            self.fd, self.size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE
+            self.memory.fd, self.size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE
         )
+        self._views.append(weakref.ref(private))
         return memoryview(private)
 
     def fail(self, exc: BaseException) -> None:
@@ -141,7 +174,10 @@ class Buffer:
             self.cond.notify_all()
         self.done.set()
 
-    def read(self, offset: int, size: int, wait: float) -> memoryview:
+    def read(self, offset: int, size: int, wait: float) -> Any:
+        """Bytes ``offset..offset+size`` as a uint8 array (a view), once they are here."""
+        import numpy as np
+
         end = offset + size
         if offset < 0 or size <= 0 or end > self.size:
             raise RefError(f"relay chunk {offset}+{size} is outside the frame of {self.size} B")
@@ -150,12 +186,13 @@ class Buffer:
             if self.filled < end:
                 why = "its own pull failed" if self.failed is not None else f"not within {wait}s"
                 raise RelayUnavailable(f"this relay does not have bytes {offset}+{size}: {why}")
-        return memoryview(self.data)[offset:end]
+        served = np.frombuffer(self.data, dtype=np.uint8, count=size, offset=offset)
+        self._views.append(weakref.ref(served))
+        return served
 
-
-def _close_fd(fd: int) -> None:
-    if fd >= 0:
-        os.close(fd)  # the mappings keep the pages for as long as they live
+    def reusable(self) -> bool:
+        """No view of the memory is alive (decoded values, replies being sent)."""
+        return all(ref() is None for ref in self._views)
 
 
 #: ``fetch(upstream identity or None for the owner, offset, size) -> bytes``
@@ -170,6 +207,7 @@ class Relays:
         self._sources: dict[tuple[str, ...], Source] = {}
         self._by_blob: dict[str, Source] = {}
         self._buffers: dict[str, Buffer] = {}
+        self._idle: list[Memory] = []  # memory of retired buffers, for the next frame
         self._sweeper: threading.Thread | None = None
         self.served_bytes = 0  # frame bytes this worker sent to readers (owner or relay)
         self.relayed_bytes = 0  # of those, bytes served from a buffer (as a relay)
@@ -239,7 +277,7 @@ class Relays:
             buffer = self._buffers.get(blob)
             mine = buffer is None
             if mine:
-                buffer = self._buffers[blob] = Buffer(blob, size)
+                buffer = self._buffers[blob] = Buffer(blob, size, self._memory(size))
             buffer.users += 1
             self._ensure_sweeper()
         try:
@@ -248,21 +286,7 @@ class Relays:
                 if buffer.failed is not None:
                     raise buffer.failed
                 return buffer.view()
-            source = str(upstream) if upstream else None
-            while buffer.filled < size:
-                offset = buffer.filled
-                n = min(chunk, size - offset)
-                try:
-                    data = fetch(source, offset, n)
-                except Exception as exc:
-                    if source is None:
-                        raise
-                    log.info("relay upstream %s failed (%s); pulling from the owner", source, exc)
-                    with self._lock:
-                        self.fallbacks += 1
-                    source = None
-                    continue
-                buffer.put(offset, data)
+            self._fill(buffer, str(upstream) if upstream else None, fetch, chunk)
             buffer.done.set()
             return buffer.view()
         except BaseException as exc:
@@ -273,6 +297,39 @@ class Relays:
             raise
         finally:
             self._release(buffer)
+
+    def _fill(self, buffer: Buffer, source: str | None, fetch: Fetch, chunk: int) -> None:
+        """Fill ``buffer`` with ``DEPTH`` chunk requests in flight (so the hops of the chain
+        and the copy into the buffer overlap), in order; on the upstream's first failure,
+        the rest comes from the owner (``source`` None), from where the buffer stopped."""
+        pool = ThreadPoolExecutor(DEPTH, thread_name_prefix="corral-relay-pull")
+        pending: deque = deque()
+        ahead = buffer.filled
+        try:
+            while buffer.filled < buffer.size:
+                while len(pending) < DEPTH and ahead < buffer.size:
+                    n = min(chunk, buffer.size - ahead)
+                    pending.append((ahead, pool.submit(fetch, source, ahead, n)))
+                    ahead += n
+                offset, future = pending.popleft()
+                try:
+                    data = future.result()
+                except Exception as exc:
+                    if source is None:
+                        raise
+                    log.info("relay upstream %s failed (%s); pulling from the owner", source, exc)
+                    with self._lock:
+                        self.fallbacks += 1
+                    # requests still out to the upstream end on their own (bounded): new
+                    # threads for the owner's, from where the buffer stopped
+                    pool.shutdown(wait=False, cancel_futures=True)
+                    pool = ThreadPoolExecutor(DEPTH, thread_name_prefix="corral-relay-pull")
+                    pending.clear()
+                    source, ahead = None, buffer.filled
+                    continue
+                buffer.put(offset, data)
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
 
     def _release(self, buffer: Buffer) -> None:
         with self._lock:
@@ -286,7 +343,8 @@ class Relays:
             self._sweeper.start()
 
     def _sweep(self) -> None:
-        """Drop buffers unused for ``LINGER`` seconds; stop when none is left."""
+        """Drop buffers unused for ``LINGER`` seconds (their memory goes to the pool if no
+        view of it is left) and pooled memory idle for ``POOL_IDLE``; stop when none is left."""
         while True:
             time.sleep(min(LINGER, 0.5) or 0.1)
             now = time.monotonic()
@@ -294,21 +352,52 @@ class Relays:
                 for blob, buffer in list(self._buffers.items()):
                     if buffer.users == 0 and now - buffer.last_used > LINGER:
                         del self._buffers[blob]
-                if not self._buffers:
+                        self._retire(buffer)
+                self._trim_locked(now - POOL_IDLE)
+                if not self._buffers and not self._idle:
                     self._sweeper = None
                     return
+
+    def _retire(self, buffer: Buffer) -> None:
+        if buffer.reusable() and buffer.memory.fd >= 0:
+            buffer.memory.last_used = time.monotonic()
+            self._idle.append(buffer.memory)
+        # else: the memory goes when its last view does
+
+    def _memory(self, size: int) -> Memory:
+        for i, memory in enumerate(self._idle):
+            if size <= memory.capacity <= 2 * size:
+                return self._idle.pop(i)
+        return Memory(size)
+
+    def _trim_locked(self, before: float) -> None:
+        keep = [m for m in self._idle if m.last_used > before]
+        for memory in self._idle:
+            if memory not in keep:
+                memory.close()
+        self._idle = keep
+
+    def trim(self) -> None:
+        """Drop pooled memory now (leak checks)."""
+        with self._lock:
+            self._trim_locked(float("inf"))
 
     def clear(self) -> None:
         with self._lock:
             self._sources.clear()
             self._by_blob.clear()
-            self._buffers = {b: buf for b, buf in self._buffers.items() if buf.users}
+            for blob, buffer in list(self._buffers.items()):
+                if not buffer.users:
+                    del self._buffers[blob]
+                    self._retire(buffer)
+            self._trim_locked(float("inf"))
 
     def stats(self) -> dict[str, int]:
         with self._lock:
             return {
                 "relay_sources": len(self._sources),
                 "relay_buffers": len(self._buffers),
+                "relay_idle": len(self._idle),
                 "served_bytes": self.served_bytes,
                 "relayed_bytes": self.relayed_bytes,
                 "relay_fallbacks": self.fallbacks,

@@ -70,6 +70,7 @@ class DataRoutes:
         dropping idle ones when ``trim``), relay sources and buffers, bytes served."""
         if p.get("trim"):
             shm.POOL.trim()
+            self.relays.trim()
         return {
             **self.store.stats(),
             **shm.POOL.counts(),
