@@ -152,24 +152,27 @@ def test_a_frame_pulled_once_serves_a_second_pull_and_downstream_readers():
     assert bytes(reader.chunk(plan["blob"], 0, 4)) == WHOLE[:4]  # later readers unaffected
 
 
-def test_memory_is_reused_only_when_no_view_of_it_is_left(monkeypatch):
-    monkeypatch.setattr(relay, "LINGER", 0.0)
+def test_memory_is_reused_only_when_no_view_of_it_is_left():
     owner, plan = _owner()
     reader = Relays()
     fetch = _fetcher(owner, plan["blob"], None, [])
-    mine = reader.pull(plan, fetch)
-    served = reader.chunk(plan["blob"], 0, 10)
+    mine = reader.pull(plan, fetch)  # this reader's values
     buffer = reader._buffers[plan["blob"]]
-    memory = buffer.memory
+    assert not buffer.reusable()
+    served = reader.chunk(plan["blob"], 0, 10)  # a chunk in a reply being sent
+    del mine
+    assert not buffer.reusable()
+    del served
+    assert buffer.reusable()
     with reader._lock:  # what the sweeper does once the buffer was idle for LINGER
         del reader._buffers[plan["blob"]]
         reader._retire(buffer)
-    assert reader.stats()["relay_idle"] == 0  # our values and a reply still use it
-    del mine, served
-    again = Buffer("x", plan["size"], memory)
-    with reader._lock:
-        reader._retire(again)  # no view handed out: reusable
     assert reader.stats()["relay_idle"] == 1
     with reader._lock:
-        assert reader._memory(plan["size"]) is memory  # the next frame of that size
-    reader.trim()
+        assert reader._memory(plan["size"]) is buffer.memory  # the next frame of that size
+    kept = Buffer("y", 10, Memory(10))
+    kept_view = kept.view()
+    with reader._lock:
+        reader._retire(kept)  # a view is alive: never pooled
+    assert reader.stats()["relay_idle"] == 0
+    del kept_view
