@@ -18,8 +18,9 @@ from tests.conformance.test_data_plane import DATA, MiB, _stats, assert_no_leaks
 NO_SHM = {"CORRAL_SHM": "0"}
 
 
-def _tcp_workers(sched, role: str, n: int) -> list[str]:
-    ids = sched.create_workers(Job(role=role, replicas=n, tasks=[SchedulingSpec(env_vars=NO_SHM)]))
+def _tcp_workers(sched, role: str, n: int, env: dict | None = None) -> list[str]:
+    spec = SchedulingSpec(env_vars={**NO_SHM, **(env or {})})
+    ids = sched.create_workers(Job(role=role, replicas=n, tasks=[spec]))
     for wid in ids:
         asyncio.run(sched.create_engine(wid, DATA))
     return ids
@@ -68,6 +69,29 @@ def test_relay_falls_back_to_the_owner_when_the_upstream_died_standin(sched, bac
     assert size * 2 <= _stats(sched, owner)["served_bytes"] < 2 * size + MiB
     del ref
     assert_no_leaks(sched, owner, second)
+
+
+def test_a_frozen_upstream_does_not_hang_its_reader_standin(sched, backend):
+    """The upstream is stopped (SIGSTOP): its connection is accepted but never answered.
+    The reader gives up on it after its upstream timeout (2 x 2 s + 5 s here) and pulls
+    from the owner."""
+    fast = {"CORRAL_RELAY_WAIT": "2"}
+    (owner,) = _tcp_workers(sched, "owner", 1, fast)
+    (first,) = _tcp_workers(sched, "first", 1, fast)
+    (second,) = _tcp_workers(sched, "second", 1, fast)
+    size = 16 * MiB
+    ref = sched.call_engine(owner, "make", None, size, rpc_meta={"keep": True})["big"]
+    expected = sched.call_engine(owner, "digest", None, ref)
+    assert sched.call_engine(first, "digest", None, ref) == expected
+    frozen = sched.get_workers("first")[0]
+    backend.kill_worker(frozen, signal.SIGSTOP)
+    try:
+        assert sched.call_engine(second, "digest", None, ref, http_timeout=60) == expected
+    finally:
+        backend.kill_worker(frozen, signal.SIGCONT)
+    assert _stats(sched, second)["relay_fallbacks"] == 1
+    del ref
+    assert_no_leaks(sched, owner, first, second)
 
 
 def test_small_refs_are_not_relayed_standin(sched):

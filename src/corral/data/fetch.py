@@ -140,7 +140,7 @@ class RefResolver:
                 self._address(peer, peer_generation),
                 "/data/chunk",
                 chunk,
-                timeout=relay.WAIT + 30.0,
+                timeout=relay.UPSTREAM_TIMEOUT,
                 identity=upstream,
             )
 

@@ -51,7 +51,10 @@ LINGER = float(os.environ.get("CORRAL_RELAY_LINGER", "3"))
 #: seconds a retired buffer's memory waits for the next frame
 POOL_IDLE = 10.0
 #: seconds a relay waits for a chunk it has not received yet before saying so
-WAIT = 30.0
+WAIT = float(os.environ.get("CORRAL_RELAY_WAIT", "30"))
+#: seconds a reader waits for its upstream's answer to one chunk request (a frozen or
+#: cut-off upstream): then it turns to the owner
+UPSTREAM_TIMEOUT = 2 * WAIT + 5
 ENABLED = os.environ.get("CORRAL_RELAY", "1") != "0"
 
 
