@@ -43,6 +43,7 @@ def test_broadcast_relay_standin_shm_off_owner_sends_one_copy(sched):
     expected = sched.call_engine(owner, "digest", None, ref)  # the owner uses it in place
     assert _read_all(sched, readers, ref) == [expected] * 4  # identical bytes everywhere
     owner_stats = _stats(sched, owner)
+    assert [_stats(sched, r)["relay_fallbacks"] for r in readers] == [0] * 4
     # the frame is the array plus a few hundred bytes: one copy, not four
     assert size <= owner_stats["served_bytes"] < size + MiB, owner_stats
     relayed = sum(_stats(sched, r)["relayed_bytes"] for r in readers)

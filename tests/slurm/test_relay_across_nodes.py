@@ -42,6 +42,7 @@ def test_broadcast_to_readers_on_four_nodes_costs_the_owner_one_copy(make, lab):
         )
 
     assert asyncio.run(read_all(ref)) == [expected] * 4  # identical bytes on every node
+    assert [_stats(sched, r)["relay_fallbacks"] for r in readers] == [0] * 4
     owner_stats = _stats(sched, owner)
     # over TCP (served_bytes counts no shared memory) the owner sent one copy plus a
     # frame header, not one per remote reader

@@ -77,6 +77,20 @@ def test_a_relay_serves_what_it_has_and_waits_bounded_for_the_rest():
         failed.read(0, 5, wait=10)
 
 
+def test_a_relay_named_before_its_own_pull_began_waits_for_its_buffer(monkeypatch):
+    owner, plan = _owner()
+    reader = Relays()
+    got: list = []
+    early = threading.Thread(target=lambda: got.append(bytes(reader.chunk(plan["blob"], 0, 10))))
+    early.start()  # the downstream asks before this reader's pull has made its buffer
+    reader.pull(plan, _fetcher(owner, plan["blob"], None, []))
+    early.join(10)
+    assert got == [WHOLE[:10]]
+    monkeypatch.setattr(relay, "APPEAR", 0.05)
+    with pytest.raises(RelayUnavailable, match="no relay frame"):
+        reader.chunk("never-named-here", 0, 10)  # bounded: a frame that never comes
+
+
 def _fetcher(owner: Relays, blob: str, upstream_dies_at: int | None, log: list):
     """fetch() for pull(): the owner's chunks; the upstream serves the bytes before offset
     ``upstream_dies_at``, then its connection breaks (0: it is gone from the start)."""

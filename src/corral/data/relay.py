@@ -52,6 +52,8 @@ LINGER = float(os.environ.get("CORRAL_RELAY_LINGER", "3"))
 POOL_IDLE = 10.0
 #: seconds a relay waits for a chunk it has not received yet before saying so
 WAIT = float(os.environ.get("CORRAL_RELAY_WAIT", "30"))
+#: seconds a relay waits for the buffer of a frame it was just named upstream of
+APPEAR = 5.0
 #: seconds a reader waits for its upstream's answer to one chunk request (a frozen or
 #: cut-off upstream): then it turns to the owner
 UPSTREAM_TIMEOUT = 2 * WAIT + 5
@@ -207,6 +209,8 @@ class Relays:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._appeared = threading.Condition(self._lock)  # a buffer was added
+        self._gone: deque[str] = deque(maxlen=1024)  # frames this worker had and dropped
         self._sources: dict[tuple[str, ...], Source] = {}
         self._by_blob: dict[str, Source] = {}
         self._buffers: dict[str, Buffer] = {}
@@ -236,11 +240,17 @@ class Relays:
             for ident in [i for i in self._sources if gone.intersection(i)]:
                 source = self._sources.pop(ident)
                 self._by_blob.pop(source.blob, None)
+                self._gone.append(source.blob)
 
     # serving -----------------------------------------------------------------------
     def chunk(self, blob: str, offset: int, size: int, wait: float = WAIT) -> memoryview | bytes:
         with self._lock:
             source = self._by_blob.get(blob)
+            if source is None and blob not in self._buffers and blob not in self._gone:
+                # the owner named us upstream a moment before our own pull began
+                self._appeared.wait_for(
+                    lambda: blob in self._buffers or blob in self._gone, min(wait, APPEAR)
+                )
             buffer = self._buffers.get(blob) if source is None else None
             if buffer is not None:
                 buffer.users += 1
@@ -281,6 +291,7 @@ class Relays:
             mine = buffer is None
             if mine:
                 buffer = self._buffers[blob] = Buffer(blob, size, self._memory(size))
+                self._appeared.notify_all()
             buffer.users += 1
             self._ensure_sweeper()
         try:
@@ -297,6 +308,7 @@ class Relays:
                 buffer.fail(exc)
                 with self._lock:
                     self._buffers.pop(blob, None)
+                    self._gone.append(blob)
             raise
         finally:
             self._release(buffer)
@@ -355,6 +367,7 @@ class Relays:
                 for blob, buffer in list(self._buffers.items()):
                     if buffer.users == 0 and now - buffer.last_used > LINGER:
                         del self._buffers[blob]
+                        self._gone.append(blob)
                         self._retire(buffer)
                 self._trim_locked(now - POOL_IDLE)
                 if not self._buffers and not self._idle:
@@ -392,6 +405,7 @@ class Relays:
             for blob, buffer in list(self._buffers.items()):
                 if not buffer.users:
                     del self._buffers[blob]
+                    self._gone.append(blob)
                     self._retire(buffer)
             self._trim_locked(float("inf"))
 
