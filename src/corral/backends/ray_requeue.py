@@ -18,6 +18,10 @@ from typing import Any
 
 from corral.launcher import WorkerExit
 
+NODE_LOST = (
+    "; its Ray node was lost: a new actor waits for the bundle to be placed again "
+    "(Scheduler.wait_role waits for it)"
+)
 _NODE_DIED = re.compile(r"node (has )?died|node .*(was )?(removed|dead)|NODE_DIED", re.I)
 
 
@@ -36,11 +40,6 @@ class NodeLossRequeue:
         self._since: set[str] = set()  # roles preempted since mark_returned
 
     def replace(self, role: str, index: int, exit_: WorkerExit, new: Any) -> WorkerExit:
-        exit_.preempted = True
-        exit_.reason += (
-            "; its Ray node was lost: a new actor waits for the bundle to be placed again "
-            "(Scheduler.wait_role waits for it)"
-        )
         with self._lock:
             self._lost[(role, index)] = (exit_, new)
             self._since.add(role)
