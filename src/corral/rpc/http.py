@@ -106,7 +106,7 @@ class SocketReader:
                 if self.pending and deadline is None:
                     deadline = time.monotonic() + head_timeout
                 if deadline is None:
-                    self.sock.settimeout(idle_timeout)
+                    self.set_timeout(idle_timeout)
                 else:
                     left = deadline - time.monotonic()
                     if left <= 0:
@@ -121,6 +121,12 @@ class SocketReader:
         head = bytes(self.pending[:end])
         del self.pending[: end + 4]
         return parse_head(head)
+
+    def set_timeout(self, timeout: float | None) -> None:
+        """The socket's timeout; unchanged values make no system call (``settimeout``
+        always does one), so a steady request stream pays none."""
+        if self.sock.gettimeout() != timeout:
+            self.sock.settimeout(timeout)
 
     def read_body(self, length: int) -> bytearray | memoryview:
         """The next ``length`` bytes. Large bodies land in an uninitialised buffer that is
