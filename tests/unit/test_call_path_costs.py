@@ -147,3 +147,56 @@ def test_a_body_sent_after_its_head_is_read_and_answered(runtime) -> None:  # no
             assert reply == {"ok": True, "result": value}
     finally:
         sock.close()
+
+
+# ---------------------------------------------------------------- kernel timeouts (server)
+@pytest.fixture
+def quick_server():
+    """An RPCServer whose connections time out fast (the worker's defaults are 10 s/300 s)."""
+    from corral.rpc.server import RPCServer
+
+    server = RPCServer(
+        SECRET, lambda msg: Reply(200, [b"hi"], "text/plain"), head_timeout=0.3,
+        idle_timeout=0.6,
+    ).start()  # fmt: skip
+    yield server
+    server.stop()
+
+
+def _closed_by_server(sock: socket.socket) -> bool:
+    """True once the server has closed ``sock`` (within this socket's own 10 s timeout)."""
+    try:
+        while sock.recv(4096):
+            pass
+    except TimeoutError:
+        return False
+    except ConnectionResetError:
+        pass
+    return True
+
+
+@pytest.mark.parametrize("sent", [b"", b"POST /x HTTP/1.1\r\nContent-Le"])
+def test_server_drops_a_connection_that_sends_no_complete_head(quick_server, sent) -> None:
+    """Nothing, or half a head: the kernel's receive timeout ends the wait."""
+    sock = socket.create_connection(("127.0.0.1", quick_server.port), timeout=10)
+    try:
+        sock.sendall(sent)
+        assert _closed_by_server(sock)
+    finally:
+        sock.close()
+
+
+def test_server_drops_a_connection_idle_after_a_request_and_serves_before(quick_server) -> None:
+    signer = RequestSigner(TrialKeys(SECRET))
+    sock = socket.create_connection(("127.0.0.1", quick_server.port), timeout=10)
+    try:
+        reader = SocketReader(sock)
+        for _ in range(3):
+            auth, _ = signer.sign("POST", "/x", "", "", [b""], 0)
+            sock.sendall(f"POST /x HTTP/1.1\r\n{AUTH_HEADER}: {auth}\r\n\r\n".encode())
+            msg = reader.read_head()
+            assert msg is not None and msg.status == 200
+            assert bytes(reader.read_body(msg.content_length)) == b"hi"
+        assert _closed_by_server(sock)  # then idle: closed after idle_timeout
+    finally:
+        sock.close()

@@ -176,7 +176,7 @@ class RPCServer:
             self._waiting.pop(conn, None)
 
     def _serve(self, conn: socket.socket) -> None:
-        reader = SocketReader(conn)
+        reader = SocketReader(conn, kernel_timeouts=True)
         answered: str | None = None
         held: list = []  # a reply's segment, kept until the client has mapped it
         peer: int | None = None  # the client's pid once it offered shared memory
