@@ -10,7 +10,7 @@ Restart policy (``SchedulingSpec.max_restarts > 0``): the role's step runs witho
 ``--kill-on-bad-exit`` so that one dead replica leaves the others running, and
 :meth:`SlurmLauncher.restart` submits a one-task job for the dead replica
 (``CORRAL_INDEX_OFFSET=index``, same log files). A role then has several jobs, each
-running a set of its replicas; polling, stopping and ``backend_id`` cover all of them.
+running a set of its replicas; polling and stopping cover all of them.
 
 Everything that happens once a worker is reachable (health, engines, calls, fork via
 ``POST /fork``, colocation, teardown order) is the shared :class:`~corral.scheduler.Scheduler`.
@@ -25,17 +25,15 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import re
 import shlex
-import shutil
 import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from corral import options as opts
+from corral.backends.options import SlurmOptions
 from corral.backends.sbatch import (
     SbatchParams,
     check_container,
@@ -45,293 +43,41 @@ from corral.backends.sbatch import (
     render_task_script,
 )
 from corral.backends.slurm_cluster import fit_problem, never_clears, read_inventory
+from corral.backends.slurm_queue import (  # the state names stay importable from here
+    ACTIVE,
+    ENDED,
+    GRACEFUL_STOP_SECONDS,
+    PENDING,
+    QUERY_TIMEOUT_SECONDS,
+    STOP_TIMEOUT_SECONDS,
+    UNKNOWN,
+    JobState,
+    RoleJob,
+    SlurmQueue,
+    _describe_code,
+    _read_exit_file,
+    _require,
+    _run,
+    _unreachable,
+    classify_state,
+    describe_state,
+    ending_state_from_log,
+    normalize_state,
+    parse_exit_code,
+    state_is_final,
+)
 from corral.backends.slurm_steps import read_place, start_step, step_failure
-from corral.config import cluster_field, scheduler_field
+from corral.config import cluster_field
+from corral.dryrun import job_of
 from corral.errors import ConfigError, PlacementError, SchedulerError
 from corral.launcher import Launcher, LaunchRequest, WorkerExit
 from corral.paths import TrialPaths, check_dir, exit_code_path, replica_log_path, sbatch_log_path
 from corral.safedirs import make_private_subdir, user_name, write_private
 from corral.scheduler import Scheduler
-from corral.spec import NormalizedJob, SchedulingSpec, normalize_job
+from corral.spec import NormalizedJob, normalize_job
 from corral.worker import env as E
 
 log = logging.getLogger("corral")
-
-SQUEUE_CACHE_SECONDS = 0.5
-STOP_TIMEOUT_SECONDS = 60.0
-COMMAND_TIMEOUT_SECONDS = 60.0
-GRACEFUL_STOP_SECONDS = 5.0
-QUERY_TIMEOUT_SECONDS = 3.0
-OUTAGE_RETRY_SECONDS = 5.0
-
-# ------------------------------------------------------------------ job states --
-PENDING = "pending"  # queued: workers not started (yet)
-ACTIVE = "active"  # the job's processes exist (running, or stopped while suspended)
-ENDED = "ended"  # the job is over or ending: its workers are dead or dying
-UNKNOWN = "unknown"  # a state this module does not know: assume nothing
-
-_STATE_KINDS = {
-    "PENDING": PENDING,
-    "CONFIGURING": PENDING,
-    "REQUEUED": PENDING,
-    "REQUEUE_HOLD": PENDING,
-    "REQUEUE_FED": PENDING,
-    "RESV_DEL_HOLD": PENDING,
-    "RUNNING": ACTIVE,
-    "SUSPENDED": ACTIVE,
-    "STOPPED": ACTIVE,
-    "SIGNALING": ACTIVE,
-    "RESIZING": ACTIVE,
-    "STAGE_OUT": ACTIVE,
-    "COMPLETING": ENDED,
-    "COMPLETED": ENDED,
-    "FAILED": ENDED,
-    "CANCELLED": ENDED,
-    "TIMEOUT": ENDED,
-    "NODE_FAIL": ENDED,
-    "PREEMPTED": ENDED,
-    "OUT_OF_MEMORY": ENDED,
-    "BOOT_FAIL": ENDED,
-    "DEADLINE": ENDED,
-    "SPECIAL_EXIT": ENDED,
-    "REVOKED": ENDED,
-}
-
-
-def normalize_state(state: str | None) -> str:
-    """``"CANCELLED by 0"``, ``"cancelled+"`` -> ``"CANCELLED"``; empty -> ``"UNKNOWN"``."""
-    words = (state or "").strip().split()
-    return words[0].rstrip("+").upper() if words else "UNKNOWN"
-
-
-def classify_state(state: str | None) -> str:
-    """The kind of a Slurm job state: PENDING, ACTIVE, ENDED or UNKNOWN (module constants)."""
-    return _STATE_KINDS.get(normalize_state(state), UNKNOWN)
-
-
-def state_is_final(state: str | None) -> bool:
-    """Ended and done cleaning up: no process of the job is left (COMPLETING is not final)."""
-    name = normalize_state(state)
-    return classify_state(name) == ENDED and name != "COMPLETING"
-
-
-def describe_state(job_id: str, state: str | None, reason: str | None = None) -> str:
-    """``"Slurm job 12 PENDING (Resources)"``, ``"Slurm job 12 CANCELLED"``."""
-    name = normalize_state(state)
-    text = f"Slurm job {job_id} {name}"
-    if reason and reason not in ("None", "(null)") and name in ("PENDING", "REQUEUED"):
-        text += f" ({reason})"
-    return text
-
-
-def parse_exit_code(text: str | None) -> int | None:
-    """Slurm's ``ExitCode=code:signal`` -> the exit code, or ``-signal`` if it was killed."""
-    m = re.match(r"^\s*(\d+):(\d+)\s*$", text or "")
-    if not m:
-        return None
-    code, sig = int(m.group(1)), int(m.group(2))
-    return -sig if sig else code
-
-
-# ---------------------------------------------------------------- commands --
-def _require(command: str) -> str:
-    path = shutil.which(command)
-    if path is None:
-        raise SchedulerError(
-            f"{command} not found: is this a Slurm login node? Install the Slurm client "
-            "commands or put them on PATH."
-        )
-    return path
-
-
-def _run(
-    argv: list[str], timeout: float = COMMAND_TIMEOUT_SECONDS, umask: int = -1
-) -> subprocess.CompletedProcess:
-    _require(argv[0])
-    try:
-        return subprocess.run(
-            argv,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            stdin=subprocess.DEVNULL,
-            umask=umask,
-        )
-    except subprocess.TimeoutExpired:
-        raise SchedulerError(
-            f"{' '.join(argv)} did not answer within {timeout:.0f}s: is slurmctld reachable?"
-        ) from None
-
-
-def _unreachable(stderr: str) -> bool:
-    """slurmctld did not answer (as opposed to refusing the request)."""
-    text = stderr.lower()
-    return any(
-        word in text
-        for word in ("unable to contact slurm controller", "connection refused", "timed out")
-    )
-
-
-@dataclass
-class JobState:
-    state: str
-    reason: str = ""
-    exit_code: int | None = None
-    nodes: str = ""
-    completing: bool = False
-    """Still COMPLETING (processes being killed); ``state`` is then the base state."""
-
-
-@dataclass
-class RoleJob:
-    """One sbatch job of a role: the role's first job, or one that restarted a replica."""
-
-    job_id: str
-    indices: list[int]
-    """The replicas this job runs now (a restarted replica moves to its own job)."""
-    log_dir: str
-    script: str
-    seen_active: bool = False
-
-
-class SlurmQueue:
-    """Job states from one ``squeue`` call for every job asked about, cached briefly;
-    ``scontrol show job`` for jobs that have left squeue's view."""
-
-    def __init__(self, cache_seconds: float = SQUEUE_CACHE_SECONDS):
-        self.cache_seconds = cache_seconds
-        self._lock = threading.Lock()
-        self._states: dict[str, JobState] = {}
-        self._at = -1e9
-        self._asked: frozenset[str] = frozenset()
-        self._final: dict[str, JobState] = {}
-        self._retry_at = 0.0
-        self.outage_since: float | None = None
-
-    def states(self, job_ids: list[str]) -> dict[str, JobState]:
-        """Job states; while slurmctld does not answer, the last known ones (an outage of
-        the cluster manager is not a death: workers' own exit files still are)."""
-        ids = frozenset(j for j in job_ids if j not in self._final)
-        with self._lock:
-            now = time.monotonic()
-            fresh = now - self._at < self.cache_seconds
-            if ids and not (fresh and ids <= self._asked) and now >= self._retry_at:
-                try:
-                    self._states = self._squeue(sorted(ids))
-                    if self.outage_since is not None:
-                        log.warning("slurmctld answers again after %.1fs", now - self.outage_since)
-                    self.outage_since = None
-                except SchedulerError as exc:
-                    if self.outage_since is None:
-                        self.outage_since = now
-                        log.warning(
-                            "slurmctld does not answer (%s); using the last known job states "
-                            "and the workers' exit files until it does",
-                            exc,
-                        )
-                    self._retry_at = time.monotonic() + OUTAGE_RETRY_SECONDS
-                self._at = time.monotonic()
-                self._asked = ids
-            out = {}
-            for job_id in job_ids:
-                if job_id in self._final:
-                    out[job_id] = self._final[job_id]
-                    continue
-                state = self._states.get(job_id)
-                if self.outage_since is not None:
-                    out[job_id] = state or JobState("UNKNOWN")
-                    continue
-                if state is None or classify_state(state.state) == ENDED:
-                    # gone from squeue, or ended: scontrol knows the exit code
-                    found = self._scontrol(job_id)
-                    if found is not None and normalize_state(found.state) == "COMPLETING":
-                        # Slurm says COMPLETING (not why) until every process is gone
-                        found = JobState("COMPLETING", found.reason, None, found.nodes, True)
-                    state = found or state or JobState("UNKNOWN")
-                    self._states[job_id] = state
-                    if state_is_final(state.state) and not state.completing:
-                        self._final[job_id] = state
-                out[job_id] = state
-            return out
-
-    def invalidate(self) -> None:
-        with self._lock:
-            self._at = -1e9
-
-    @staticmethod
-    def _squeue(job_ids: list[str]) -> dict[str, JobState]:
-        r = _run(
-            ["squeue", "-h", "-t", "all", "-j", ",".join(job_ids), "-o", "%i|%T|%r|%N"],
-            timeout=QUERY_TIMEOUT_SECONDS,
-        )
-        if r.returncode != 0 and _unreachable(r.stderr):
-            raise SchedulerError(f"squeue: {r.stderr.strip()}")
-        if r.returncode != 0:
-            if "Invalid job id" in r.stderr:
-                return {}
-            raise SchedulerError(f"squeue failed (exit {r.returncode}): {r.stderr.strip()}")
-        found = {}
-        for line in r.stdout.splitlines():
-            parts = line.strip().split("|")
-            if len(parts) >= 3:
-                nodes = parts[3] if len(parts) > 3 else ""
-                found[parts[0]] = JobState(parts[1], parts[2], None, nodes)
-        return found
-
-    @staticmethod
-    def _scontrol(job_id: str) -> JobState | None:
-        try:
-            r = _run(["scontrol", "show", "job", "-o", job_id], timeout=QUERY_TIMEOUT_SECONDS)
-        except SchedulerError:
-            return None
-        if r.returncode != 0:
-            return None
-        fields = dict(re.findall(r"(\w+)=(\S*)", r.stdout))
-        if "JobState" not in fields:
-            return None
-        return JobState(
-            fields["JobState"],
-            fields.get("Reason", ""),
-            parse_exit_code(fields.get("ExitCode")),
-            fields.get("NodeList", ""),
-        )
-
-
-_STEPD_END_RE = re.compile(r"\*\*\* JOB (\d+) ON \S+ (CANCELLED|DUE TO [A-Z ]+?) AT ")
-_STEPD_REASONS = {
-    "CANCELLED": "CANCELLED",
-    "DUE TO TIME LIMIT": "TIMEOUT",
-    "DUE TO NODE FAILURE": "NODE_FAIL",
-    "DUE TO PREEMPTION": "PREEMPTED",
-}
-
-
-def ending_state_from_log(text: str, job_id: str) -> str | None:
-    """Why a job that is still COMPLETING ends, from slurmstepd's ``*** JOB <id> ON <node>
-    CANCELLED AT ...`` line in the batch log (Slurm itself says only COMPLETING)."""
-    for m in _STEPD_END_RE.finditer(text):
-        if m.group(1) == job_id:
-            return _STEPD_REASONS.get(m.group(2), m.group(2))
-    return None
-
-
-def _read_exit_file(path: str) -> int | None:
-    try:
-        with open(path) as fh:
-            return int(fh.read().strip())
-    except (OSError, ValueError):
-        return None
-
-
-def _describe_code(code: int) -> str:
-    if code > 128:
-        import signal
-
-        try:
-            return f"killed by {signal.Signals(code - 128).name} (exit status {code})"
-        except ValueError:
-            pass
-    return f"exited with code {code}"
 
 
 # ----------------------------------------------------------------- launcher --
@@ -342,34 +88,12 @@ class SlurmLauncher(Launcher):
         self,
         *,
         n_gpus_per_node: int,
-        partition: str | None = None,
-        account: str | None = None,
-        qos: str | None = None,
-        time_limit: str | int | None = None,
-        sbatch_directives: list[str] | tuple[str, ...] = (),
-        srun_args: list[str] | str = (),
-        nodelist: str | None = None,
-        exclude: str | None = None,
+        options: SlurmOptions | None = None,
         python: str = sys.executable,
         dry_run: bool = False,
-        container_type: str | None = None,
-        container_mounts: str | None = None,
     ):
-        self.container_type = container_type
-        self.container_mounts = container_mounts
+        self.options = (options or SlurmOptions()).checked()
         self.n_gpus_per_node = n_gpus_per_node
-        self.partition = partition
-        self.account = account
-        self.qos = qos
-        self.time_limit = time_limit
-        self.sbatch_directives = tuple(sbatch_directives or ())
-        if isinstance(srun_args, str):
-            import shlex
-
-            srun_args = shlex.split(srun_args)
-        self.srun_args = tuple(srun_args or ())
-        self.nodelist = nodelist
-        self.exclude = exclude
         self.python = python
         self.dry_run = dry_run
         self.queue = SlurmQueue()
@@ -407,20 +131,15 @@ class SlurmLauncher(Launcher):
             python=self.python,
             env=common,
             lease_timeout=float(common.get(E.LEASE_TIMEOUT, E.DEFAULT_LEASE_TIMEOUT)),
-            partition=self.partition,
-            account=self.account,
-            qos=self.qos,
-            time_limit=self.time_limit,
-            extra_sbatch_directives=self.sbatch_directives,
-            extra_srun_args=self.srun_args,
-            nodelist=self.nodelist,
-            exclude=self.exclude,
-            container_type=self.container_type,
-            mount=self.container_mounts,
+            options=self.options,
         )
 
     def render(self, job: NormalizedJob, env: dict[str, str], log_dir: str) -> str:
         return render_sbatch_script(self.params(job, env, log_dir))
+
+    def describe(self, request: LaunchRequest) -> str:
+        """The exact batch script ``launch(request)`` submits."""
+        return self.render(request.job, request.envs[0], request.log_dir)
 
     # -------------------------------------------------------------- launch
     def check(self, job: NormalizedJob) -> None:
@@ -431,7 +150,9 @@ class SlurmLauncher(Launcher):
             return
         if self._inventory is None:
             self._inventory = read_inventory(_run) or {}
-        problem = fit_problem(self._inventory, self.partition, layout.nodes, layout.gpus_per_node)
+        problem = fit_problem(
+            self._inventory, self.options.partition, layout.nodes, layout.gpus_per_node
+        )
         if problem is not None:
             name, value, why = problem
             raise PlacementError(
@@ -567,12 +288,6 @@ class SlurmLauncher(Launcher):
         """Every job of the role: the first, then one per restart."""
         return [j.job_id for j in self._jobs.get(role, ())]
 
-    def backend_id(self, role: str, index: int) -> str | None:
-        for job in reversed(self._jobs.get(role, ())):
-            if index in job.indices:
-                return job.job_id
-        return self.job_id(role)
-
     # ---------------------------------------------------------------- poll
     def _states(self) -> dict[str, JobState]:
         with self._lock:
@@ -664,7 +379,8 @@ class SlurmLauncher(Launcher):
         return describe_state(job.job_id, state.state, state.reason)
 
     # ---------------------------------------------------------------- stop
-    def stop(self, role: str) -> None:
+    def stop(self, role: str, reverse: bool = False) -> None:
+        """The role's jobs are cancelled at once (one job holds every rank: no order)."""
         with self._lock:
             jobs = self._jobs.pop(role, [])
             self._specs.pop(role, None)
@@ -778,10 +494,9 @@ class SlurmScheduler(Scheduler):
     """Workers are ``srun`` tasks of one ``sbatch`` job per role, on a cluster with a
     filesystem shared by the controller and every node (``cluster.fileroot``).
 
-    Options default to ``cfg.scheduler.<name>`` (``partition``, ``account``, ``qos``,
-    ``time_limit``, ``sbatch_directives``, ``srun_args``). ``nodelist``/``exclude``
-    apply to every role (a role's ``SchedulingSpec.nodelist``/``exclude`` is used when
-    these are None). ``python`` is the interpreter the nodes run workers with.
+    Its options are :class:`corral.backends.options.SlurmOptions` (keywords, else
+    ``cfg.scheduler.slurm``); ``nodelist``/``exclude`` there apply to every role (a
+    role's ``SchedulingSpec.nodelist``/``exclude`` is used when they are None). ``python`` is the interpreter the nodes run workers with.
     ``dry_run=True`` submits nothing: ``create_workers`` prints the batch script and
     returns ``[]``; :meth:`render_script` returns it.
     """
@@ -806,14 +521,7 @@ class SlurmScheduler(Scheduler):
         etcd3_addr: str | None = None,
         exp_config: Any = None,
         *,
-        partition: str | None = None,
-        account: str | None = None,
-        qos: str | None = None,
-        time_limit: str | int | None = None,
-        sbatch_directives: list[str] | None = None,
-        srun_args: list[str] | str | None = None,
-        nodelist: str | None = None,
-        exclude: str | None = None,
+        slurm: SlurmOptions | None = None,
         python: str = sys.executable,
         dry_run: bool = False,
         **kwargs: Any,
@@ -821,7 +529,9 @@ class SlurmScheduler(Scheduler):
         """The first fifteen parameters are AReaL's ``SlurmScheduler``'s (an experiment
         config given first is taken as ``exp_config``); ``container_type`` and
         ``container_mounts`` override every role's spec when given, and
-        ``srun_additional_args`` is added to ``srun_args``."""
+        ``srun_additional_args`` is added to ``srun_args``. Further keywords named like a
+        :class:`SlurmOptions` field (``partition=...``) win over ``slurm``, which wins
+        over ``cfg.scheduler.slurm``."""
         if exp_config is None and opts.looks_like_config(n_gpus_per_node):
             exp_config, n_gpus_per_node = n_gpus_per_node, None
         opts.check_exp_config(exp_config)
@@ -841,28 +551,17 @@ class SlurmScheduler(Scheduler):
         ):
             opts.check_type(name, value, (str,), "a str")
 
-        def pick(value: Any, name: str) -> Any:
-            return value if value is not None else scheduler_field(exp_config, name)
-
         gpus = opts.n_gpus(exp_config, n_gpus_per_node)
-        srun = pick(srun_args, "srun_args") or ()
+        given = {k: kwargs.pop(k) for k in SlurmOptions.names() if k in kwargs}
+        if slurm is not None:
+            given = {**dataclasses.asdict(slurm), **given}
+        given.setdefault("container_type", container_type)
+        given.setdefault("container_mounts", container_mounts)
+        options = SlurmOptions.resolve(exp_config, **given)
         if srun_additional_args:
-            srun = [*(shlex.split(srun) if isinstance(srun, str) else srun)]
-            srun += shlex.split(srun_additional_args)
+            options.srun_args = [*options.srun_args, *shlex.split(srun_additional_args)]
         launcher = SlurmLauncher(
-            n_gpus_per_node=gpus,
-            partition=pick(partition, "partition"),
-            account=pick(account, "account"),
-            qos=pick(qos, "qos"),
-            time_limit=pick(time_limit, "time_limit"),
-            sbatch_directives=list(pick(sbatch_directives, "sbatch_directives") or ()),
-            srun_args=srun,
-            nodelist=nodelist,
-            exclude=exclude,
-            python=python,
-            dry_run=dry_run,
-            container_type=container_type,
-            container_mounts=container_mounts,
+            n_gpus_per_node=gpus, options=options, python=python, dry_run=dry_run
         )
         super().__init__(
             exp_config,
@@ -877,10 +576,10 @@ class SlurmScheduler(Scheduler):
             name_resolve_type=name_resolve_type,
             nfs_record_root=nfs_record_root,
             etcd3_addr=etcd3_addr,
+            dry_run=dry_run,
             **kwargs,
         )
         self.cluster_name = cluster_name or cluster_field(exp_config, "cluster_name")
-        self.dry_run = dry_run
         where = "cluster.fileroot (the log directory under it)"
         if dry_run:  # a dry run writes nothing, but refuses what the real run would
             check_dir(str(self.log_dir), where, create=False)
@@ -896,27 +595,7 @@ class SlurmScheduler(Scheduler):
                 nj.strategy.type,
                 "a colocated role has no batch script of its own (it lives on its target's job)",
             )
-        for i, spec in enumerate(nj.tasks):
-            if spec.gpu > self.n_gpus_per_node:
-                raise ConfigError(
-                    f"job.tasks[{i}].gpu",
-                    spec.gpu,
-                    f"a worker cannot use more GPUs than a node has "
-                    f"(n_gpus_per_node={self.n_gpus_per_node})",
-                )
-        self.launcher.check(nj)
-        env = self.worker_env(nj.role, 0, nj.tasks[0])
-        return self.launcher.render(nj, env, str(self.log_dir))
-
-    def create_workers(self, job: Any, *args: Any, **kwargs: Any) -> list[str]:
-        if self.dry_run:
-            nj = normalize_job(job)
-            if nj.is_colocated:
-                print(f"# dry run: {nj.role} is colocated with {nj.strategy.target}; no job")
-            else:
-                print(self.render_script(job))
-            return []
-        return super().create_workers(job, *args, **kwargs)
+        return self.dry_run(nj)
 
     @property
     def launcher_jobs(self) -> dict[str, str]:
@@ -926,27 +605,20 @@ class SlurmScheduler(Scheduler):
 
 
 def render_dry_run(cfg: Any, role: str, replicas: int) -> str:
-    """The batch script of ``replicas`` workers of ``role`` under ``cfg`` (``corral run
-    --dry-run``). The spec is ``cfg.scheduling_spec`` if the config has one, else the
-    default ``SchedulingSpec()``."""
-    spec = getattr(cfg, "scheduling_spec", None)
-    if isinstance(spec, (list, tuple)):
-        tasks = list(spec)
-    elif isinstance(spec, SchedulingSpec):
-        tasks = [spec]
-    else:
-        tasks = [SchedulingSpec()]
-    job = type(
-        "Job", (), {"role": role, "replicas": replicas, "tasks": tasks, "scheduling_strategy": None}
-    )()
+    """The batch script of ``replicas`` workers of ``role`` under ``cfg`` on Slurm,
+    whatever ``cfg.scheduler.type`` says (``corral.dryrun.from_config`` follows it)."""
     sched = SlurmScheduler(exp_config=cfg, dry_run=True)
     try:
-        return sched.render_script(job)
+        return sched.dry_run(job_of(cfg, role, replicas))
     finally:
         sched.close()
 
 
 __all__ = [
+    "ACTIVE",
+    "ENDED",
+    "PENDING",
+    "UNKNOWN",
     "SlurmLauncher",
     "SlurmScheduler",
     "classify_state",
