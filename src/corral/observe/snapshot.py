@@ -69,7 +69,8 @@ class SnapshotBuilder:
             )
             if state.kind == "reused":
                 continue
-            workers_out.extend(self._worker_rows(role, state, dead_by_role[owner]))
+            own = _poll(s, role) if state.kind == "forked" else {}  # Ray: forks are actors
+            workers_out.extend(self._worker_rows(role, state, dead_by_role[owner], own))
         return {
             "version": SNAPSHOT_VERSION,
             "experiment": s.experiment_name,
@@ -87,7 +88,10 @@ class SnapshotBuilder:
             "workers": workers_out,
         }
 
-    def _worker_rows(self, role: str, state: Any, dead: dict) -> list[dict]:
+    def _worker_rows(self, role: str, state: Any, dead: dict, own: dict) -> list[dict]:
+        """``dead``: deaths the backend reports for the role's own launched workers, or for
+        a forked role, for its host workers; ``own``: a forked role's deaths the backend
+        reports itself (where forks are backend processes: Ray actors)."""
         s = self.scheduler
         rows = []
         by_index = {w.index: w for w in list(state.workers)}
@@ -133,6 +137,14 @@ class SnapshotBuilder:
                     reason=f"its host worker {state.target}/{index} died: {exit_.reason}",
                     log_tail=tail(row["log_path"], LOG_TAIL_LINES),
                 )
+            elif exit_ is not None or own.get(index) is not None:
+                exit_ = exit_ if exit_ is not None else own[index]
+                row.update(
+                    state="exited" if exit_.exit_code == 0 else "failed",
+                    exit_code=exit_.exit_code,
+                    reason=exit_.reason,
+                    log_tail=tail(exit_.log_path or row["log_path"], LOG_TAIL_LINES),
+                )
             elif death is not None:  # the forked child died, its host lives
                 code = death.get("exit_code")
                 row.update(
@@ -140,13 +152,6 @@ class SnapshotBuilder:
                     exit_code=code,
                     reason=death.get("reason"),
                     log_tail=tail(row["log_path"], LOG_TAIL_LINES),
-                )
-            elif exit_ is not None:
-                row.update(
-                    state="exited" if exit_.exit_code == 0 else "failed",
-                    exit_code=exit_.exit_code,
-                    reason=exit_.reason,
-                    log_tail=tail(exit_.log_path or row["log_path"], LOG_TAIL_LINES),
                 )
             rows.append(row)
         return rows
@@ -180,6 +185,13 @@ class SnapshotBuilder:
             return "restarting"
         self._seen[worker_id] = (restarts, generation)
         return "running"
+
+
+def _poll(s: Any, role: str) -> dict:
+    try:
+        return s.launcher.poll(role)
+    except Exception:
+        return {}
 
 
 def _pending_reason(s: Any, role: str) -> str | None:
