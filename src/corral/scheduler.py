@@ -203,6 +203,24 @@ class Scheduler:
         if not os.access(path, os.W_OK | os.X_OK):
             raise ConfigError(field_name, path, "it is not writable; use a writable directory")
 
+    @staticmethod
+    def _check_dir_creatable(path: str, field_name: str) -> None:
+        """What ``_ensure_dir`` checks, without creating anything (for dry runs)."""
+        probe = os.path.abspath(path)
+        while not os.path.lexists(probe):
+            probe = os.path.dirname(probe)
+        if not os.path.isdir(probe):
+            raise ConfigError(
+                field_name,
+                path,
+                f"cannot create it: {probe} is a file, not a directory; "
+                "remove it or use another directory",
+            )
+        if not os.access(probe, os.W_OK | os.X_OK):
+            raise ConfigError(
+                field_name, path, f"{probe} is not writable; use a writable directory"
+            )
+
     @property
     def secrets_dir(self) -> str:
         """``<fileroot>/secrets/<experiment>/<trial>`` (not created here)."""

@@ -67,13 +67,17 @@ def test_delete_workers_stops_a_frozen_worker_and_leaves_nothing(sched, backend)
     (wid,) = sched.create_workers(Job(role="ice", replicas=1))
     worker = sched.get_workers("ice")[0]
     backend.kill_worker(worker, signal.SIGSTOP)
-    sched.delete_workers("ice")
-    assert sched.roles == []
-    assert backend.leftovers(sched.experiment_name, sched.trial_name) == []
-    deadline = time.monotonic() + 10
-    while pid_alive(worker.pid) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not pid_alive(worker.pid), f"{wid} (pid {worker.pid}) is still alive"
+    try:
+        sched.delete_workers("ice")
+        assert sched.roles == []
+        assert backend.leftovers(sched.experiment_name, sched.trial_name) == []
+        deadline = time.monotonic() + 10
+        while pid_alive(worker.pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not pid_alive(worker.pid), f"{wid} (pid {worker.pid}) is still alive"
+    finally:  # a failing run must not leave a stopped process behind for hours
+        if pid_alive(worker.pid):
+            backend.kill_worker(worker, signal.SIGKILL)
 
 
 def test_wrong_secret_is_refused_and_has_no_effect(sched):

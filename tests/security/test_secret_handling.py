@@ -5,6 +5,7 @@ and runtime_env; a Slurm admin's `corral stop` could cancel other users' jobs.""
 
 from __future__ import annotations
 
+import asyncio
 import glob
 import os
 import stat
@@ -17,6 +18,8 @@ from corral import BaseExperimentConfig, Job, SchedulingSpec
 from corral.errors import TrialInUseError
 from tests.conftest import BACKENDS
 from tests.security.support import MALLORY, as_mallory, environ_of, mallory
+
+ECHO = "corral.testing.engines.EchoEngine"
 
 
 def _mode(path: str) -> int:
@@ -39,10 +42,17 @@ def test_no_secret_in_any_worker_environment_or_launch_record(sched) -> None:
     (child,) = sched.fork_workers("envchild", "env")
     secret = sched.secret.encode()
     for worker in (sched.get_workers("env")[0], sched.get_workers("envchild")[0]):
+        # what the process was started with: on Ray that is the Ray worker's own
+        # environment (corral sets its variables inside the actor), elsewhere corral's
         environ = environ_of(worker.pid)
-        assert b"CORRAL_" in environ  # the right process
+        assert (b"RAY_" if sched.backend == "ray" else b"CORRAL_") in environ  # the right process
         assert secret not in environ, worker.id
         assert b"CORRAL_SECRET=" not in environ
+        asyncio.run(sched.create_engine(worker.id, ECHO, "env"))
+        inside = sched.call_engine(worker.id, "environ", "env")
+        assert inside.get("CORRAL_ROLE") == worker.id.split("/")[0]  # the variables are there
+        assert "CORRAL_SECRET" not in inside
+        assert not [k for k, v in inside.items() if sched.secret in v], worker.id
     if sched.backend == "ray":
         for record in sched.launcher._roles["env"].replicas:
             assert sched.secret not in repr(record.env)  # what went into runtime_env

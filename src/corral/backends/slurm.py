@@ -883,8 +883,11 @@ class SlurmScheduler(Scheduler):
         )
         self.cluster_name = cluster_name or cluster_field(exp_config, "cluster_name")
         self.dry_run = dry_run
-        if not dry_run:  # a dry run writes nothing
-            self._ensure_dir(str(self.log_dir), "cluster.fileroot (the log directory under it)")
+        where = "cluster.fileroot (the log directory under it)"
+        if dry_run:  # a dry run writes nothing, but still refuses a path that cannot work
+            self._check_dir_creatable(str(self.log_dir), where)
+        else:
+            self._ensure_dir(str(self.log_dir), where)
 
     def render_script(self, job: Any) -> str:
         """The exact batch script ``create_workers(job)`` submits (nothing is submitted)."""

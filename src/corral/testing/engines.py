@@ -56,6 +56,10 @@ class EchoEngine:
     def getenv(self, name: str) -> str | None:
         return os.environ.get(name)
 
+    def environ(self) -> dict[str, str]:
+        """The whole in-process environment (on Ray it differs from /proc/PID/environ)."""
+        return dict(os.environ)
+
     def loaded(self, names: list[str]) -> list[str]:
         """Which of ``names`` are imported in this worker process."""
         import sys
