@@ -88,10 +88,13 @@ MUTANTS: list[Mutant] = [
       f"{WIRE} {RPC} -k 'connection_close or not_pooled'",
       why="'Connection: close' is ignored (the connection is reused after a refusal)"),
     # ------------------------------------------------------------------ rpc/server.py
-    M("server-secret-check", "rpc/server.py",
-      "return hmac.compare_digest(given, self._secret)", "return True",
+    M("server-secret-check", "auth.py",
+      "        if not hmac.compare_digest(self.keys.sign(self.keys.request, fields), sig):\n"
+      '            return "wrong signature',
+      "        if False:\n"
+      '            return "wrong signature',
       f"{RPC} -k unauthenticated",
-      why="requests without the trial secret are served"),
+      why="requests not signed with the trial secret are served"),
     M("server-body-limit", "rpc/server.py",
       "if length > self._max_body:", "if False:", f"{WIRE} -k max_body",
       why="bodies over the limit are read"),
