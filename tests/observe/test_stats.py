@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 import urllib.request
 
 import pytest
 
 from corral import Job, SchedulingSpec
+from corral.cli import _deaths as cli_deaths
 from corral.errors import ConfigError, EngineCallError
 from tests.observe.helpers import role_row, stats_mode, wait_stats, worker_row
 
@@ -120,6 +122,13 @@ def test_forked_child_that_dies_alone_turns_failed_with_its_exit_code(backend, s
         assert f"corral worker {child}" in worker_row(snap, child)["log_tail"]
     for host in ("rollout/0", "rollout/1"):
         assert worker_row(snap, host)["state"] == "running"
+    # the same death records are what `corral ps` prints
+    for _ in range(300):  # on Ray the controller's health monitor writes them
+        deaths = cli_deaths(sched.name_resolve, sched.experiment_name, sched.trial_name)
+        if {killed, exits} <= set(deaths):
+            break
+        time.sleep(0.1)
+    assert {killed, exits} <= set(deaths), deaths
 
 
 def test_stats_file_is_marked_closed_when_the_trial_ends(sched):
