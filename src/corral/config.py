@@ -9,10 +9,11 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from corral.backends import backend_names, scheduler_class
 from corral.errors import ConfigError
 from corral.safedirs import default_fileroot
 
-SCHEDULER_TYPES = ("local", "ray", "slurm")
+SCHEDULER_TYPES = backend_names()
 
 
 @dataclass
@@ -192,18 +193,5 @@ def _coerce(hint: Any, value: Any, path: str) -> Any:
 
 
 def make_scheduler(cfg: Any, **kwargs: Any):
-    """The scheduler named by ``cfg.scheduler.type`` (local, ray or slurm)."""
-    kind = scheduler_field(cfg, "type")
-    if kind == "local":
-        from corral.backends.local import LocalScheduler
-
-        return LocalScheduler(exp_config=cfg, **kwargs)
-    if kind == "ray":
-        from corral.backends.ray import RayScheduler
-
-        return RayScheduler(exp_config=cfg, **kwargs)
-    if kind == "slurm":
-        from corral.backends.slurm import SlurmScheduler
-
-        return SlurmScheduler(exp_config=cfg, **kwargs)
-    raise ConfigError("scheduler.type", kind, f"use one of {', '.join(SCHEDULER_TYPES)}")
+    """The scheduler named by ``cfg.scheduler.type`` (a name in ``corral.backends.BACKENDS``)."""
+    return scheduler_class(scheduler_field(cfg, "type"))(exp_config=cfg, **kwargs)

@@ -13,7 +13,7 @@ from corral.config import cluster_field
 from corral.errors import ConfigError, GPURequestError
 from corral.launcher import Launcher, LaunchRequest, WorkerExit
 from corral.logs import LogPump, replica_log_path
-from corral.procs import describe_exit, spawn, stop_process_groups
+from corral.procs import describe_returncode, spawn, stop_process_groups
 from corral.scheduler import Scheduler
 from corral.spec import NormalizedJob
 from corral.worker import env as E
@@ -116,9 +116,9 @@ class LocalLauncher(Launcher):
         for index, proc in enumerate(self._procs.get(role, [])):
             code = proc.poll()
             if code is not None:
-                exit_ = describe_exit(code)
-                exit_.log_path = replica_log_path(self._log_dir, role, index)
-                dead[index] = exit_
+                dead[index] = WorkerExit(
+                    describe_returncode(code), code, replica_log_path(self._log_dir, role, index)
+                )
         if dead:
             self._pump.flush_closed(0.3)
         return dead

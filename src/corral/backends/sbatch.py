@@ -33,7 +33,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from corral.errors import ConfigError
+from corral.paths import (
+    exit_code_path,
+    merged_log_path,
+    replica_log_path,
+    role_log_path,
+    sbatch_log_path,
+)
 from corral.spec import CONTAINER_TYPES, SchedulingSpec, validate_role_name, validate_spec
+from corral.worker import env as E
 
 __all__ = [
     "RESERVED_ENV",
@@ -51,75 +59,31 @@ __all__ = [
     "sbatch_log_path",
 ]
 
-# Environment the renderer owns (see corral.worker.env); users cannot override these
-# through SchedulingSpec.env_vars or SbatchParams.env. CORRAL_SECRET is refused so
-# that the trial secret never lands in a job script: pass secret_file instead.
-ENV_EXPERIMENT = "CORRAL_EXPERIMENT"
-ENV_TRIAL = "CORRAL_TRIAL"
-ENV_ROLE = "CORRAL_ROLE"
-ENV_NAME_RESOLVE = "CORRAL_NAME_RESOLVE"
-ENV_SECRET_FILE = "CORRAL_SECRET_FILE"
-ENV_INDEX_OFFSET = "CORRAL_INDEX_OFFSET"
-ENV_LEASE_TIMEOUT = "CORRAL_LEASE_TIMEOUT"
-ENV_PORT_COUNT = "CORRAL_PORT_COUNT"
-ENV_LOG_DIR = "CORRAL_LOG_DIR"
-ENV_BACKEND_ID = "CORRAL_BACKEND_ID"
-ENV_INDEX = "CORRAL_INDEX"
-ENV_SECRET = "CORRAL_SECRET"
+# Environment the renderer owns (names from corral.worker.env, the contract's one owner);
+# users cannot override these through SchedulingSpec.env_vars or SbatchParams.env.
+# CORRAL_SECRET is refused so that the trial secret never lands in a job script: pass
+# secret_file instead.
 RESERVED_ENV = frozenset(
     {
-        ENV_EXPERIMENT,
-        ENV_TRIAL,
-        ENV_ROLE,
-        ENV_NAME_RESOLVE,
-        ENV_SECRET_FILE,
-        ENV_INDEX_OFFSET,
-        ENV_LEASE_TIMEOUT,
-        ENV_PORT_COUNT,
-        ENV_LOG_DIR,
-        ENV_BACKEND_ID,
-        ENV_INDEX,
-        ENV_SECRET,
+        E.EXPERIMENT,
+        E.TRIAL,
+        E.ROLE,
+        E.NAME_RESOLVE,
+        E.SECRET_FILE,
+        E.INDEX_OFFSET,
+        E.LEASE_TIMEOUT,
+        E.PORT_COUNT,
+        E.LOG_DIR,
+        E.BACKEND_ID,
+        E.INDEX,
+        E.SECRET,
     }
 )
-
-DEFAULT_LEASE_TIMEOUT = 5.0
-MERGED_LOG_NAME = "merged.log"
 
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _TIME_RE = re.compile(r"^(?:\d+-)?\d+(?::\d+){0,2}$|^(?:UNLIMITED|INFINITE)$", re.IGNORECASE)
 # spec fields that mean nothing to Slurm and may differ between replicas
 _NOT_SLURM_FIELDS = frozenset({"ray_placement_strategy"})
-
-
-# ------------------------------------------------------------------ log paths --
-def replica_log_path(log_dir: str, role: str, index: int) -> str:
-    """The log of one worker: ``<log_dir>/<role>/<index>.log``."""
-    return f"{log_dir.rstrip('/')}/{role}/{index}.log"
-
-
-def exit_code_path(log_dir: str, role: str, index: int) -> str:
-    """Written by the task when its worker exits on its own: the exit code and a newline.
-
-    Absent while the worker runs, and when the task itself was killed (scancel,
-    ``--kill-on-bad-exit`` taking down the other replicas after one failed).
-    """
-    return f"{log_dir.rstrip('/')}/{role}/{index}.exit"
-
-
-def role_log_path(log_dir: str, role: str) -> str:
-    """All workers of a role, each line prefixed ``[role/index] ``."""
-    return f"{log_dir.rstrip('/')}/{role}.log"
-
-
-def merged_log_path(log_dir: str) -> str:
-    """Every worker of every role, each line prefixed ``[role/index] ``."""
-    return f"{log_dir.rstrip('/')}/{MERGED_LOG_NAME}"
-
-
-def sbatch_log_path(log_dir: str, role: str) -> str:
-    """Slurm's own output of the role's batch script (srun errors, bash errors)."""
-    return f"{log_dir.rstrip('/')}/{role}.sbatch.log"
 
 
 # --------------------------------------------------------------------- layout --
@@ -295,7 +259,7 @@ class SbatchParams:
     python: str = "python3"
     env: Mapping[str, str] = field(default_factory=dict)
     index_offset: int = 0
-    lease_timeout: float = DEFAULT_LEASE_TIMEOUT
+    lease_timeout: float = E.DEFAULT_LEASE_TIMEOUT
     partition: str | None = None
     account: str | None = None
     qos: str | None = None
@@ -362,13 +326,13 @@ def _check_env(name: str, env: Mapping[str, str], *, allow_corral: bool) -> dict
             raise ConfigError(f"{name}[{key!r}]", value, "use a shell variable name")
         if not isinstance(value, str):
             raise ConfigError(f"{name}[{key!r}]", value, "use a str value")
-        if key == ENV_SECRET:
+        if key == E.SECRET:
             raise ConfigError(
                 f"{name}[{key!r}]",
                 "<hidden>",
                 "pass the trial secret as secret_file, never in the script",
             )
-        if key == ENV_INDEX:
+        if key == E.INDEX:
             raise ConfigError(
                 f"{name}[{key!r}]",
                 value,
@@ -579,9 +543,9 @@ def render_sbatch_script(params: SbatchParams) -> str:
             raise ConfigError(name, value, "use a non-empty str")
     spec_env = _check_env("SchedulingSpec.env_vars", p.spec.env_vars, allow_corral=False)
     extra_env = _check_env("env", p.env, allow_corral=True)
-    if extra_env.get(ENV_ROLE, role) != role:
+    if extra_env.get(E.ROLE, role) != role:
         raise ConfigError(
-            f"env[{ENV_ROLE!r}]", extra_env[ENV_ROLE], f"must match role={role!r} or be left out"
+            f"env[{E.ROLE!r}]", extra_env[E.ROLE], f"must match role={role!r} or be left out"
         )
 
     out = sbatch_log_path(log_dir, role)
@@ -629,16 +593,16 @@ def render_sbatch_script(params: SbatchParams) -> str:
     # or override them, e.g. Scheduler.worker_env() without CORRAL_INDEX), then the
     # spec's env_vars (the user's word wins for everything that is not CORRAL_*)
     exports: dict[str, str] = {
-        ENV_EXPERIMENT: _q(p.experiment),
-        ENV_TRIAL: _q(p.trial),
-        ENV_ROLE: _q(role),
-        ENV_NAME_RESOLVE: _q(_name_resolve_json(p.name_resolve)),
-        ENV_SECRET_FILE: _q(p.secret_file),
-        ENV_INDEX_OFFSET: str(p.index_offset),
-        ENV_LEASE_TIMEOUT: repr(lease),
-        ENV_PORT_COUNT: str(p.spec.port_count),
-        ENV_LOG_DIR: _q(log_dir),
-        ENV_BACKEND_ID: '"${SLURM_JOB_ID:-}"',
+        E.EXPERIMENT: _q(p.experiment),
+        E.TRIAL: _q(p.trial),
+        E.ROLE: _q(role),
+        E.NAME_RESOLVE: _q(_name_resolve_json(p.name_resolve)),
+        E.SECRET_FILE: _q(p.secret_file),
+        E.INDEX_OFFSET: str(p.index_offset),
+        E.LEASE_TIMEOUT: repr(lease),
+        E.PORT_COUNT: str(p.spec.port_count),
+        E.LOG_DIR: _q(log_dir),
+        E.BACKEND_ID: '"${SLURM_JOB_ID:-}"',
     }
     exports.update((k, _q(v)) for k, v in extra_env.items())
     exports.update((k, _q(v)) for k, v in spec_env.items())

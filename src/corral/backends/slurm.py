@@ -40,18 +40,16 @@ from corral.backends.sbatch import (
     SbatchParams,
     check_container,
     check_homogeneous,
-    exit_code_path,
     plan_layout,
     render_sbatch_script,
     render_task_script,
-    replica_log_path,
-    sbatch_log_path,
 )
 from corral.backends.slurm_cluster import fit_problem, never_clears, read_inventory
 from corral.backends.slurm_steps import read_place, start_step, step_failure
 from corral.config import cluster_field, scheduler_field
 from corral.errors import ConfigError, PlacementError, SchedulerError
 from corral.launcher import Launcher, LaunchRequest, WorkerExit
+from corral.paths import TrialPaths, check_dir, exit_code_path, replica_log_path, sbatch_log_path
 from corral.safedirs import make_private_subdir, user_name, write_private
 from corral.scheduler import Scheduler
 from corral.spec import NormalizedJob, SchedulingSpec, normalize_job
@@ -493,7 +491,7 @@ class SlurmLauncher(Launcher):
         make_private_subdir(role_dir)
         for index in range(job.replicas):  # a role made again must not read old exits
             self._forget_exit(log_dir, job.role, index)
-        path = os.path.join(log_dir, f"{job.role}.sbatch")
+        path = TrialPaths.at(log_dir).sbatch_script(job.role)
         write_private(path, script)  # it holds env_vars (tokens): owner only
         job_id = self._submit(path, job, job.role)
         with self._lock:
@@ -517,7 +515,7 @@ class SlurmLauncher(Launcher):
         one = NormalizedJob(role, 1, (nj.tasks[index],), nj.strategy)
         params = dataclasses.replace(self.params(one, env, log_dir), index_offset=index)
         script = render_sbatch_script(params)
-        path = os.path.join(log_dir, f"{role}.{index}.restart{len(jobs)}.sbatch")
+        path = TrialPaths.at(log_dir).restart_script(role, index, len(jobs))
         write_private(path, script)
         # the dead replica's exit file must not make the new one look dead
         self._forget_exit(log_dir, role, index)
@@ -884,8 +882,8 @@ class SlurmScheduler(Scheduler):
         self.cluster_name = cluster_name or cluster_field(exp_config, "cluster_name")
         self.dry_run = dry_run
         where = "cluster.fileroot (the log directory under it)"
-        if dry_run:  # a dry run writes nothing, but still refuses a path that cannot work
-            self._check_dir_creatable(str(self.log_dir), where)
+        if dry_run:  # a dry run writes nothing, but refuses what the real run would
+            check_dir(str(self.log_dir), where, create=False)
         else:
             self._ensure_dir(str(self.log_dir), where)
 

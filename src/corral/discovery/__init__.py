@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from corral.discovery.base import NameResolve, check_key
 from corral.discovery.files import FileNameResolve
 from corral.discovery.memory import MemoryNameResolve
 from corral.errors import ConfigError
+from corral.paths import records_root
 from corral.safedirs import default_fileroot
 
 NAME_RESOLVE_TYPES = ("nfs", "memory", "etcd3")
@@ -21,7 +21,7 @@ def make_name_resolve(cfg: Any, fileroot: str | None = None) -> NameResolve:
     if kind in ("nfs", "files"):
         root = get("nfs_record_root") or get("root")
         if not root:
-            root = os.path.join(fileroot or default_fileroot(), "name_resolve")
+            root = records_root(fileroot or default_fileroot())
         return FileNameResolve(root)
     if kind == "memory":
         return MemoryNameResolve()
