@@ -15,7 +15,7 @@ from corral import keys
 from corral.discovery.base import NameResolve
 from corral.errors import ConfigError, WorkerCreationError
 from corral.logs import LogPump, replica_log_path, tail
-from corral.procs import describe_exit, spawn, stop_process_groups
+from corral.procs import describe_returncode, spawn, stop_process_groups
 from corral.spec import validate_role_name
 from corral.worker import env as E
 from corral.worker.args import DEFAULT_WORKER_MODULES, contract_args, free_port, module_argv
@@ -155,7 +155,7 @@ class ForkManager:
         record = {
             "worker_id": child_id,
             "state": "dead",
-            "reason": f"forked worker {describe_exit(code).reason}",
+            "reason": f"forked worker {describe_returncode(code)}",
             "exit_code": code,
             "at": time.time(),
             "run_id": s.run_id,
