@@ -128,6 +128,25 @@ def test_dashboard_in_chromium_lists_workers_streams_logs_and_shows_a_failure(
         if UPDATE_SCREENSHOT:  # let the plots fill before the picture for the docs
             time.sleep(float(os.environ.get("CORRAL_SCREENSHOT_SECONDS", "45")))
 
+        # a forked child that dies alone (its host lives on) turns failed with its own code;
+        # first, while every host surely lives (on Slurm a killed replica can end its
+        # whole job, and with it the other replicas)
+        backend.kill_worker(workers[helpers[0]])
+        wait_stats(
+            sched, lambda s: worker_row(s, helpers[0])["state"] == "failed", what="child failed"
+        )
+        child = f"document.querySelector('tr[data-worker={_q(helpers[0])}]')"
+        browser.wait_for(f"{child}.dataset.state === 'failed'", what=f"{helpers[0]} failed")
+        failure = browser.wait_for(
+            f"document.querySelector('.failure[data-worker={_q(helpers[0])}]')?.innerText",
+            what="the forked child's failure box",
+        )
+        shown = browser.eval(f"{child}.querySelector('.exit-code').textContent")
+        if backend.name == "ray":  # a Ray fork is an actor: its death cause, no exit code
+            assert shown == "" and "Ray actor died" in failure, failure
+        else:
+            assert shown == "-9" and "exit code -9" in failure and "SIGKILL" in failure, failure
+
         # a killed worker turns failed, with the exit code its backend reports
         backend.kill_worker(workers[ids[1]])
         snap = wait_stats(
@@ -149,23 +168,6 @@ def test_dashboard_in_chromium_lists_workers_streams_logs_and_shows_a_failure(
         assert f"corral worker {ids[1]}" in failure and reason[:40] in failure, failure
         if code is not None:
             assert f"exit code {code}" in failure
-
-        # a forked child that dies alone (its host lives on) turns failed with its own code
-        backend.kill_worker(workers[helpers[0]])
-        wait_stats(
-            sched, lambda s: worker_row(s, helpers[0])["state"] == "failed", what="child failed"
-        )
-        child = f"document.querySelector('tr[data-worker={_q(helpers[0])}]')"
-        browser.wait_for(f"{child}.dataset.state === 'failed'", what=f"{helpers[0]} failed")
-        failure = browser.wait_for(
-            f"document.querySelector('.failure[data-worker={_q(helpers[0])}]')?.innerText",
-            what="the forked child's failure box",
-        )
-        shown = browser.eval(f"{child}.querySelector('.exit-code').textContent")
-        if backend.name == "ray":  # a Ray fork is an actor: its death cause, no exit code
-            assert shown == "" and "Ray actor died" in failure, failure
-        else:
-            assert shown == "-9" and "exit code -9" in failure and "SIGKILL" in failure, failure
         assert (
             browser.eval(f"document.querySelector('tr[data-worker={_q(ids[0])}]').dataset.state")
             == "running"
