@@ -89,7 +89,7 @@ def _launcher_class():
                     )
             return dead
 
-        def stop(self, role: str) -> None:
+        def stop(self, role: str, reverse: bool = False) -> None:
             hosts = self.hosts.pop(role, [])
             for proc, _ in hosts:
                 if proc.poll() is None:

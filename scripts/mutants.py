@@ -223,7 +223,7 @@ MUTANTS: list[Mutant] = [
       "for dependent in [r for r, s in table.items() if s.target == role]:",
       "for dependent in []:", f"{COLO} -k target_takes",
       why="deleting a role leaves its forked roles behind"),
-    M("restart-flag", "scheduler.py",
+    M("restart-flag", "restarts.py",
       "failure.restarted = True", "failure.restarted = False", f"{FAULTS} -k restart_policy",
       why="a restarted worker's failure does not say it was restarted"),
     # ------------------------------------------------------------------ backends/local.py
@@ -237,8 +237,8 @@ MUTANTS: list[Mutant] = [
       "self._free.extend(devices)", "pass", f"{GPUS} -k refused",
       why="a deleted role's GPUs are never free again"),
     M("local-stop-kills", "backends/local.py",
-      "procs = self._procs.pop(role, [])\n        stop_process_groups(procs)",
-      "procs = self._procs.pop(role, [])", f"{FAIL} -k frozen",
+      "                stop_process_groups([proc])\n        stop_process_groups(procs)",
+      "                stop_process_groups([proc])", f"{FAIL} -k frozen",
       why="stopping a role does not force its processes out"),
     M("local-poll-exit", "backends/local.py",
       "            if code is not None:\n                dead[index] = WorkerExit(",
@@ -268,7 +268,7 @@ MUTANTS: list[Mutant] = [
       "nodes = max(1, total_gpus // n_gpus_per_node) if gpu > 0 else 1",
       "tests/unit/test_sbatch.py", why="the node count rounds down"),
     # ------------------------------------------------------------------ Ray
-    M("ray-node-as-host", "backends/ray.py",
+    M("ray-node-as-host", "backends/ray_actor.py",
       "        os.environ[E.NODE] = ctx.get_node_id()", "        pass",
       f"{GPUS} -k per_node", backend="ray",
       why="Ray workers report the host name, so LOCAL_RANK counts across Ray nodes"),

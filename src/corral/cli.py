@@ -265,9 +265,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     cfg, _ = load_expr_config(args.config, BaseExperimentConfig)
     if args.dry_run:
-        from corral.backends.slurm import render_dry_run
+        from corral.dryrun import from_config
 
-        print(render_dry_run(cfg, args.role, args.replicas))
+        print(from_config(cfg, args.role, args.replicas))
         return 0
     print("corral run without --dry-run: use the Python API (see README)", file=sys.stderr)
     return 2
@@ -333,7 +333,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     top.set_defaults(fn=cmd_top)
 
-    run = sub.add_parser("run", help="render a role's launch script (--dry-run)")
+    run = sub.add_parser(
+        "run",
+        help="show what a role's launch would ask the backend (scheduler.type) for (--dry-run)",
+    )
     run.add_argument("config", nargs="+", help="YAML file and dotted overrides")
     run.add_argument("--role", default="worker")
     run.add_argument("--replicas", type=int, default=1)

@@ -1,10 +1,38 @@
-"""Forking through a worker: ``POST /fork`` asks a running worker to start a child next to
-itself (same host, same devices); the child registers like any worker."""
+"""The one fork path: every fork goes to ``Launcher.fork(ForkRequest)``; the shared way,
+which a backend gets by default, is ``POST /fork``: a running worker starts a child next
+to itself (same host, same devices), and the child registers like any worker."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from corral.calls import Caller
-from corral.spec import Worker
+from corral.launcher import ForkRequest, Launcher
+from corral.spec import NormalizedJob, Worker
+
+
+def fork_next_to(
+    launcher: Launcher,
+    caller: Caller,
+    job: NormalizedJob,
+    targets: list[Worker],
+    command: str | None,
+    timeout: float,
+    fan_out: Callable[[Callable[[Any], Any], list], list],
+) -> list[Worker]:
+    """Worker ``job.role/i`` next to ``targets[i]``, for every i, at once."""
+
+    def fork_one(index: int) -> Worker:
+        target = targets[index]
+        env = dict(job.tasks[index].env_vars)
+
+        def via_worker() -> Worker:
+            return fork_via_worker(caller, target, job.role, index, env, command, timeout)
+
+        return launcher.fork(ForkRequest(job.role, index, target, env, command, via_worker))
+
+    return fan_out(fork_one, list(range(len(targets))))
 
 
 def fork_via_worker(

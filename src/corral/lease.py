@@ -6,12 +6,14 @@ health monitor. All are taken together with the first role and given back with t
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
 from corral.discovery.signed import SignedNameResolve
 from corral.leftovers import clean_dead_run
 from corral.runs import ControllerLease, Lease
+from corral.safedirs import make_private_subdir, write_exclusive
 
 
 class TrialHold:
@@ -25,7 +27,6 @@ class TrialHold:
         lease_timeout: float,
         secret: str,
         secret_file: str,
-        write_secret: Callable[[], Any],
         remove_leftovers: Callable[[str, str], list[str]],
         stats: Any,
         monitor: Any,
@@ -34,8 +35,9 @@ class TrialHold:
         self.name_resolve = name_resolve
         self.experiment = experiment
         self.trial = trial
+        self.secret = secret
         self.secret_file = secret_file
-        self.write_secret = write_secret
+        self.wrote_secret = False
         self.remove_leftovers = remove_leftovers
         self.stats = stats
         self.monitor = monitor
@@ -58,6 +60,22 @@ class TrialHold:
                 return fh.read().strip() or None
         except OSError:
             return None
+
+    def write_secret(self) -> None:
+        """Written when the run claims its trial (never by a dry run): a second live
+        controller is refused before it gets here, a dead run's file is replaced, and
+        the file is created exclusively (0600, no symlink followed) in a 0700 directory."""
+        make_private_subdir(os.path.dirname(self.secret_file))
+        write_exclusive(self.secret_file, self.secret)
+        self.wrote_secret = True
+
+    def remove_secret(self) -> None:
+        """At close: delete the secret file if it is still this run's."""
+        if self.wrote_secret and self.read_secret() == self.secret:
+            try:
+                os.unlink(self.secret_file)
+            except OSError:
+                pass
 
     def hold(self) -> list[str]:
         """Claim the trial (no-op if held); returns what a dead run left and was removed.

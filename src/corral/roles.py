@@ -12,7 +12,7 @@ from corral.errors import (
     WorkerFailedError,
     WorkerNotFoundError,
 )
-from corral.launcher import Launcher
+from corral.launcher import Launcher, can_restart
 from corral.spec import NormalizedJob, Worker
 
 LAUNCHED, FORKED, REUSED = "launched", "forked", "reused"
@@ -133,7 +133,7 @@ def check_resources(
                 f"a worker cannot use more GPUs than a node has (n_gpus_per_node={n_gpus_per_node})",
                 job.role,
             )
-    if any(spec.max_restarts for spec in job.tasks) and not launcher.supports_restart():
+    if any(spec.max_restarts for spec in job.tasks) and not can_restart(launcher):
         raise ConfigError(
             "SchedulingSpec.max_restarts",
             max(spec.max_restarts for spec in job.tasks),

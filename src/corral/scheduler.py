@@ -29,30 +29,28 @@ from typing import Any
 from corral import keys
 from corral import options as opts
 from corral.calls import Caller, CallOptions, engine_call
-from corral.config import cluster_field, scheduler_field
 from corral.configure import configure_all
 from corral.data.plane import DataPlane
-from corral.discovery import NameResolve, make_name_resolve
 from corral.discovery.signed import SignedNameResolve
+from corral.dryrun import plan
 from corral.errors import (
-    ConfigError,
-    CorralError,
     WorkerCreationError,
     WorkerFailedError,
     WorkerNotFoundError,
 )
 from corral.fdlimit import ensure_fds, is_fd_exhaustion, too_many_files
-from corral.forking import fork_via_worker
+from corral.forking import fork_next_to
 from corral.health import DEFAULT_INTERVAL, HealthMonitor, WorkerHealth, health_key
 from corral.ioloop import IOLoop
 from corral.launcher import Launcher, LaunchRequest, WorkerExit
 from corral.lease import TrialHold
 from corral.observe.publisher import StatsPublisher, make_call_stats
-from corral.paths import TrialPaths, check_dir
 from corral.rendezvous import rendezvous_envs
+from corral.restarts import restart_if_allowed
 from corral.roles import FORKED, LAUNCHED, REUSED, RoleState, RoleTable
 from corral.runs import new_run_id
-from corral.safedirs import ensure_private_dir, make_private_subdir, write_exclusive
+from corral.safedirs import make_private_subdir
+from corral.settings import ControllerSettings, ensure_dir
 from corral.spec import (
     NormalizedJob,
     SchedulingSpec,
@@ -80,65 +78,36 @@ class Scheduler:
         exp_config: Any = None,
         *,
         launcher: Launcher,
-        n_gpus_per_node: int | None = None,
-        startup_timeout: float | None = None,
-        fileroot: str | None = None,
-        name_resolve: NameResolve | None = None,
         lease_timeout: float = E.DEFAULT_LEASE_TIMEOUT,
         progress: Callable[[str], None] | None = None,
-        experiment_name: str | None = None,
-        trial_name: str | None = None,
-        log_dir: str | None = None,
-        health_check_interval: float | None = None,
-        enable_tms_offload: bool | None = None,
-        name_resolve_type: str | None = None,
-        nfs_record_root: str | None = None,
-        etcd3_addr: str | None = None,
         on_worker_death: Callable[[str, WorkerExit], Any] | None = None,
         health_interval: float = DEFAULT_INTERVAL,
+        dry_run: bool = False,
+        **settings: Any,
     ):
-        """Options as in AReaL (see corral.options): an ``exp_config`` wins over the
-        keywords it also holds, except ``fileroot``; ``log_dir`` replaces the log directory."""
-        self.exp_config = exp_config = opts.check_exp_config(exp_config)
-        experiment, trial = opts.names(exp_config, experiment_name, trial_name)
-        self.experiment_name = validate_role_name(experiment or "corral", "experiment_name")
-        self.trial_name = validate_role_name(trial or "trial0", "trial_name")
-        self._n_gpus_per_node = opts.n_gpus(exp_config, n_gpus_per_node)
-        if self._n_gpus_per_node < 0:
-            raise ConfigError("n_gpus_per_node", self._n_gpus_per_node, "use a whole number >= 0")
-        timeout = opts.check_number("startup_timeout", startup_timeout)
-        self.startup_timeout = float(
-            timeout if timeout is not None else scheduler_field(exp_config, "startup_timeout")
-        )
-        interval = opts.check_number("health_check_interval", health_check_interval)
-        self.health_check_interval = interval if interval is not None else 1.0
-        self.enable_tms_offload = opts.offload(exp_config, enable_tms_offload)
-        self.fileroot = os.path.abspath(opts.fileroot(exp_config, fileroot))
-        ensure_private_dir(self.fileroot, "cluster.fileroot")
-        opts.check_type("log_dir", log_dir, (str, os.PathLike), "a directory path")
-        self.paths = TrialPaths.of(
-            self.fileroot,
-            self.experiment_name,
-            self.trial_name,
-            None if log_dir is None else os.path.abspath(os.fspath(log_dir)),
-        )
+        """``settings``: AReaL's keywords (``experiment_name``, ``trial_name``,
+        ``fileroot``, ``log_dir``, ``startup_timeout``, ``n_gpus_per_node``,
+        ``health_check_interval``, ``enable_tms_offload``, ``name_resolve_type``,
+        ``nfs_record_root``, ``etcd3_addr``) and ``name_resolve`` (a store), resolved
+        with the config by :class:`corral.settings.ControllerSettings` (an ``exp_config``
+        wins over the keywords it also holds, except ``fileroot``).
+        ``dry_run=True``: start, connect to and write nothing (no directory, no secret, no
+        name-resolve store); ``create_workers`` prints :meth:`dry_run` instead."""
+        self.dry_run_only = dry_run
+        got = ControllerSettings.resolve(exp_config, dry_run=dry_run, **settings)
+        self.settings = got
+        self.exp_config = got.exp_config
+        self.experiment_name, self.trial_name = got.experiment_name, got.trial_name
+        self._n_gpus_per_node = got.n_gpus_per_node
+        self.startup_timeout = got.startup_timeout
+        self.health_check_interval = got.health_check_interval
+        self.enable_tms_offload = got.enable_tms_offload
+        self.fileroot, self.paths = got.fileroot, got.paths
         #: A pathlib.Path, as in AReaL (``str(sched.log_dir)`` for the text).
         self.log_dir = Path(self.paths.log_dir)
-        if log_dir is not None:
-            self._ensure_dir(self.paths.log_dir, "log_dir")
         self.secret = secrets.token_hex(32)  # in memory; the file is written at claim
-        resolve_cfg = opts.name_resolve(exp_config, name_resolve_type, nfs_record_root, etcd3_addr)
         # records are signed with the trial secret; unsigned or forged ones are refused
-        self.name_resolve = SignedNameResolve(
-            name_resolve
-            or make_name_resolve(
-                resolve_cfg
-                if resolve_cfg is not None
-                else cluster_field(exp_config, "name_resolve"),
-                self.fileroot,
-            ),
-            self.secret,
-        )
+        self.name_resolve = SignedNameResolve(got.name_resolve, self.secret)
         self.lease_timeout = lease_timeout
         self.launcher = launcher
         self.progress = progress or (lambda text: log.info(text))
@@ -176,7 +145,6 @@ class Scheduler:
             lease_timeout=lease_timeout,
             secret=self.secret,
             secret_file=self.secret_file,
-            write_secret=self._write_secret,
             remove_leftovers=launcher.remove_leftovers,
             stats=self._stats,
             monitor=self.monitor,
@@ -218,36 +186,12 @@ class Scheduler:
     def roles(self) -> list[str]:
         return self._table.names()
 
-    @staticmethod
-    def _ensure_dir(path: str, field_name: str) -> None:
-        try:
-            make_private_subdir(path)
-        except OSError as exc:
-            raise ConfigError(
-                field_name, path, f"cannot create it ({exc.strerror}); use a writable directory"
-            ) from None
-        check_dir(path, field_name, create=False)
+    _ensure_dir = staticmethod(ensure_dir)
 
     @property
     def secrets_dir(self) -> str:
         """``<fileroot>/secrets/<experiment>/<trial>`` (not created here)."""
         return os.path.dirname(self.secret_file)
-
-    def _write_secret(self) -> None:
-        """Written when the run claims its trial (never by a dry run): a second live
-        controller is refused before it gets here, a dead run's file is replaced, and
-        the file is created exclusively (0600, no symlink followed) in a 0700 directory."""
-        make_private_subdir(self.secrets_dir)
-        write_exclusive(self.secret_file, self.secret)
-        self._wrote_secret = True
-
-    def _remove_secret(self) -> None:
-        """At close: delete the secret file if it is still this run's."""
-        if getattr(self, "_wrote_secret", False) and self._hold.read_secret() == self.secret:
-            try:
-                os.unlink(self.secret_file)
-            except OSError:
-                pass
 
     def _hold_lease(self) -> None:
         """Claim the trial for this run before anything starts (see corral.lease)."""
@@ -279,7 +223,7 @@ class Scheduler:
 
     def worker_env(self, role: str, index: int, spec: SchedulingSpec) -> dict[str, str]:
         """The environment every backend gives a worker process."""
-        by_launcher = self.launcher.share_secret_by_env()  # it hands the secret over itself
+        by_launcher = not self.launcher.shares_filesystem  # it hands the secret over itself
         return E.worker_environment(
             experiment=self.experiment_name,
             trial=self.trial_name,
@@ -305,6 +249,9 @@ class Scheduler:
         ``wait=False`` returns once the workers are launched, as AReaL's schedulers do;
         ``get_workers(role, timeout)`` then waits for them (and any call on one of them
         waits up to ``startup_timeout``)."""
+        if self.dry_run_only:
+            print(self.dry_run(job))
+            return []
         nj = normalize_job(job)
         with self._lock:
             self._check_job(nj)
@@ -319,6 +266,12 @@ class Scheduler:
             if nj.is_colocated:
                 return self._fork_role(nj, nj.strategy.target)
             return self._launch_role(nj, wait)
+
+    def dry_run(self, job: Any) -> str:
+        """What ``create_workers(job)`` would ask the backend for, as printable text (the
+        local argv and environment, the Ray placement groups and actor options, the
+        sbatch script), after the same checks. Starts and writes nothing."""
+        return plan(self, normalize_job(job))
 
     def _check_job(self, job: NormalizedJob) -> None:
         self._table.check_new(job, self._n_gpus_per_node, self.launcher, self.backend)
@@ -403,18 +356,16 @@ class Scheduler:
         state = RoleState(job, [], FORKED, target_role)
         self._roles[job.role] = state
 
-        def fork_one(index: int) -> Worker:
-            target = targets[index]
-            env = {k: v for k, v in job.tasks[index].env_vars.items()}
-            made = self.launcher.fork(job.role, target, index, env, command)
-            if made is not None:
-                return made
-            return fork_via_worker(
-                self._calls, target, job.role, index, env, command, self.startup_timeout
-            )
-
         try:
-            state.workers = self._fan_out(fork_one, list(range(len(targets))))
+            state.workers = fork_next_to(
+                self.launcher,
+                self._calls,
+                job,
+                targets,
+                command,
+                self.startup_timeout,
+                self._fan_out,
+            )
             self._rendezvous(job.role, state.workers)
         except BaseException:
             self._teardown.delete_role(job.role)
@@ -448,38 +399,7 @@ class Scheduler:
         self._restart_hooks[role] = hook
 
     def _maybe_restart(self, worker: Worker, failure: WorkerFailedError) -> None:
-        state = self._roles.get(worker.role)
-        if state is None or state.kind != LAUNCHED:
-            return
-        spec = state.job.tasks[worker.index]
-        done = state.restarts.get(worker.index, 0)
-        if done >= spec.max_restarts:
-            return
-        state.restarts[worker.index] = done + 1
-        with self._lock:
-            self.name_resolve.delete(self._key(keys.worker_address_key, worker.role, worker.index))
-            env = self.worker_env(worker.role, worker.index, spec)
-            try:
-                self.launcher.restart(worker.role, worker.index, env)
-                new = self._watch.await_one(worker.role, worker.index, self.startup_timeout)
-            except CorralError as exc:
-                # later calls get this, not a misleading connection error
-                self._table.unrestartable[worker.id] = str(exc)
-                failure.args = (failure.args[0] + f"\nrestarting it failed: {exc}",)
-                return
-            state.workers[worker.index] = new
-            self._table.add_workers([new])
-            self.monitor.forget(new.id)
-            self._rendezvous(worker.role, state.workers, only=[worker.index])
-        hook = self._restart_hooks.get(worker.role)
-        if hook is not None:
-            hook(self, new.id)
-        failure.restarted = True
-        failure.args = (
-            failure.args[0] + f"\nrestarted it ({done + 1} of {spec.max_restarts}); "
-            "later calls go to the new process",
-        )
-        self.progress(f"restarted {worker.id} after: {failure.reason}")
+        restart_if_allowed(self, worker, failure)
 
     # -------------------------------------------------------------- calls
     async def create_engine(
@@ -646,7 +566,7 @@ class Scheduler:
             self._pool.shutdown(wait=False)
             self._io.close()
             self.launcher.close()
-            self._remove_secret()
+            self._hold.remove_secret()
             _live_schedulers.discard(self)
 
     def __enter__(self) -> Scheduler:

@@ -97,10 +97,7 @@ class Teardown:
 
     def stop_launched(self, role: str, reverse_order: bool = False) -> None:
         try:
-            if reverse_order:
-                self.launcher.stop_in_reverse(role)
-            else:
-                self.launcher.stop(role)
+            self.launcher.stop(role, reverse=reverse_order)
         except Exception as exc:
             raise SchedulerError(f"stopping the {role} workers failed: {exc}") from exc
 
@@ -111,17 +108,19 @@ class Teardown:
 
     def _kill_forked(self, worker: Worker, target_role: str | None) -> None:
         self._destroy_engines(worker)
-        if self.launcher.kill_fork(worker):
-            return
-        target = self.roles.roles.get(target_role) if target_role else None
-        if target is None or worker.index >= len(target.workers):
-            return
-        try:
-            self.caller.client.request(
-                target.workers[worker.index].address,
-                "/kill_forked_worker",
-                {"worker_id": worker.id},
-                timeout=10.0,
-            )
-        except Exception as exc:
-            log.warning("could not stop forked worker %s: %s", worker.id, exc)
+
+        def via_worker() -> None:  # the host worker stops its child
+            target = self.roles.roles.get(target_role) if target_role else None
+            if target is None or worker.index >= len(target.workers):
+                return
+            try:
+                self.caller.client.request(
+                    target.workers[worker.index].address,
+                    "/kill_forked_worker",
+                    {"worker_id": worker.id},
+                    timeout=10.0,
+                )
+            except Exception as exc:
+                log.warning("could not stop forked worker %s: %s", worker.id, exc)
+
+        self.launcher.stop_fork(worker, via_worker)

@@ -67,9 +67,7 @@ class Watch:
             return None
         raw = self.name_resolve.get(keys.worker_info_key(self.experiment, self.trial, role, index))
         info = json.loads(raw) if raw else {}
-        worker = Worker.from_registration(role, index, address, info)
-        worker.backend_id = worker.backend_id or self.launcher.backend_id(role, index)
-        return worker
+        return Worker.from_registration(role, index, address, info)  # backend_id from its env
 
     def await_registration(self, role: str, replicas: int, timeout: float) -> list[Worker]:
         deadline = time.monotonic() + timeout

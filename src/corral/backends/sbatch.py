@@ -32,6 +32,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from corral.backends.options import SlurmOptions
 from corral.errors import ConfigError
 from corral.paths import (
     exit_code_path,
@@ -81,7 +82,6 @@ RESERVED_ENV = frozenset(
 )
 
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_TIME_RE = re.compile(r"^(?:\d+-)?\d+(?::\d+){0,2}$|^(?:UNLIMITED|INFINITE)$", re.IGNORECASE)
 # spec fields that mean nothing to Slurm and may differ between replicas
 _NOT_SLURM_FIELDS = frozenset({"ray_placement_strategy"})
 
@@ -260,20 +260,10 @@ class SbatchParams:
     env: Mapping[str, str] = field(default_factory=dict)
     index_offset: int = 0
     lease_timeout: float = E.DEFAULT_LEASE_TIMEOUT
-    partition: str | None = None
-    account: str | None = None
-    qos: str | None = None
-    time_limit: str | int | None = None
-    """Slurm --time: minutes (int) or e.g. "30", "4:00:00", "1-12:00:00"."""
-    extra_sbatch_directives: Sequence[str] = ()
-    """Extra sbatch options, one per line, e.g. "--reservation=x"."""
-    extra_srun_args: Sequence[str] = ()
-    """Extra srun arguments, one word each (the spec's srun_additional_args come first)."""
-    nodelist: str | None = None
-    exclude: str | None = None
-    container_type: str | None = None
+    options: SlurmOptions = field(default_factory=SlurmOptions)
+    """partition, account, qos, time, extra sbatch/srun arguments, and overrides of the
+    spec's nodelist, exclude, container type and mounts (checked at rendering)."""
     image: str | None = None
-    mount: str | None = None
     apptainer: str = "apptainer"
     n_cpus_per_node: int | None = None
     mem_per_node_gb: int | None = None
@@ -281,9 +271,10 @@ class SbatchParams:
     def resolved_container(self) -> tuple[str, str | None, str | None]:
         """(container_type, image, mount) after applying the overrides."""
         s = self.spec
-        ctype = self.container_type if self.container_type is not None else s.container_type
+        o = self.options
+        ctype = o.container_type if o.container_type is not None else s.container_type
         image = self.image if self.image is not None else s.image
-        mount = self.mount if self.mount is not None else s.mount
+        mount = o.container_mounts if o.container_mounts is not None else s.mount
         return ctype, image, mount
 
     def layout(self) -> SlurmLayout:
@@ -361,18 +352,6 @@ def _name_resolve_json(value: str | Mapping[str, object]) -> str:
     raise ConfigError("name_resolve", value, "use a JSON string or a dict")
 
 
-def _time_value(value: str | int) -> str:
-    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-        return str(value)
-    if isinstance(value, str) and _TIME_RE.match(value):
-        return value
-    raise ConfigError(
-        "time_limit",
-        value,
-        'use minutes (int) or a Slurm time such as "30", "4:00:00" or "1-12:00:00"',
-    )
-
-
 def _contract_args(p: SbatchParams) -> str:
     """AReaL's arguments after a spec's ``cmd`` (corral.worker.args); the port is 0 (the
     node is not known before the job starts: the worker picks one and publishes it)."""
@@ -428,11 +407,7 @@ def _srun_extra(p: SbatchParams) -> list[str]:
         raise ConfigError(
             "SchedulingSpec.srun_additional_args", p.spec.srun_additional_args, str(exc)
         ) from None
-    for arg in p.extra_srun_args:
-        if not isinstance(arg, str):
-            raise ConfigError("extra_srun_args", arg, "use a list of str, one word each")
-        words.append(arg)
-    return words
+    return words + list(p.options.srun_args)
 
 
 def _q(word: object) -> str:
@@ -521,6 +496,7 @@ def render_sbatch_script(params: SbatchParams) -> str:
     """The whole batch script for ``sbatch``: directives, environment, one srun step."""
     p = params
     role = validate_role_name(p.role)
+    p.options.checked()
     layout = p.layout()
     log_dir = _check_path("log_dir", p.log_dir)
     job_name = _directive_value("job_name", p.job_name)
@@ -564,25 +540,19 @@ def render_sbatch_script(params: SbatchParams) -> str:
     if layout.gpus_per_node > 0:
         directives.append(f"--gres=gpu:{layout.gpus_per_node}")
     directives.append("--no-requeue")
-    for name, value in (("partition", p.partition), ("account", p.account), ("qos", p.qos)):
+    o = p.options
+    for name, value in (("partition", o.partition), ("account", o.account), ("qos", o.qos)):
         if value is not None:
-            directives.append(f"--{name}={_directive_value(name, value)}")
-    if p.time_limit is not None:
-        directives.append(f"--time={_time_value(p.time_limit)}")
-    nodelist = p.nodelist if p.nodelist is not None else p.spec.nodelist
-    exclude = p.exclude if p.exclude is not None else p.spec.exclude
+            directives.append(f"--{name}={value}")
+    if o.time_limit is not None:
+        directives.append(f"--time={o.time_limit}")
+    nodelist = o.nodelist if o.nodelist is not None else p.spec.nodelist
+    exclude = o.exclude if o.exclude is not None else p.spec.exclude
     if nodelist:
         directives.append(f"--nodelist={_directive_value('nodelist', nodelist)}")
     if exclude:
         directives.append(f"--exclude={_directive_value('exclude', exclude)}")
-    for i, extra in enumerate(p.extra_sbatch_directives):
-        if not isinstance(extra, str) or not extra.startswith("-") or "\n" in extra:
-            raise ConfigError(
-                f"extra_sbatch_directives[{i}]",
-                extra,
-                'use one sbatch option per entry, e.g. "--reservation=x"',
-            )
-        directives.append(extra.strip())
+    directives += o.sbatch_directives
 
     ctype, image, mount = p.resolved_container()
     summary = (
