@@ -261,7 +261,8 @@ def test_shared_memory_headers_are_covered_by_the_signatures(sched) -> None:
     # untouched, the same request runs (once) and its reply carries the signed answer
     reply, nonce, signer = _call(worker, sched.secret, offer)
     assert reply.status == 200, bytes(reply.body)
-    assert shm.LOCAL_HEADER in reply.headers  # the worker says it shares this host
+    if sched.backend in ("local", "ray"):  # Slurm lab nodes have host names of their own
+        assert shm.LOCAL_HEADER in reply.headers  # the worker says it shares this host
 
     def verify(headers):
         return signer.verify_reply_head(
@@ -271,7 +272,7 @@ def test_shared_memory_headers_are_covered_by_the_signatures(sched) -> None:
 
     assert verify(reply.headers)
     altered = {
-        "local pid changed": {**reply.headers, shm.LOCAL_HEADER: "1"},
+        "local pid changed or added": {**reply.headers, shm.LOCAL_HEADER: "1"},
         "released added": {**reply.headers, shm.RELEASED_HEADER: "corral-0000000000000000"},
         "refused added": {**reply.headers, shm.REFUSED_HEADER: "1"},
     }
