@@ -974,6 +974,8 @@ class Scheduler:
         }
         if call.keep is not None:
             payload["keep"] = parse_keep(call.keep)
+        if call.broadcast is not None:
+            payload["broadcast"] = call.broadcast
         started, ok = self._calls.begin(worker.role), False
         try:
             result = self._request(
@@ -1009,6 +1011,8 @@ class Scheduler:
         }
         if call.keep is not None:
             payload["keep"] = parse_keep(call.keep)
+        if call.broadcast is not None:
+            payload["broadcast"] = call.broadcast
         started, ok = self._calls.begin(worker.role), False
         try:
             result = await self._arequest(
@@ -1182,6 +1186,7 @@ class _CallOptions:
     retries: int
     retry_delay: float
     keep: Any = None
+    broadcast: bool | None = None
 
     @classmethod
     def resolve(
@@ -1205,7 +1210,16 @@ class _CallOptions:
             retries = int(meta.get("max_retries", 2))
         delay = opts.check_number("retry_delay", retry_delay)
         # No delay by default: a retry follows a check that the worker is alive.
-        return cls(timeout, retries, 0.0 if delay is None else delay, meta.get("keep"))
+        broadcast = meta.get("broadcast")
+        if broadcast is not None and not isinstance(broadcast, bool):
+            raise ConfigError(
+                "rpc_meta['broadcast']",
+                broadcast,
+                "use True (every rank of a data-parallel group gets its head's arguments), "
+                "False, or leave it out (AReaL's default: True for an initialized TrainEngine)",
+            )
+        delay = 0.0 if delay is None else delay
+        return cls(timeout, retries, delay, meta.get("keep"), broadcast)
 
 
 def _tag(exc: EngineCallError, worker_id: str, method: str) -> EngineCallError:
