@@ -73,6 +73,10 @@ class DPGroupEngine:
         """LMController.train_lm's engine method (areal/trainer/sft/lm_engine.py:53)."""
         self.received(*args, **kwargs)
 
+    def train(self, mode: bool = True) -> None:
+        """TrainController.train's engine method."""
+        self.received(mode)
+
     def history(self) -> list[dict]:
         return list(self.calls)
 
