@@ -1231,7 +1231,8 @@ def _tag(exc: EngineCallError, worker_id: str, method: str) -> EngineCallError:
 def _no_answer(
     worker: Worker, path: str, timeout: float | None, exc: BaseException
 ) -> WorkerTimeoutError:
-    return WorkerTimeoutError(f"worker {worker.id} did not answer {path} within {timeout}s: {exc}")
+    message = f"worker {worker.id} did not answer {path} within {timeout}s: {exc}"
+    return WorkerTimeoutError(worker.id, timeout, message)
 
 
 def _still_broken(
