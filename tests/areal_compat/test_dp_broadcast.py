@@ -14,6 +14,7 @@ import torch
 
 DP = "tests.support.dp_engine.DPGroupEngine"
 OFF = {"broadcast": False}
+NO_HANG = 60.0  # a lone call that waited for its group would fail the test, not hang it
 
 
 def _controller(areal, sched):
@@ -36,7 +37,7 @@ def _controller(areal, sched):
 def _history(sched, controller) -> list[list[dict]]:
     """Each rank's calls, asked without a broadcast (one rank alone is not a group)."""
     return [
-        sched.call_engine(w.id, "history", f"actor/{rank}", rpc_meta=OFF)
+        sched.call_engine(w.id, "history", f"actor/{rank}", rpc_meta=OFF, http_timeout=NO_HANG)
         for rank, w in enumerate(controller.workers)
     ]
 
