@@ -44,41 +44,37 @@ def _history(sched, controller) -> list[list[dict]]:
 
 def test_train_controller_data_reaches_every_rank_of_each_dp_group(areal, sched):
     controller = _controller(areal, sched)
-    try:
-        # AReaL asked each engine (default broadcast once initialized: every rank answers)
-        assert controller.workers_is_dp_head == [True, False, True, False]
-        batch = [
-            {
-                "input_ids": torch.arange(4) + 10 * i,
-                "attention_mask": torch.ones(4, dtype=torch.bool),
-            }
-            for i in range(4)
-        ]
-        # LMController.train_lm (areal/trainer/sft/lm_engine.py:53-56): broadcast=True
-        controller._custom_function_call("train_lm", batch, rpc_meta={"broadcast": True})
-        # TrainController.train (train_controller.py:635-649): no rpc_meta, AReaL's default
-        controller.train(False)
+    # AReaL asked each engine (default broadcast once initialized: every rank answers)
+    assert controller.workers_is_dp_head == [True, False, True, False]
+    batch = [
+        {
+            "input_ids": torch.arange(4) + 10 * i,
+            "attention_mask": torch.ones(4, dtype=torch.bool),
+        }
+        for i in range(4)
+    ]
+    # LMController.train_lm (areal/trainer/sft/lm_engine.py:53-56): broadcast=True
+    controller._custom_function_call("train_lm", batch, rpc_meta={"broadcast": True})
+    # TrainController.train (train_controller.py:635-649): no rpc_meta, AReaL's default
+    controller.train(False)
 
-        calls = _history(sched, controller)
-        for rank in (1, 3):  # a non-head got its head's slice and its head's mode
-            head_lm, other_lm = calls[rank - 1][-2], calls[rank][-2]
-            assert len(head_lm["args"][0]) == 2  # the head's share of the 4 items
-            for mine, heads in zip(other_lm["args"][0], head_lm["args"][0], strict=True):
-                assert mine.keys() == heads.keys()
-                assert all(torch.equal(mine[k], heads[k]) for k in mine)
-            assert calls[rank][-1]["args"] == [False] == calls[rank - 1][-1]["args"]
-        seen = sorted(int(item["input_ids"][0]) for r in (0, 2) for item in calls[r][-2]["args"][0])
-        assert seen == [0, 10, 20, 30]  # the two heads split the batch between them
-    finally:
-        controller.destroy()
+    calls = _history(sched, controller)
+    for rank in (1, 3):  # a non-head got its head's slice and its head's mode
+        head_lm, other_lm = calls[rank - 1][-2], calls[rank][-2]
+        assert len(head_lm["args"][0]) == 2  # the head's share of the 4 items
+        for mine, heads in zip(other_lm["args"][0], head_lm["args"][0], strict=True):
+            assert mine.keys() == heads.keys()
+            assert all(torch.equal(mine[k], heads[k]) for k in mine)
+        assert calls[rank][-1]["args"] == [False] == calls[rank - 1][-1]["args"]
+    seen = sorted(int(item["input_ids"][0]) for r in (0, 2) for item in calls[r][-2]["args"][0])
+    assert seen == [0, 10, 20, 30]  # the two heads split the batch between them
+    controller.destroy()  # on failure the fixture stops the workers (no collective needed)
 
 
 def test_train_controller_broadcast_false_leaves_non_heads_empty(areal, sched):
     controller = _controller(areal, sched)
-    try:
-        # as TrainController.clear_batches sends it (train_controller.py:836-839)
-        controller._custom_function_call("received", ["s1", "s2"], rpc_meta=OFF)
-        calls = _history(sched, controller)
-        assert [c[-1]["args"] for c in calls] == [[["s1", "s2"]], [], [["s1", "s2"]], []]
-    finally:
-        controller.destroy()
+    # as TrainController.clear_batches sends it (train_controller.py:836-839)
+    controller._custom_function_call("received", ["s1", "s2"], rpc_meta=OFF)
+    calls = _history(sched, controller)
+    assert [c[-1]["args"] for c in calls] == [[["s1", "s2"]], [], [["s1", "s2"]], []]
+    controller.destroy()  # on failure the fixture stops the workers (no collective needed)
