@@ -60,7 +60,7 @@ def bare_start(n: int, code: str = "pass", env: dict[str, str] | None = None) ->
     return elapsed
 
 
-# What a worker with cpu=1 gets (corral.scheduler.thread_env): numpy's BLAS starts one thread.
+# What a worker with cpu=1 gets (corral.envvars.thread_env): numpy's BLAS starts one thread.
 WORKER_THREAD_ENV = {
     name: "1"
     for name in (

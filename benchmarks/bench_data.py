@@ -14,6 +14,7 @@ Rows (keys ``data.*``), each against a baseline measured in the same run:
   of the payload; target < 1 %
 * ``data.broadcast.256MiB_x8``    one 256 MiB ref read by 8 workers at once vs by 1 worker;
   target <= 2x
+* ``data.relay.*``                 cross-host broadcast through the relay (bench_relay.py)
 * ``data.noop.p50.shm_cost``      noop call_engine p50 with shared memory on vs off
   (``CORRAL_SHM=0``), alternating child processes; target <= 1.1x
 * ``data.noop.p50.vs_base``       the same vs the tree before the data plane (``BASE_COMMIT``;
@@ -31,6 +32,7 @@ import tempfile
 import time
 
 import numpy as np
+from bench_relay import bench_relay
 from common import Context, Row, Target, log, median, rounded
 
 NAME = "data"
@@ -55,7 +57,11 @@ def _scheduler(ctx: Context):
 
     cfg = BaseExperimentConfig(experiment_name=ctx.unique_name("data"), trial_name="t0")
     sched = LocalScheduler(
-        cfg, gpu_devices=[], fileroot=ctx.fileroot, startup_timeout=120.0, progress=lambda t: None
+        exp_config=cfg,
+        gpu_devices=[],
+        fileroot=ctx.fileroot,
+        startup_timeout=120.0,
+        progress=lambda t: None,
     )
     ctx.on_close(sched.close)
     return sched
@@ -323,6 +329,8 @@ def run(ctx: Context) -> list[Row]:
     rows += bench_a_to_b(sched, a, b, reps)
     readers = _workers(sched, "readers", 2 if ctx.quick else 8)
     rows += bench_broadcast(sched, a, readers, reps)
+    sched.delete_workers("readers")
+    rows += bench_relay(sched, 2 if ctx.quick else 4, reps)
     sched.close()
     rows += bench_noop_vs_base(ctx, 2 if ctx.quick else 6, 300 if ctx.quick else 1500)
     return rows

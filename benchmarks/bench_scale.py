@@ -89,7 +89,7 @@ def _launcher_class():
                     )
             return dead
 
-        def stop(self, role: str) -> None:
+        def stop(self, role: str, reverse: bool = False) -> None:
             hosts = self.hosts.pop(role, [])
             for proc, _ in hosts:
                 if proc.poll() is None:
@@ -160,7 +160,7 @@ def measure(ctx: Context, n: int) -> dict:
         first, again = loop.run_until_complete(rounds())
         fds, rss, threads = _fds() - fds0, _rss() - rss0, _threads() - threads0
     finally:
-        loop.run_until_complete(sched._async_client.aclose())
+        loop.run_until_complete(sched._calls.async_client.aclose())
         loop.close()
     started = time.perf_counter()
     sched.delete_workers("sim")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from corral.backends import lazy_exports
 from corral.config import (
     BaseExperimentConfig,
     ClusterSpecConfig,
@@ -44,16 +45,9 @@ from corral.spec import Job, SchedulingSpec, SchedulingStrategy, SchedulingStrat
 
 __version__ = "0.1.0"
 
-_LAZY = {
-    "Scheduler": "corral.scheduler",
-    "LocalScheduler": "corral.backends.local",
-    "RayScheduler": "corral.backends.ray",
-    "SlurmScheduler": "corral.backends.slurm",
-}
-
 
 def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
+    module = {"Scheduler": "corral.scheduler", **lazy_exports()}.get(name)
     if module is None:
         raise AttributeError(f"module 'corral' has no attribute {name!r}")
     import importlib

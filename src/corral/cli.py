@@ -11,21 +11,22 @@ import time
 
 from corral import keys
 from corral.auth import unverified_value
+from corral.backends import backend_names
 from corral.config import ClusterSpecConfig
 from corral.discovery import FileNameResolve, NameResolve, make_name_resolve
-from corral.logs import log_dir_for
+from corral.paths import TrialPaths, logs_root, records_root, secret_file
 from corral.runs import read_lease
 
 
 def _name_resolve(args: argparse.Namespace) -> NameResolve:
     if args.etcd:
         return make_name_resolve({"type": "etcd3", "etcd3_addr": args.etcd})
-    return FileNameResolve(os.path.join(args.fileroot, "name_resolve"))
+    return FileNameResolve(records_root(args.fileroot))
 
 
 def _secret(fileroot: str, experiment: str, trial: str) -> str | None:
     try:
-        with open(os.path.join(fileroot, "secrets", experiment, trial, "secret")) as fh:
+        with open(secret_file(fileroot, experiment, trial)) as fh:
             return fh.read().strip()
     except OSError:
         return None
@@ -70,7 +71,7 @@ def cmd_ps(args: argparse.Namespace) -> int:
     nr = _name_resolve(args)
     trials = _trials(nr)
     if not trials:
-        print(f"no experiments found in {args.etcd or os.path.join(args.fileroot, 'name_resolve')}")
+        print(f"no experiments found in {args.etcd or records_root(args.fileroot)}")
         return 0
     print(f"{'EXPERIMENT':<16} {'TRIAL':<24} {'WORKER':<16} {'ADDRESS':<22} {'PID':>7}  HEALTH")
     for (exp, trial), workers in sorted(trials.items()):
@@ -132,8 +133,7 @@ def _latest_trial(log_root: str) -> tuple[str, str] | None:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    base = log_dir_for(args.fileroot, "x", "y")
-    log_root = os.path.dirname(os.path.dirname(base))
+    log_root = logs_root(args.fileroot)
     exp, trial = args.experiment, args.trial
     if not (exp and trial):
         latest = _latest_trial(log_root)
@@ -141,14 +141,14 @@ def cmd_logs(args: argparse.Namespace) -> int:
             print(f"no logs under {log_root}", file=sys.stderr)
             return 1
         exp, trial = exp or latest[0], trial or latest[1]
-    log_dir = log_dir_for(args.fileroot, exp, trial)
+    paths = TrialPaths.of(args.fileroot, exp, trial)
     role, _, index = args.target.partition("/")
     if role in ("", "all", "merged"):
-        path = os.path.join(log_dir, "merged.log")
+        path = paths.merged_log()
     elif index:
-        path = os.path.join(log_dir, role, f"{index}.log")
+        path = paths.replica_log(role, int(index))
     else:
-        path = os.path.join(log_dir, f"{role}.log")
+        path = paths.role_log(role)
     if not os.path.exists(path):
         print(f"no log at {path}", file=sys.stderr)
         return 1
@@ -265,9 +265,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     cfg, _ = load_expr_config(args.config, BaseExperimentConfig)
     if args.dry_run:
-        from corral.backends.slurm import render_dry_run
+        from corral.dryrun import from_config
 
-        print(render_dry_run(cfg, args.role, args.replicas))
+        print(from_config(cfg, args.role, args.replicas))
         return 0
     print("corral run without --dry-run: use the Python API (see README)", file=sys.stderr)
     return 2
@@ -283,7 +283,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     demo = sub.add_parser("demo", help="run the demo RL job")
-    demo.add_argument("--scheduler", default="local", choices=["local", "ray", "slurm"])
+    demo.add_argument("--scheduler", default="local", choices=list(backend_names()))
     demo.add_argument("--steps", type=int, default=30)
     demo.add_argument("--rollout", type=int, default=2)
     demo.add_argument("--trainers", type=int, default=2)
@@ -333,7 +333,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     top.set_defaults(fn=cmd_top)
 
-    run = sub.add_parser("run", help="render a role's launch script (--dry-run)")
+    run = sub.add_parser(
+        "run",
+        help="show what a role's launch would ask the backend (scheduler.type) for (--dry-run)",
+    )
     run.add_argument("config", nargs="+", help="YAML file and dotted overrides")
     run.add_argument("--role", default="worker")
     run.add_argument("--replicas", type=int, default=1)

@@ -9,10 +9,13 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from corral.backends import backend_names, scheduler_class
+from corral.backends.options import RayOptions, SlurmOptions, legacy_keys
+from corral.backends.options import section_value as _field_of
 from corral.errors import ConfigError
 from corral.safedirs import default_fileroot
 
-SCHEDULER_TYPES = ("local", "ray", "slurm")
+SCHEDULER_TYPES = backend_names()
 
 
 @dataclass
@@ -37,18 +40,15 @@ class ClusterSpecConfig:
 
 @dataclass
 class SchedulerConfig:
-    """``type`` picks the backend. Backend options: ``ray_address``; Slurm's ``partition``,
-    ``account``, ``qos``, ``time_limit``, ``sbatch_directives``, ``srun_args``."""
+    """``type`` picks the backend (a name in ``corral.backends.BACKENDS``); ``ray`` and
+    ``slurm`` hold that backend's options (``corral.backends.options``). The flat keys of
+    older configs (``scheduler.ray_address``, ``scheduler.partition``, ...) are read into
+    their section."""
 
     type: str = "local"
     startup_timeout: float = 120.0
-    ray_address: str | None = None
-    partition: str | None = None
-    account: str | None = None
-    qos: str | None = None
-    time_limit: str | None = None
-    sbatch_directives: list[str] = field(default_factory=list)
-    srun_args: str = ""
+    ray: RayOptions = field(default_factory=RayOptions)
+    slurm: SlurmOptions = field(default_factory=SlurmOptions)
 
 
 @dataclass
@@ -72,14 +72,6 @@ def scheduler_field(cfg: Any, name: str) -> Any:
     default = getattr(SchedulerConfig(), name)
     value = _field_of(sched, name)
     return default if value is None else value
-
-
-def _field_of(section: Any, name: str) -> Any:
-    if section is None:
-        return None
-    if isinstance(section, dict):
-        return section.get(name)
-    return getattr(section, name, None)
 
 
 C = TypeVar("C")
@@ -146,6 +138,8 @@ def build_dataclass(cls: type, data: Any, path: str) -> Any:
     """Recursively build dataclass ``cls`` from plain data, naming unknown fields."""
     if not isinstance(data, dict):
         raise ConfigError(path, data, f"expected a mapping for {cls.__name__}")
+    if cls is SchedulerConfig:
+        data = _nest_legacy(data, path)
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - names)
@@ -157,6 +151,24 @@ def build_dataclass(cls: type, data: Any, path: str) -> Any:
         name: _coerce(hints.get(name, Any), value, f"{path}.{name}") for name, value in data.items()
     }
     return cls(**kwargs)
+
+
+def _nest_legacy(data: dict, path: str) -> dict:
+    """Move old flat keys into their section (``partition`` -> ``slurm.partition``)."""
+    data = dict(data)
+    for key, (section, name) in legacy_keys().items():
+        if key not in data:
+            continue
+        nested = data.setdefault(section, {})
+        if not isinstance(nested, dict):
+            raise ConfigError(f"{path}.{section}", nested, "expected a mapping")
+        nested = data[section] = dict(nested)
+        if name in nested:
+            raise ConfigError(
+                f"{path}.{key}", data[key], f"it is also set as {path}.{section}.{name}; keep one"
+            )
+        nested[name] = data.pop(key)
+    return data
 
 
 def _coerce(hint: Any, value: Any, path: str) -> Any:
@@ -192,18 +204,5 @@ def _coerce(hint: Any, value: Any, path: str) -> Any:
 
 
 def make_scheduler(cfg: Any, **kwargs: Any):
-    """The scheduler named by ``cfg.scheduler.type`` (local, ray or slurm)."""
-    kind = scheduler_field(cfg, "type")
-    if kind == "local":
-        from corral.backends.local import LocalScheduler
-
-        return LocalScheduler(exp_config=cfg, **kwargs)
-    if kind == "ray":
-        from corral.backends.ray import RayScheduler
-
-        return RayScheduler(exp_config=cfg, **kwargs)
-    if kind == "slurm":
-        from corral.backends.slurm import SlurmScheduler
-
-        return SlurmScheduler(exp_config=cfg, **kwargs)
-    raise ConfigError("scheduler.type", kind, f"use one of {', '.join(SCHEDULER_TYPES)}")
+    """The scheduler named by ``cfg.scheduler.type`` (a name in ``corral.backends.BACKENDS``)."""
+    return scheduler_class(scheduler_field(cfg, "type"))(exp_config=cfg, **kwargs)

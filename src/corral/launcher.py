@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import abc
-from dataclasses import dataclass, field
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from corral.spec import NormalizedJob, Worker
 
@@ -24,87 +26,106 @@ class LaunchRequest:
     job: NormalizedJob
     envs: list[dict[str, str]]
     log_dir: str
-    extra: dict = field(default_factory=dict)
+
+
+@dataclass
+class ForkRequest:
+    """Start worker ``role/index`` next to ``target`` (same host and devices), running
+    module ``command`` (default: the corral worker) with ``env`` added.
+
+    ``via_worker()`` is the shared way, which every backend can use: the target worker
+    starts the child itself (``POST /fork``) and it is returned once registered."""
+
+    role: str
+    index: int
+    target: Worker
+    env: dict[str, str]
+    command: str | None
+    via_worker: Callable[[], Worker]
 
 
 class Launcher(abc.ABC):
-    """A backend: places and starts workers, tells whether they live, stops them."""
+    """A backend: places and starts workers, tells whether they live, stops them.
+
+    Each method answers one question (the first line of its docstring). ``launch``,
+    ``poll`` and ``stop`` must be written; the others have defaults that suit a backend
+    whose workers share the controller's filesystem and cannot be restarted."""
 
     name: str = "base"
-    # Set by the scheduler. A launcher whose workers cannot read the controller's fileroot
-    # (share_secret_by_env) hands it to each worker itself, never in an environment.
-    trial_secret: str = ""
     fds_per_worker: int = 1
     """Open files the controller holds per worker of this backend (see corral.fdlimit)."""
+    shares_filesystem: bool = True
+    """Can workers read the controller's fileroot? If not, the launcher hands
+    ``trial_secret`` to each worker itself (Ray: an actor argument), never in an env."""
+    trial_secret: str = ""  # set by the scheduler
 
     def progress(self, text: str) -> None:
         """Progress lines (pending reasons while waiting); the Scheduler replaces this."""
 
     def check(self, job: NormalizedJob) -> None:
-        """Backend-specific validation; raise ConfigError before anything starts."""
+        """Can this backend ever place ``job``? Raise ConfigError before anything starts."""
+
+    def describe(self, request: LaunchRequest) -> str:
+        """What would ``launch(request)`` ask the backend for? Printable; starts nothing."""
+        lines = [f"# dry run ({self.name}): {request.job.replicas} {request.job.role} worker(s)"]
+        for index, env in enumerate(request.envs):
+            lines += [f"## {request.job.role}/{index}", *env_lines(env)]
+        return "\n".join(lines)
 
     @abc.abstractmethod
     def launch(self, request: LaunchRequest) -> None:
-        """Start the workers (they register themselves in name-resolve)."""
+        """Start these workers (they register themselves in name-resolve)."""
 
     @abc.abstractmethod
     def poll(self, role: str) -> dict[int, WorkerExit]:
-        """Replicas of ``role`` known to have died, by index. Empty if all live or pending."""
+        """Which replicas of ``role`` have died, and why? Empty while all live or wait."""
 
     def pending_reason(self, role: str) -> str | None:
-        """Why the role's workers have not started yet, if the backend knows (queue reasons)."""
+        """Why have the role's workers not started yet (queue reasons), if known?"""
         return None
 
     def hopeless(self, role: str) -> str | None:
-        """Why the role's queued workers can never start (a queue reason that cannot
-        clear), if so; the backend has then withdrawn the request."""
+        """Can the role's queued workers never start? Then why (the backend has withdrawn
+        the request)."""
         return None
 
     @abc.abstractmethod
-    def stop(self, role: str) -> None:
-        """Stop every process of ``role`` and wait until they are gone."""
+    def stop(self, role: str, reverse: bool = False) -> None:
+        """Stop every process of ``role`` (``reverse``: highest rank first) and wait
+        until they are gone."""
 
     def restart(self, role: str, index: int, env: dict[str, str]) -> None:
         """Start replica ``index`` of ``role`` again, in its old place, with ``env``."""
         raise NotImplementedError(f"the {self.name} backend cannot restart workers")
 
-    def supports_restart(self) -> bool:
-        return type(self).restart is not Launcher.restart
+    def fork(self, request: ForkRequest) -> Worker:
+        """Start a worker next to ``request.target``; returned once registered."""
+        return request.via_worker()
 
-    def backend_id(self, role: str, index: int) -> str | None:
-        return None
-
-    def fork(
-        self, role: str, target: Worker, index: int, env: dict[str, str], command: str | None = None
-    ) -> Worker | None:
-        """Start a worker next to ``target`` (running module ``command`` if given).
-        None: use the shared ``POST /fork`` path."""
-        return None
-
-    def kill_fork(self, worker: Worker) -> bool:
-        """Stop a worker made by ``fork``. False: use the shared ``/kill_forked_worker`` path."""
-        return False
+    def stop_fork(self, worker: Worker, via_worker: Callable[[], None]) -> None:
+        """Stop a worker that ``fork`` made (``via_worker``: ask its host worker)."""
+        via_worker()
 
     def rendezvous_master(self, role: str, workers: list[Worker]) -> tuple[str, int] | None:
-        """MASTER_ADDR and MASTER_PORT for the role; default: rank 0's first reserved port
-        (``worker_ports[1]``, the port AReaL's TrainController uses too)."""
+        """Where does rank 0 listen for torch.distributed? Default: its first reserved
+        port (``worker_ports[1]``, the port AReaL's TrainController uses too)."""
         first = workers[0]
         return (first.ip, first.reserved_ports[0]) if first.reserved_ports else None
 
-    def stop_in_reverse(self, role: str) -> None:
-        """Stop the role's workers from the highest rank down (``reverse_order``); default:
-        ``stop`` (backends that stop a role at once, such as one Slurm job, need no order)."""
-        self.stop(role)
-
-    def share_secret_by_env(self) -> bool:
-        """True if workers cannot read the controller's fileroot (no shared filesystem): the
-        launcher then hands ``trial_secret`` to each worker itself (Ray: actor arguments)."""
-        return False
-
     def remove_leftovers(self, experiment: str, trial: str) -> list[str]:
-        """Remove what a dead controller of this trial left in the backend (jobs, actors,
-        groups named after the trial); one line per thing removed."""
+        """What did a dead controller of this trial leave in the backend (jobs, actors,
+        groups)? Remove it; one line per thing removed."""
         return []
 
     def close(self) -> None:
-        """Release backend resources (runtimes this launcher started)."""
+        """Release what this launcher started (runtimes)."""
+
+
+def can_restart(launcher: Launcher) -> bool:
+    """Does the backend implement ``restart``?"""
+    return type(launcher).restart is not Launcher.restart
+
+
+def env_lines(env: dict[str, str], indent: str = "    ") -> list[str]:
+    """A worker environment as sorted, shell-quoted ``NAME=value`` lines (dry runs)."""
+    return [f"{indent}{name}={shlex.quote(value)}" for name, value in sorted(env.items())]

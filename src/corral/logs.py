@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import errno
-import getpass
 import os
 import selectors
 import sys
@@ -13,27 +12,13 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import IO
 
+from corral.paths import (  # noqa: F401  (re-exported: the paths' owner is corral.paths)
+    log_dir_for,
+    merged_log_path,
+    replica_log_path,
+    role_log_path,
+)
 from corral.safedirs import make_private_subdir, open_private_append
-
-
-def log_dir_for(fileroot: str, experiment: str, trial: str) -> str:
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):
-        user = str(os.getuid())
-    return os.path.join(fileroot, "logs", user, experiment, trial)
-
-
-def replica_log_path(log_dir: str, role: str, index: int) -> str:
-    return os.path.join(log_dir, role, f"{index}.log")
-
-
-def role_log_path(log_dir: str, role: str) -> str:
-    return os.path.join(log_dir, f"{role}.log")
-
-
-def merged_log_path(log_dir: str) -> str:
-    return os.path.join(log_dir, "merged.log")
 
 
 def tail(path: str | None, lines: int = 20, max_bytes: int = 16384) -> str:

@@ -10,8 +10,6 @@ import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from corral.launcher import WorkerExit
-
 _spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="corral-spawner")
 
 
@@ -39,14 +37,15 @@ def spawn(argv: list[str], env: dict[str, str], pass_fds: tuple[int, ...] = ()) 
     return _spawner.submit(start).result()
 
 
-def describe_exit(returncode: int) -> WorkerExit:
+def describe_returncode(returncode: int) -> str:
+    """``"killed by SIGKILL"`` for a negative (Popen) return code, else ``"exited with code N"``."""
     if returncode < 0:
         try:
             name = signal.Signals(-returncode).name
         except ValueError:
             name = f"signal {-returncode}"
-        return WorkerExit(f"killed by {name}", returncode)
-    return WorkerExit(f"exited with code {returncode}", returncode)
+        return f"killed by {name}"
+    return f"exited with code {returncode}"
 
 
 def stop_process_groups(procs: list[subprocess.Popen], grace: float = 3.0) -> None:

@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from corral.errors import ConfigError, JobConfigError, UnknownRoleError
+from corral.errors import ConfigError, EngineTypeError, JobConfigError, UnknownRoleError
 
 STRATEGY_TYPES = ("separation", "colocation")
 RAY_PLACEMENT_STRATEGIES = ("shared", "separate", "deferred")
@@ -344,3 +344,22 @@ def normalize_job(job: Any) -> NormalizedJob:
             role,
         )
     return NormalizedJob(role=role, replicas=replicas, tasks=tasks, strategy=strategy)
+
+
+def engine_import_path(engine: Any) -> str:
+    """The import path a worker creates ``engine`` from (a path, or a class of a module)."""
+    if isinstance(engine, str):
+        return engine
+    if isinstance(engine, type):
+        if engine.__module__ == "__main__":
+            raise ConfigError(
+                "engine",
+                engine.__qualname__,
+                "define the engine class in an importable module, not in __main__",
+            )
+        return f"{engine.__module__}:{engine.__qualname__}"
+    raise EngineTypeError(
+        "engine",
+        engine,
+        "Engine must be a string import path 'pkg.module.Class' (or the class itself)",
+    )

@@ -47,12 +47,16 @@ def assert_no_leaks(sched, *live: str) -> None:
         # (workers send theirs within ~20 ms): wait for them, bounded.
         deadline = time.monotonic() + 10
         stats = _stats(sched, wid)
-        while (stats["lent"] or stats["mapped"]) and time.monotonic() < deadline:
+        while (
+            stats["lent"] or stats["mapped"] or stats["relay_buffers"]
+        ) and time.monotonic() < deadline:
             time.sleep(0.05)
             stats = _stats(sched, wid)
         assert stats["refs"] == 0 and stats["bytes"] == 0, f"{wid} still holds {stats}"
         assert stats["shared"] == 0 and stats["lent"] == 0, f"{wid} still holds {stats}"
+        assert stats["relay_buffers"] == 0, f"{wid} still keeps relay buffers {stats}"
         assert stats["mapped"] == 0, f"{wid} still maps {stats['mapped']} segment(s)"
+        assert stats["relay_sources"] == 0, f"{wid} still holds {stats}"
     shm.POOL.trim()
     assert shm.mapped_segments() == 0, "the controller still maps shared-memory segments"
 
@@ -109,12 +113,24 @@ def test_a_ref_in_create_engine_arguments_reaches_the_constructor(sched):
     assert_no_leaks(sched, a, b)
 
 
-def test_same_host_calls_go_through_shared_memory(sched):
+def controller_shares_the_workers_host(backend) -> bool:
+    """Local and Ray workers run on the controller's host. The Slurm lab's nodes are hosts
+    of their own (own host names, UTS namespaces): the controller reaches them over TCP."""
+    return backend.name != "slurm"
+
+
+def test_calls_go_through_shared_memory_exactly_on_the_same_host(sched, backend):
     (a,) = _workers(sched, "a", 1)
     value = np.arange(4 * MiB, dtype=np.float32)
-    sched.call_engine(a, "echo", None, np.zeros(4))  # learns that the worker is local
+    sched.call_engine(a, "echo", None, np.zeros(4))  # learns whether the worker is local
     back = sched.call_engine(a, "echo", None, value)
     assert np.array_equal(back, value)
+    if not controller_shares_the_workers_host(backend):  # another host: the socket
+        assert not shm.in_segment(back)
+        assert not sched.call_engine(a, "in_shared_memory", None, value)
+        del back
+        assert_no_leaks(sched, a)
+        return
     assert shm.in_segment(back)  # the reply is a view of the worker's segment
     assert sched.call_engine(a, "in_shared_memory", None, value)  # and the argument of ours
     assert not shm.in_segment(value)
@@ -133,6 +149,7 @@ def test_refs_owned_by_forked_workers(sched):
     ref = sched.call_engine(f, "make", None, 8 * MiB, rpc_meta={"keep": True})["big"]
     assert ref.owner == "f/0"
     assert sched.call_engine(a, "describe", None, ref)["nbytes"] == 8 * MiB
+    assert sched.call_engine(a, "in_shared_memory", None, ref)  # a fork shares the host
     assert np.array_equal(ref.to_local(), np.arange(2 * MiB, dtype=np.float32))
     del ref
     assert_no_leaks(sched, a, f)
@@ -232,6 +249,9 @@ def test_bad_refs_give_clear_errors(sched):
 
 
 def test_no_segment_survives_sigkill_of_either_side(sched, backend):
+    if not controller_shares_the_workers_host(backend):
+        _no_segment_survives_sigkill_between_workers(sched, backend)
+        return
     (a,) = _workers(sched, "a", 1)
     value = np.ones(4 * MiB, dtype=np.float32)
     sched.call_engine(a, "echo", None, np.zeros(4))
@@ -248,3 +268,29 @@ def test_no_segment_survives_sigkill_of_either_side(sched, backend):
     shm.POOL.trim()
     assert shm.mapped_segments() == 0  # ...and goes with it; memfds have no name to leak
     assert not [n for n in os.listdir("/dev/shm") if n.startswith("corral")]
+
+
+def _no_segment_survives_sigkill_between_workers(sched, backend) -> None:
+    """The same between a worker and its fork (one node), where the controller is on
+    another host: the parent maps the fork's segment, the fork is SIGKILLed."""
+    (a,) = _workers(sched, "a", 1)
+    (f,) = sched.create_workers(
+        Job(role="f", replicas=1, scheduling_strategy=SchedulingStrategy("colocation", "a", True))
+    )
+    asyncio.run(sched.create_engine(f, DATA))
+    ref = sched.call_engine(f, "make", None, 8 * MiB, rpc_meta={"keep": True})["big"]
+    assert sched.call_engine(a, "hold", None, ref)  # a keeps a view of f's segment
+    assert sched.call_engine(a, "segments_mapped", None, None) >= 1
+    fork = sched.get_workers("f")[0]
+    backend.kill_worker(fork, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while pid_alive(fork.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    expected = float(np.arange(2 * MiB, dtype=np.float32).sum())
+    assert sched.call_engine(a, "held_sum") == expected  # the mapping outlives its owner...
+    sched.call_engine(a, "destroy_held")
+    assert sched.call_engine(a, "segments_mapped", None, None) == 0  # ...and goes with it
+    del ref
+    sched.delete_workers("f")
+    assert not [n for n in os.listdir("/dev/shm") if n.startswith("corral")]
+    assert_no_leaks(sched, a)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from corral.backends.options import SlurmOptions
 from corral.backends.sbatch import (
     RESERVED_ENV,
     SbatchParams,
@@ -56,8 +57,15 @@ def make_params(**overrides) -> SbatchParams:
         secret_file="/shared/corral/demo/run1/.secret",
         python="/opt/venv/bin/python",
     )
+    renamed = {"extra_sbatch_directives": "sbatch_directives", "extra_srun_args": "srun_args",
+               "mount": "container_mounts"}  # fmt: skip
+    options = {}
+    for key in list(overrides):
+        name = renamed.get(key, key)
+        if name in SlurmOptions.names():
+            options[name] = overrides.pop(key)
     base.update(overrides)
-    return SbatchParams(**base)
+    return SbatchParams(**base, options=SlurmOptions(**options))
 
 
 def assert_golden(name: str, text: str) -> None:
@@ -494,9 +502,9 @@ def test_non_str_env_value():
         (dict(time_limit=0), "time_limit"),
         (dict(nodelist="n1 n2"), "nodelist"),
         (dict(exclude="n1\n#SBATCH --x"), "exclude"),
-        (dict(extra_sbatch_directives=["reservation=x"]), "extra_sbatch_directives[0]"),
-        (dict(extra_sbatch_directives=["--a", "--b\n--c"]), "extra_sbatch_directives[1]"),
-        (dict(extra_srun_args=[3]), "extra_srun_args"),
+        (dict(extra_sbatch_directives=["reservation=x"]), "sbatch_directives[0]"),
+        (dict(extra_sbatch_directives=["--a", "--b\n--c"]), "sbatch_directives[1]"),
+        (dict(extra_srun_args=[3]), "srun_args"),
         (dict(name_resolve="{not json"), "name_resolve"),
         (dict(name_resolve=42), "name_resolve"),
         (dict(secret_file=""), "secret_file"),

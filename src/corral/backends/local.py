@@ -5,15 +5,16 @@ from __future__ import annotations
 import glob
 import logging
 import os
+import shlex
 import threading
 from typing import Any
 
 from corral import options as opts
 from corral.config import cluster_field
 from corral.errors import ConfigError, GPURequestError
-from corral.launcher import Launcher, LaunchRequest, WorkerExit
+from corral.launcher import Launcher, LaunchRequest, WorkerExit, env_lines
 from corral.logs import LogPump, replica_log_path
-from corral.procs import describe_exit, spawn, stop_process_groups
+from corral.procs import describe_returncode, spawn, stop_process_groups
 from corral.scheduler import Scheduler
 from corral.spec import NormalizedJob
 from corral.worker import env as E
@@ -72,6 +73,30 @@ class LocalLauncher(Launcher):
                 job.role,
             )
 
+    def describe(self, request: LaunchRequest) -> str:
+        """Each worker's argv, GPUs (as free now; taken at launch) and environment."""
+        job = request.job
+        free, turn = list(self._free), self._turn
+        lines = [
+            f"# dry run (local): {job.replicas} {job.role} worker process(es) on this "
+            f"machine; logs in {request.log_dir}"
+        ]
+        for index, (spec, env) in enumerate(zip(job.tasks, request.envs, strict=True)):
+            if self.sharing == "round_robin":
+                devices = [self.devices[(turn + i) % len(self.devices)] for i in range(spec.gpu)]
+                turn += spec.gpu
+            else:
+                devices, free = free[: spec.gpu], free[spec.gpu :]
+            env = self._process_env(env, devices)
+            argv = command_argv(spec.cmd) + args_from_env(env, port=0)
+            lines += [
+                f"## {job.role}/{index}: GPUs {devices or 'none'}",
+                "$ " + shlex.join(argv) + ("  (--port: a free port at launch)" if spec.cmd else ""),
+                "  environment:",
+                *env_lines(env),
+            ]
+        return "\n".join(lines)
+
     def launch(self, request: LaunchRequest) -> None:
         job = request.job
         procs = []
@@ -97,10 +122,15 @@ class LocalLauncher(Launcher):
         devices, self._free = self._free[:count], self._free[count:]
         return devices
 
-    def _start(self, role: str, index: int, spec, env: dict[str, str], devices: list[int]):
+    @staticmethod
+    def _process_env(env: dict[str, str], devices: list[int]) -> dict[str, str]:
         env = dict(env)
         env[E.DIE_WITH_PARENT] = "1"
         env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, devices))
+        return env
+
+    def _start(self, role: str, index: int, spec, env: dict[str, str], devices: list[int]):
+        env = self._process_env(env, devices)
         argv = command_argv(spec.cmd) + args_from_env(env, port=free_port() if spec.cmd else 0)
         proc = spawn(argv, env)
         self._pump.add(proc.stdout, self._log_dir, role, index)
@@ -116,20 +146,18 @@ class LocalLauncher(Launcher):
         for index, proc in enumerate(self._procs.get(role, [])):
             code = proc.poll()
             if code is not None:
-                exit_ = describe_exit(code)
-                exit_.log_path = replica_log_path(self._log_dir, role, index)
-                dead[index] = exit_
+                dead[index] = WorkerExit(
+                    describe_returncode(code), code, replica_log_path(self._log_dir, role, index)
+                )
         if dead:
             self._pump.flush_closed(0.3)
         return dead
 
-    def stop_in_reverse(self, role: str) -> None:
-        for proc in reversed(self._procs.get(role, [])):
-            stop_process_groups([proc])
-        self.stop(role)
-
-    def stop(self, role: str) -> None:
+    def stop(self, role: str, reverse: bool = False) -> None:
         procs = self._procs.pop(role, [])
+        if reverse:
+            for proc in reversed(procs):
+                stop_process_groups([proc])
         stop_process_groups(procs)
         self._specs.pop(role, None)
         with self._lock:

@@ -48,25 +48,21 @@ from __future__ import annotations
 
 import logging
 import os
-import re
-import select
-import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from corral import options as opts
+from corral.backends.options import RayOptions
+from corral.backends.ray_actor import _GROUP_RE, RayWorkerActor
 from corral.backends.ray_placement import infeasible, node_totals, remove_trial_leftovers
-from corral.config import scheduler_field
 from corral.errors import ConfigError, PlacementError, WorkerCreationError
-from corral.launcher import Launcher, LaunchRequest, WorkerExit
+from corral.launcher import ForkRequest, Launcher, LaunchRequest, WorkerExit, env_lines
 from corral.logs import replica_log_path
 from corral.procs import pid_alive
-from corral.safedirs import make_private_subdir
 from corral.scheduler import Scheduler
 from corral.spec import NormalizedJob, Worker
 from corral.worker import env as E
@@ -87,11 +83,8 @@ MAIN_SINGLE_GPU_SHARE = 0.9
 FORK_ACCELERATOR_SHARE = 0.01
 ACTOR_MAX_CONCURRENCY = 8
 STOP_GRACE_SECONDS = 3.0
-TEE_READY_TIMEOUT_SECONDS = 10.0
 GONE_TIMEOUT_SECONDS = 10.0
-VISIBLE_DEVICE_VARS = ("CUDA_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES")
 STRATEGIES = {"separate": "SPREAD", "shared": "PACK", "deferred": "SPREAD"}
-_GROUP_RE = re.compile(r"_group_(\d+)_([0-9a-f]+)$")
 
 
 def apply_quiet_env() -> None:
@@ -130,263 +123,6 @@ def format_resources(resources: dict[str, float]) -> str:
     return "{" + ", ".join(parts) + "}"
 
 
-# --------------------------------------------------------------------------- actor side
-class RayWorkerActor:
-    """The Ray actor that hosts one corral worker runtime in its own process.
-
-    ``__init__`` starts the runtime (bind, register in name-resolve, serve) and the
-    controller watch; ``wait_forever`` returns only when the runtime stopped, so a pending
-    call of it tells the launcher, without polling the actor, when the actor died.
-    """
-
-    def __init__(
-        self,
-        env: dict[str, str],
-        advertise_host: str | None = None,
-        visible_devices: dict[str, str] | None = None,
-        secret: str = "",
-    ):
-        # The environment comes as an argument, not as a per-actor runtime_env: an actor
-        # without a runtime_env of its own runs in one of the worker processes Ray has
-        # already started, instead of a fresh one per actor. Set it before anything that
-        # reads it is imported (thread counts, visible devices).
-        env = dict(env)
-        env.pop(E.SECRET, None)  # never in the environment (read_secret refuses it)
-        apply_worker_env(env)
-        import ray
-
-        from corral.worker.env import WorkerSettings, read_secret
-        from corral.worker.runtime import ControllerWatch, WorkerRuntime
-
-        self._done = threading.Event()
-        self._stop_lock = threading.Lock()
-        self._reason = "stopped"
-        ctx = ray.get_runtime_context()
-        node_ip = ray.util.get_node_ip_address()
-        os.environ[E.BACKEND_ID] = ctx.get_actor_id()
-        os.environ[E.NODE] = ctx.get_node_id()  # the worker's "host" for LOCAL_RANK
-        os.environ[E.ADVERTISE_HOST] = advertise_host or node_ip
-        for key, value in (visible_devices or {}).items():
-            os.environ[key] = value
-        settings = WorkerSettings.from_env(os.environ)
-        secret = secret or read_secret(os.environ)
-        self._tee = _start_tee(settings.log_dir, settings.role, settings.index)
-        self.runtime = WorkerRuntime(
-            settings, secret, on_shutdown=lambda: self._stop_now("exited on request")
-        )
-        self.runtime.start()
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, self._on_sigterm)
-        threading.Thread(
-            target=ControllerWatch(self.runtime, self._controller_lost).run,
-            name="corral-watch",
-            daemon=True,
-        ).start()
-        group = {}
-        try:  # per-bundle keys such as GPU_group_1_<pg id>; private API, so best effort
-            held = ray._private.worker.global_worker.core_worker.resource_ids()
-        except Exception:
-            held = {}
-        for key in held:
-            match = _GROUP_RE.search(key)
-            if match:
-                group = {"bundle_index": int(match.group(1)), "pg_id": match.group(2)}
-        self._info = {
-            "address": self.runtime.address,
-            "pid": os.getpid(),
-            "host": os.environ[E.NODE],  # as the registration says (LOCAL_RANK counts per node)
-            "hostname": socket.gethostname(),
-            "node_ip": node_ip,
-            "node_id": ctx.get_node_id(),
-            "actor_id": ctx.get_actor_id(),
-            "worker_ports": list(self.runtime.worker_ports),
-            "generation": getattr(self.runtime, "generation", ""),
-            "visible_devices": {k: os.environ[k] for k in VISIBLE_DEVICE_VARS if k in os.environ},
-            "pg_id": group.get("pg_id") or ctx.get_placement_group_id(),
-            "bundle_index": group.get("bundle_index"),
-        }
-
-    def info(self) -> dict:
-        return self._info
-
-    def ping(self) -> int:
-        return os.getpid()
-
-    def wait_forever(self) -> str:
-        self._done.wait()
-        return self._reason
-
-    def free_port(self) -> tuple[str, int]:
-        """A port the kernel found free on this node's IP (bound, then released)."""
-        ip = self._info["node_ip"]
-        with socket.socket() as sock:
-            sock.bind((ip, 0))
-            return ip, sock.getsockname()[1]
-
-    def stop(self) -> bool:
-        self._stop_now("stopped by the scheduler")
-        return True
-
-    def _stop_now(self, reason: str) -> None:
-        """Stop the runtime once: engines, children and server; then drain the tee."""
-        with self._stop_lock:
-            if self._done.is_set():
-                return
-            self._reason = reason
-            try:
-                self.runtime.stop()
-                print(f"corral worker {self.runtime.settings.worker_id} {reason}", flush=True)
-            finally:
-                _finish_tee(self._tee)
-                self._tee = None
-                self._done.set()
-
-    def _on_sigterm(self, *_: Any) -> None:
-        # The runtime's /shutdown (and anyone else) SIGTERMs this process. Ray's default
-        # handler would end the whole actor process as a failure; instead the runtime
-        # stops and the actor stays until the launcher removes it (its group holds the
-        # resources either way).
-        threading.Thread(target=self._stop_now, args=("exited on SIGTERM",), daemon=True).start()
-
-    def _controller_lost(self, why: str) -> None:
-        self._stop_now(f"exited: {why}")
-        threading.Timer(0.5, os._exit, (0,)).start()
-
-
-def apply_worker_env(env: dict[str, str]) -> None:
-    """Make this (possibly reused) Ray worker process carry exactly the worker's environment.
-
-    ``CORRAL_*`` variables not in ``env`` (inherited from the raylet) are removed. Thread-count
-    variables only take effect in libraries loaded after this point, so libraries already
-    loaded in the process (torch, a BLAS behind numpy) are told the count directly.
-    """
-    for key in [k for k in os.environ if k.startswith("CORRAL_") and k not in env]:
-        del os.environ[key]
-    os.environ.update(env)
-    if env.get("PYTHONUNBUFFERED"):
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.reconfigure(line_buffering=True)
-            except (AttributeError, ValueError, OSError):
-                pass
-    threads = env.get("OMP_NUM_THREADS", "")
-    if threads.isdigit() and int(threads) > 0:
-        limit_loaded_thread_pools(int(threads))
-
-
-def limit_loaded_thread_pools(n: int) -> None:
-    """Set the thread count of numerical libraries that are already loaded (best effort)."""
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        try:
-            torch.set_num_threads(n)
-        except Exception:
-            pass
-    if "numpy" in sys.modules:
-        try:
-            from threadpoolctl import threadpool_limits
-        except ImportError:
-            return
-        threadpool_limits(limits=n)
-
-
-def _start_tee(log_dir: str | None, role: str, index: int) -> tuple[subprocess.Popen, int] | None:
-    """Send this process's stdout/stderr through a small tee process into corral's logs.
-
-    The tee is a separate process so that the last lines before a crash still reach the
-    log files: it drains the pipe until every writer is gone. Ray's own worker log keeps
-    receiving everything too.
-    """
-    if not log_dir:
-        return None
-    try:
-        make_private_subdir(os.path.join(log_dir, role))
-    except OSError:
-        return None  # no shared filesystem on this node: Ray's worker log only
-    sys.stdout.flush()
-    sys.stderr.flush()
-    read_end, write_end = os.pipe()
-    ready_r, ready_w = os.pipe()
-    original = os.dup(1)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
-    try:
-        proc = subprocess.Popen(
-            [sys.executable, "-c", _TEE_CODE, log_dir, role, str(index), str(ready_w)],
-            stdin=read_end,
-            stdout=original,
-            stderr=subprocess.DEVNULL,
-            env=env,
-            pass_fds=(ready_w,),
-            start_new_session=True,
-        )
-    except OSError:
-        os.close(write_end)
-        os.close(original)
-        return None
-    finally:
-        os.close(read_end)
-        os.close(ready_w)
-    # Until the tee has its files open: a worker that dies right after it registered
-    # must still find its first lines in the log.
-    try:
-        select.select([ready_r], [], [], TEE_READY_TIMEOUT_SECONDS)
-    finally:
-        os.close(ready_r)
-    os.dup2(write_end, 1)
-    os.dup2(write_end, 2)
-    os.close(write_end)
-    return proc, original
-
-
-def _finish_tee(tee: tuple[subprocess.Popen, int] | None, timeout: float = 2.0) -> None:
-    """Point stdout/stderr back at Ray's log and let the tee drain the pipe and exit.
-
-    Ray kills a worker's children when the worker exits gracefully, so the tee must be
-    done before the actor is killed."""
-    if tee is None:
-        return
-    proc, original = tee
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except Exception:
-        pass
-    os.dup2(original, 1)
-    os.dup2(original, 2)
-    try:
-        proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        pass
-
-
-# Runs in the tee process: imports only corral.logs, so it starts in about 0.1 s.
-_TEE_CODE = """
-import os, sys
-from corral.logs import LogSink
-def report(text):
-    try:
-        os.write(1, ("corral: " + text + "\\n").encode())
-    except OSError:
-        pass
-stream = LogSink(open(os.devnull, "rb"), sys.argv[1], sys.argv[2], int(sys.argv[3]), report)
-os.write(int(sys.argv[4]), b"1")
-os.close(int(sys.argv[4]))
-while True:
-    try:
-        data = os.read(0, 65536)
-    except InterruptedError:
-        continue
-    if not data:
-        break
-    try:
-        os.write(1, data)
-    except OSError:
-        pass
-    stream.feed(data)
-stream.close()
-"""
-
-
 # --------------------------------------------------------------------------- driver side
 @dataclass
 class _Replica:
@@ -419,22 +155,30 @@ class RayLauncher(Launcher):
     """Places workers with placement groups and runs each in a ``RayWorkerActor``."""
 
     name = "ray"
+    shares_filesystem = False
 
     def __init__(
         self,
-        address: str | None = None,
+        options: RayOptions | None = None,
         *,
-        init_kwargs: dict | None = None,
-        reserve_memory: bool = False,
         startup_timeout: float = 120.0,
+        dry_run: bool = False,
     ):
-        self.ray = ray = _ray()
+        """``dry_run=True``: Ray is neither imported nor started (``describe`` only)."""
+        options = options or RayOptions()
+        self.options = options
         self.startup_timeout = float(startup_timeout)
-        self.reserve_memory = reserve_memory
+        self.reserve_memory = options.reserve_memory
         self.started_runtime = False
+        self.address = address = options.address
+        init_kwargs = options.init_kwargs
         self._roles: dict[str, _Role] = {}
         self._forks: dict[str, _Role] = {}
         self._lock = threading.RLock()
+        self.ray = None
+        if dry_run:
+            return
+        self.ray = ray = _ray()
         if ray.is_initialized():
             return  # the caller's runtime: used as it is, never shut down by us
         address = address or os.environ.get("RAY_ADDRESS") or _running_local_cluster()
@@ -475,7 +219,6 @@ class RayLauncher(Launcher):
                 sorted(strategies),
                 "use one placement strategy for every replica of a role",
             )
-        kind = self.accelerator_kind()
         for i, spec in enumerate(job.tasks):
             if spec.cmd and command_argv(spec.cmd)[1:] != ["-m", "corral.worker"]:
                 raise ConfigError(
@@ -491,6 +234,10 @@ class RayLauncher(Launcher):
                     "containers are a Slurm feature; on Ray use the cluster's image "
                     "(container_type='none')",
                 )
+        if self.ray is None:  # a dry run: no cluster to check against
+            return
+        kind = self.accelerator_kind()
+        for i, spec in enumerate(job.tasks):
             if spec.gpu > 0 and kind is None:
                 raise ConfigError(
                     f"job.tasks[{i}].gpu",
@@ -511,6 +258,42 @@ class RayLauncher(Launcher):
             )
 
     # ----------------------------------------------------------------- launch
+    def describe(self, request: LaunchRequest) -> str:
+        """The placement groups and each actor's options (GPU stands for the cluster's
+        accelerator, GPU or NPU, which is read from the cluster at launch)."""
+        job = request.job
+        kind = self.accelerator_kind() if self.ray is not None else "GPU"
+        prefix = name_prefix(request.envs[0][E.EXPERIMENT], request.envs[0][E.TRIAL])
+        strategy = job.tasks[0].ray_placement_strategy
+        bundles = [self._bundle(spec, kind) for spec in job.tasks]
+        where = self.address or "the runtime of this process, RAY_ADDRESS or a local one"
+        lines = [f"# dry run (ray): {job.replicas} {job.role} actor(s) on {where}"]
+        if strategy == "shared":
+            lines.append(f"placement_group({bundles}, strategy='PACK', name='{prefix}:{job.role}')")
+        else:
+            for i, bundle in enumerate(bundles):
+                lines.append(
+                    f"placement_group([{bundle}], strategy='{STRATEGIES[strategy]}', "
+                    f"name='{prefix}:{job.role}:{i}')"
+                )
+        for index, (spec, env) in enumerate(zip(job.tasks, request.envs, strict=True)):
+            options = {
+                "name": f"{prefix}:{job.role}:{index}",
+                "num_cpus": float(spec.cpu),
+                "max_concurrency": ACTOR_MAX_CONCURRENCY,
+                "max_restarts": 0,
+                "placement_group_bundle_index": index if strategy == "shared" else 0,
+                **self._accelerator_options(kind, spec.gpu),
+            }
+            if spec.gpu == 0:
+                env = {**env, "CUDA_VISIBLE_DEVICES": env.get("CUDA_VISIBLE_DEVICES", "")}
+            lines += [
+                f"## {job.role}/{index}: RayWorkerActor.options({options})",
+                "  environment (the trial secret is an actor argument, never shown):",
+                *env_lines(env),
+            ]
+        return "\n".join(lines)
+
     def launch(self, request: LaunchRequest) -> None:
         from ray.util.placement_group import placement_group
 
@@ -763,16 +546,6 @@ class RayLauncher(Launcher):
     def remove_leftovers(self, experiment: str, trial: str) -> list[str]:
         return remove_trial_leftovers(self.ray, name_prefix(experiment, trial))
 
-    def backend_id(self, role: str, index: int) -> str | None:
-        for r in self._records(role):
-            if r.index == index:
-                actor_id = getattr(r.actor, "_actor_id", None)
-                return actor_id.hex() if actor_id is not None else None
-        return None
-
-    def share_secret_by_env(self) -> bool:
-        return True
-
     def placement(self, role: str, index: int, timeout: float = 30.0) -> dict:
         """Where a worker (launched or forked) runs: node id and ip, placement group id,
         bundle index, pid, visible devices."""
@@ -796,14 +569,13 @@ class RayLauncher(Launcher):
         return ip, int(port)
 
     # ------------------------------------------------------------------- fork
-    def fork(
-        self, role: str, target: Worker, index: int, env: dict[str, str], command: str | None = None
-    ) -> Worker | None:
-        if command is not None:
-            return None  # the target worker starts that module itself (POST /fork)
+    def fork(self, request: ForkRequest) -> Worker:
+        """A new actor in the target's placement group bundle, seeing its devices; a
+        ``command`` other than the corral worker is started by the target itself."""
+        role, index, target, env = request.role, request.index, request.target, request.env
         parent = next((r for r in self._records(target.role) if r.index == target.index), None)
-        if parent is None:
-            return None
+        if request.command is not None or parent is None:
+            return request.via_worker()
         ray = self.ray
         info = self._info(parent, self.startup_timeout)
         child_env = dict(parent.env)
@@ -870,16 +642,17 @@ class RayLauncher(Launcher):
                 if not record.replicas:
                     self._forks.pop(child.role, None)
 
-    def kill_fork(self, worker: Worker) -> bool:
+    def stop_fork(self, worker: Worker, via_worker: Callable[[], None]) -> None:
         child = next((r for r in self._records(worker.role) if r.index == worker.index), None)
         if child is None or child.parent is None:
-            return False
+            via_worker()  # its host worker started it
+            return
         self._teardown([child], [])
         self._drop_fork(child)
-        return True
 
     # --------------------------------------------------------------- teardown
-    def stop(self, role: str) -> None:
+    def stop(self, role: str, reverse: bool = False) -> None:
+        """Every actor of the role at once (Ray gives no order among them)."""
         with self._lock:
             record = self._roles.pop(role, None)
             doomed = []
@@ -989,7 +762,7 @@ class RayLauncher(Launcher):
                 self._teardown(record.replicas, [])
         for role in list(self._roles):
             self.stop(role)
-        if self.started_runtime and self.ray.is_initialized():
+        if self.started_runtime and self.ray is not None and self.ray.is_initialized():
             self.ray.shutdown()
         self.started_runtime = False
 
@@ -1046,7 +819,7 @@ class RayScheduler(Scheduler):
     """Workers are Ray actors on a Ray cluster, one placement group bundle per worker.
 
     Joins the runtime this process already has (``ray.init()`` called before), else the
-    cluster at ``address`` / ``cfg.scheduler.ray_address`` / ``RAY_ADDRESS`` / the one
+    cluster at ``address`` / ``cfg.scheduler.ray.address`` / ``RAY_ADDRESS`` / the one
     running on this machine, else starts a local runtime (no dashboard, object store
     capped at 512 MiB; ``init_kwargs`` go to ``ray.init``) that ``close()`` shuts down.
     A runtime it did not start is never shut down. See the module docstring for the
@@ -1063,25 +836,30 @@ class RayScheduler(Scheduler):
         n_gpus_per_node: int | None = None,
         address: str | None = None,
         init_kwargs: dict | None = None,
-        reserve_memory: bool = False,
+        reserve_memory: bool | None = None,
+        dry_run: bool = False,
         **kwargs: Any,
     ):
         """AReaL's signature (``startup_timeout``, then ``exp_config`` and
         ``n_gpus_per_node`` by keyword; a config's ``n_gpus_per_node`` wins); an
-        experiment config given first is taken as ``exp_config``."""
+        experiment config given first is taken as ``exp_config``. ``address``,
+        ``init_kwargs`` and ``reserve_memory`` are :class:`RayOptions` (they win over
+        ``cfg.scheduler.ray``)."""
         if exp_config is None and opts.looks_like_config(startup_timeout):
             exp_config, startup_timeout = startup_timeout, None
         opts.check_exp_config(exp_config)
         opts.check_number("startup_timeout", startup_timeout)
-        if address is None:
-            address = scheduler_field(exp_config, "ray_address")
-        launcher = RayLauncher(address, init_kwargs=init_kwargs, reserve_memory=reserve_memory)
+        options = RayOptions.resolve(
+            exp_config, address=address, init_kwargs=init_kwargs, reserve_memory=reserve_memory
+        )
+        launcher = RayLauncher(options, dry_run=dry_run)
         try:
             super().__init__(
                 exp_config,
                 launcher=launcher,
                 startup_timeout=startup_timeout,
                 n_gpus_per_node=n_gpus_per_node,
+                dry_run=dry_run,
                 **kwargs,
             )
         except BaseException:

@@ -32,8 +32,17 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from corral.backends.options import SlurmOptions
 from corral.errors import ConfigError
+from corral.paths import (
+    exit_code_path,
+    merged_log_path,
+    replica_log_path,
+    role_log_path,
+    sbatch_log_path,
+)
 from corral.spec import CONTAINER_TYPES, SchedulingSpec, validate_role_name, validate_spec
+from corral.worker import env as E
 
 __all__ = [
     "RESERVED_ENV",
@@ -51,75 +60,30 @@ __all__ = [
     "sbatch_log_path",
 ]
 
-# Environment the renderer owns (see corral.worker.env); users cannot override these
-# through SchedulingSpec.env_vars or SbatchParams.env. CORRAL_SECRET is refused so
-# that the trial secret never lands in a job script: pass secret_file instead.
-ENV_EXPERIMENT = "CORRAL_EXPERIMENT"
-ENV_TRIAL = "CORRAL_TRIAL"
-ENV_ROLE = "CORRAL_ROLE"
-ENV_NAME_RESOLVE = "CORRAL_NAME_RESOLVE"
-ENV_SECRET_FILE = "CORRAL_SECRET_FILE"
-ENV_INDEX_OFFSET = "CORRAL_INDEX_OFFSET"
-ENV_LEASE_TIMEOUT = "CORRAL_LEASE_TIMEOUT"
-ENV_PORT_COUNT = "CORRAL_PORT_COUNT"
-ENV_LOG_DIR = "CORRAL_LOG_DIR"
-ENV_BACKEND_ID = "CORRAL_BACKEND_ID"
-ENV_INDEX = "CORRAL_INDEX"
-ENV_SECRET = "CORRAL_SECRET"
+# Environment the renderer owns (names from corral.worker.env, the contract's one owner);
+# users cannot override these through SchedulingSpec.env_vars or SbatchParams.env.
+# CORRAL_SECRET is refused so that the trial secret never lands in a job script: pass
+# secret_file instead.
 RESERVED_ENV = frozenset(
     {
-        ENV_EXPERIMENT,
-        ENV_TRIAL,
-        ENV_ROLE,
-        ENV_NAME_RESOLVE,
-        ENV_SECRET_FILE,
-        ENV_INDEX_OFFSET,
-        ENV_LEASE_TIMEOUT,
-        ENV_PORT_COUNT,
-        ENV_LOG_DIR,
-        ENV_BACKEND_ID,
-        ENV_INDEX,
-        ENV_SECRET,
+        E.EXPERIMENT,
+        E.TRIAL,
+        E.ROLE,
+        E.NAME_RESOLVE,
+        E.SECRET_FILE,
+        E.INDEX_OFFSET,
+        E.LEASE_TIMEOUT,
+        E.PORT_COUNT,
+        E.LOG_DIR,
+        E.BACKEND_ID,
+        E.INDEX,
+        E.SECRET,
     }
 )
 
-DEFAULT_LEASE_TIMEOUT = 5.0
-MERGED_LOG_NAME = "merged.log"
-
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_TIME_RE = re.compile(r"^(?:\d+-)?\d+(?::\d+){0,2}$|^(?:UNLIMITED|INFINITE)$", re.IGNORECASE)
 # spec fields that mean nothing to Slurm and may differ between replicas
 _NOT_SLURM_FIELDS = frozenset({"ray_placement_strategy"})
-
-
-# ------------------------------------------------------------------ log paths --
-def replica_log_path(log_dir: str, role: str, index: int) -> str:
-    """The log of one worker: ``<log_dir>/<role>/<index>.log``."""
-    return f"{log_dir.rstrip('/')}/{role}/{index}.log"
-
-
-def exit_code_path(log_dir: str, role: str, index: int) -> str:
-    """Written by the task when its worker exits on its own: the exit code and a newline.
-
-    Absent while the worker runs, and when the task itself was killed (scancel,
-    ``--kill-on-bad-exit`` taking down the other replicas after one failed).
-    """
-    return f"{log_dir.rstrip('/')}/{role}/{index}.exit"
-
-
-def role_log_path(log_dir: str, role: str) -> str:
-    """All workers of a role, each line prefixed ``[role/index] ``."""
-    return f"{log_dir.rstrip('/')}/{role}.log"
-
-
-def merged_log_path(log_dir: str) -> str:
-    """Every worker of every role, each line prefixed ``[role/index] ``."""
-    return f"{log_dir.rstrip('/')}/{MERGED_LOG_NAME}"
-
-
-def sbatch_log_path(log_dir: str, role: str) -> str:
-    """Slurm's own output of the role's batch script (srun errors, bash errors)."""
-    return f"{log_dir.rstrip('/')}/{role}.sbatch.log"
 
 
 # --------------------------------------------------------------------- layout --
@@ -295,21 +259,11 @@ class SbatchParams:
     python: str = "python3"
     env: Mapping[str, str] = field(default_factory=dict)
     index_offset: int = 0
-    lease_timeout: float = DEFAULT_LEASE_TIMEOUT
-    partition: str | None = None
-    account: str | None = None
-    qos: str | None = None
-    time_limit: str | int | None = None
-    """Slurm --time: minutes (int) or e.g. "30", "4:00:00", "1-12:00:00"."""
-    extra_sbatch_directives: Sequence[str] = ()
-    """Extra sbatch options, one per line, e.g. "--reservation=x"."""
-    extra_srun_args: Sequence[str] = ()
-    """Extra srun arguments, one word each (the spec's srun_additional_args come first)."""
-    nodelist: str | None = None
-    exclude: str | None = None
-    container_type: str | None = None
+    lease_timeout: float = E.DEFAULT_LEASE_TIMEOUT
+    options: SlurmOptions = field(default_factory=SlurmOptions)
+    """partition, account, qos, time, extra sbatch/srun arguments, and overrides of the
+    spec's nodelist, exclude, container type and mounts (checked at rendering)."""
     image: str | None = None
-    mount: str | None = None
     apptainer: str = "apptainer"
     n_cpus_per_node: int | None = None
     mem_per_node_gb: int | None = None
@@ -317,9 +271,10 @@ class SbatchParams:
     def resolved_container(self) -> tuple[str, str | None, str | None]:
         """(container_type, image, mount) after applying the overrides."""
         s = self.spec
-        ctype = self.container_type if self.container_type is not None else s.container_type
+        o = self.options
+        ctype = o.container_type if o.container_type is not None else s.container_type
         image = self.image if self.image is not None else s.image
-        mount = self.mount if self.mount is not None else s.mount
+        mount = o.container_mounts if o.container_mounts is not None else s.mount
         return ctype, image, mount
 
     def layout(self) -> SlurmLayout:
@@ -362,13 +317,13 @@ def _check_env(name: str, env: Mapping[str, str], *, allow_corral: bool) -> dict
             raise ConfigError(f"{name}[{key!r}]", value, "use a shell variable name")
         if not isinstance(value, str):
             raise ConfigError(f"{name}[{key!r}]", value, "use a str value")
-        if key == ENV_SECRET:
+        if key == E.SECRET:
             raise ConfigError(
                 f"{name}[{key!r}]",
                 "<hidden>",
                 "pass the trial secret as secret_file, never in the script",
             )
-        if key == ENV_INDEX:
+        if key == E.INDEX:
             raise ConfigError(
                 f"{name}[{key!r}]",
                 value,
@@ -395,18 +350,6 @@ def _name_resolve_json(value: str | Mapping[str, object]) -> str:
             ) from None
         return value
     raise ConfigError("name_resolve", value, "use a JSON string or a dict")
-
-
-def _time_value(value: str | int) -> str:
-    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-        return str(value)
-    if isinstance(value, str) and _TIME_RE.match(value):
-        return value
-    raise ConfigError(
-        "time_limit",
-        value,
-        'use minutes (int) or a Slurm time such as "30", "4:00:00" or "1-12:00:00"',
-    )
 
 
 def _contract_args(p: SbatchParams) -> str:
@@ -464,11 +407,7 @@ def _srun_extra(p: SbatchParams) -> list[str]:
         raise ConfigError(
             "SchedulingSpec.srun_additional_args", p.spec.srun_additional_args, str(exc)
         ) from None
-    for arg in p.extra_srun_args:
-        if not isinstance(arg, str):
-            raise ConfigError("extra_srun_args", arg, "use a list of str, one word each")
-        words.append(arg)
-    return words
+    return words + list(p.options.srun_args)
 
 
 def _q(word: object) -> str:
@@ -557,6 +496,7 @@ def render_sbatch_script(params: SbatchParams) -> str:
     """The whole batch script for ``sbatch``: directives, environment, one srun step."""
     p = params
     role = validate_role_name(p.role)
+    p.options.checked()
     layout = p.layout()
     log_dir = _check_path("log_dir", p.log_dir)
     job_name = _directive_value("job_name", p.job_name)
@@ -579,9 +519,9 @@ def render_sbatch_script(params: SbatchParams) -> str:
             raise ConfigError(name, value, "use a non-empty str")
     spec_env = _check_env("SchedulingSpec.env_vars", p.spec.env_vars, allow_corral=False)
     extra_env = _check_env("env", p.env, allow_corral=True)
-    if extra_env.get(ENV_ROLE, role) != role:
+    if extra_env.get(E.ROLE, role) != role:
         raise ConfigError(
-            f"env[{ENV_ROLE!r}]", extra_env[ENV_ROLE], f"must match role={role!r} or be left out"
+            f"env[{E.ROLE!r}]", extra_env[E.ROLE], f"must match role={role!r} or be left out"
         )
 
     out = sbatch_log_path(log_dir, role)
@@ -600,25 +540,19 @@ def render_sbatch_script(params: SbatchParams) -> str:
     if layout.gpus_per_node > 0:
         directives.append(f"--gres=gpu:{layout.gpus_per_node}")
     directives.append("--no-requeue")
-    for name, value in (("partition", p.partition), ("account", p.account), ("qos", p.qos)):
+    o = p.options
+    for name, value in (("partition", o.partition), ("account", o.account), ("qos", o.qos)):
         if value is not None:
-            directives.append(f"--{name}={_directive_value(name, value)}")
-    if p.time_limit is not None:
-        directives.append(f"--time={_time_value(p.time_limit)}")
-    nodelist = p.nodelist if p.nodelist is not None else p.spec.nodelist
-    exclude = p.exclude if p.exclude is not None else p.spec.exclude
+            directives.append(f"--{name}={value}")
+    if o.time_limit is not None:
+        directives.append(f"--time={o.time_limit}")
+    nodelist = o.nodelist if o.nodelist is not None else p.spec.nodelist
+    exclude = o.exclude if o.exclude is not None else p.spec.exclude
     if nodelist:
         directives.append(f"--nodelist={_directive_value('nodelist', nodelist)}")
     if exclude:
         directives.append(f"--exclude={_directive_value('exclude', exclude)}")
-    for i, extra in enumerate(p.extra_sbatch_directives):
-        if not isinstance(extra, str) or not extra.startswith("-") or "\n" in extra:
-            raise ConfigError(
-                f"extra_sbatch_directives[{i}]",
-                extra,
-                'use one sbatch option per entry, e.g. "--reservation=x"',
-            )
-        directives.append(extra.strip())
+    directives += o.sbatch_directives
 
     ctype, image, mount = p.resolved_container()
     summary = (
@@ -629,16 +563,16 @@ def render_sbatch_script(params: SbatchParams) -> str:
     # or override them, e.g. Scheduler.worker_env() without CORRAL_INDEX), then the
     # spec's env_vars (the user's word wins for everything that is not CORRAL_*)
     exports: dict[str, str] = {
-        ENV_EXPERIMENT: _q(p.experiment),
-        ENV_TRIAL: _q(p.trial),
-        ENV_ROLE: _q(role),
-        ENV_NAME_RESOLVE: _q(_name_resolve_json(p.name_resolve)),
-        ENV_SECRET_FILE: _q(p.secret_file),
-        ENV_INDEX_OFFSET: str(p.index_offset),
-        ENV_LEASE_TIMEOUT: repr(lease),
-        ENV_PORT_COUNT: str(p.spec.port_count),
-        ENV_LOG_DIR: _q(log_dir),
-        ENV_BACKEND_ID: '"${SLURM_JOB_ID:-}"',
+        E.EXPERIMENT: _q(p.experiment),
+        E.TRIAL: _q(p.trial),
+        E.ROLE: _q(role),
+        E.NAME_RESOLVE: _q(_name_resolve_json(p.name_resolve)),
+        E.SECRET_FILE: _q(p.secret_file),
+        E.INDEX_OFFSET: str(p.index_offset),
+        E.LEASE_TIMEOUT: repr(lease),
+        E.PORT_COUNT: str(p.spec.port_count),
+        E.LOG_DIR: _q(log_dir),
+        E.BACKEND_ID: '"${SLURM_JOB_ID:-}"',
     }
     exports.update((k, _q(v)) for k, v in extra_env.items())
     exports.update((k, _q(v)) for k, v in spec_env.items())

@@ -10,7 +10,7 @@ Restart policy (``SchedulingSpec.max_restarts > 0``): the role's step runs witho
 ``--kill-on-bad-exit`` so that one dead replica leaves the others running, and
 :meth:`SlurmLauncher.restart` submits a one-task job for the dead replica
 (``CORRAL_INDEX_OFFSET=index``, same log files). A role then has several jobs, each
-running a set of its replicas; polling, stopping and ``backend_id`` cover all of them.
+running a set of its replicas; polling and stopping cover all of them.
 
 Everything that happens once a worker is reachable (health, engines, calls, fork via
 ``POST /fork``, colocation, teardown order) is the shared :class:`~corral.scheduler.Scheduler`.
@@ -36,25 +36,25 @@ from dataclasses import dataclass
 from typing import Any
 
 from corral import options as opts
+from corral.backends.options import SlurmOptions
 from corral.backends.sbatch import (
     SbatchParams,
     check_container,
     check_homogeneous,
-    exit_code_path,
     plan_layout,
     render_sbatch_script,
     render_task_script,
-    replica_log_path,
-    sbatch_log_path,
 )
 from corral.backends.slurm_cluster import fit_problem, never_clears, read_inventory
 from corral.backends.slurm_steps import read_place, start_step, step_failure
-from corral.config import cluster_field, scheduler_field
+from corral.config import cluster_field
+from corral.dryrun import job_of
 from corral.errors import ConfigError, PlacementError, SchedulerError
 from corral.launcher import Launcher, LaunchRequest, WorkerExit
+from corral.paths import TrialPaths, check_dir, exit_code_path, replica_log_path, sbatch_log_path
 from corral.safedirs import make_private_subdir, user_name, write_private
 from corral.scheduler import Scheduler
-from corral.spec import NormalizedJob, SchedulingSpec, normalize_job
+from corral.spec import NormalizedJob, normalize_job
 from corral.worker import env as E
 
 log = logging.getLogger("corral")
@@ -344,34 +344,12 @@ class SlurmLauncher(Launcher):
         self,
         *,
         n_gpus_per_node: int,
-        partition: str | None = None,
-        account: str | None = None,
-        qos: str | None = None,
-        time_limit: str | int | None = None,
-        sbatch_directives: list[str] | tuple[str, ...] = (),
-        srun_args: list[str] | str = (),
-        nodelist: str | None = None,
-        exclude: str | None = None,
+        options: SlurmOptions | None = None,
         python: str = sys.executable,
         dry_run: bool = False,
-        container_type: str | None = None,
-        container_mounts: str | None = None,
     ):
-        self.container_type = container_type
-        self.container_mounts = container_mounts
+        self.options = (options or SlurmOptions()).checked()
         self.n_gpus_per_node = n_gpus_per_node
-        self.partition = partition
-        self.account = account
-        self.qos = qos
-        self.time_limit = time_limit
-        self.sbatch_directives = tuple(sbatch_directives or ())
-        if isinstance(srun_args, str):
-            import shlex
-
-            srun_args = shlex.split(srun_args)
-        self.srun_args = tuple(srun_args or ())
-        self.nodelist = nodelist
-        self.exclude = exclude
         self.python = python
         self.dry_run = dry_run
         self.queue = SlurmQueue()
@@ -409,20 +387,15 @@ class SlurmLauncher(Launcher):
             python=self.python,
             env=common,
             lease_timeout=float(common.get(E.LEASE_TIMEOUT, E.DEFAULT_LEASE_TIMEOUT)),
-            partition=self.partition,
-            account=self.account,
-            qos=self.qos,
-            time_limit=self.time_limit,
-            extra_sbatch_directives=self.sbatch_directives,
-            extra_srun_args=self.srun_args,
-            nodelist=self.nodelist,
-            exclude=self.exclude,
-            container_type=self.container_type,
-            mount=self.container_mounts,
+            options=self.options,
         )
 
     def render(self, job: NormalizedJob, env: dict[str, str], log_dir: str) -> str:
         return render_sbatch_script(self.params(job, env, log_dir))
+
+    def describe(self, request: LaunchRequest) -> str:
+        """The exact batch script ``launch(request)`` submits."""
+        return self.render(request.job, request.envs[0], request.log_dir)
 
     # -------------------------------------------------------------- launch
     def check(self, job: NormalizedJob) -> None:
@@ -433,7 +406,9 @@ class SlurmLauncher(Launcher):
             return
         if self._inventory is None:
             self._inventory = read_inventory(_run) or {}
-        problem = fit_problem(self._inventory, self.partition, layout.nodes, layout.gpus_per_node)
+        problem = fit_problem(
+            self._inventory, self.options.partition, layout.nodes, layout.gpus_per_node
+        )
         if problem is not None:
             name, value, why = problem
             raise PlacementError(
@@ -493,7 +468,7 @@ class SlurmLauncher(Launcher):
         make_private_subdir(role_dir)
         for index in range(job.replicas):  # a role made again must not read old exits
             self._forget_exit(log_dir, job.role, index)
-        path = os.path.join(log_dir, f"{job.role}.sbatch")
+        path = TrialPaths.at(log_dir).sbatch_script(job.role)
         write_private(path, script)  # it holds env_vars (tokens): owner only
         job_id = self._submit(path, job, job.role)
         with self._lock:
@@ -517,7 +492,7 @@ class SlurmLauncher(Launcher):
         one = NormalizedJob(role, 1, (nj.tasks[index],), nj.strategy)
         params = dataclasses.replace(self.params(one, env, log_dir), index_offset=index)
         script = render_sbatch_script(params)
-        path = os.path.join(log_dir, f"{role}.{index}.restart{len(jobs)}.sbatch")
+        path = TrialPaths.at(log_dir).restart_script(role, index, len(jobs))
         write_private(path, script)
         # the dead replica's exit file must not make the new one look dead
         self._forget_exit(log_dir, role, index)
@@ -568,12 +543,6 @@ class SlurmLauncher(Launcher):
     def job_ids(self, role: str) -> list[str]:
         """Every job of the role: the first, then one per restart."""
         return [j.job_id for j in self._jobs.get(role, ())]
-
-    def backend_id(self, role: str, index: int) -> str | None:
-        for job in reversed(self._jobs.get(role, ())):
-            if index in job.indices:
-                return job.job_id
-        return self.job_id(role)
 
     # ---------------------------------------------------------------- poll
     def _states(self) -> dict[str, JobState]:
@@ -666,7 +635,8 @@ class SlurmLauncher(Launcher):
         return describe_state(job.job_id, state.state, state.reason)
 
     # ---------------------------------------------------------------- stop
-    def stop(self, role: str) -> None:
+    def stop(self, role: str, reverse: bool = False) -> None:
+        """The role's jobs are cancelled at once (one job holds every rank: no order)."""
         with self._lock:
             jobs = self._jobs.pop(role, [])
             self._specs.pop(role, None)
@@ -780,10 +750,9 @@ class SlurmScheduler(Scheduler):
     """Workers are ``srun`` tasks of one ``sbatch`` job per role, on a cluster with a
     filesystem shared by the controller and every node (``cluster.fileroot``).
 
-    Options default to ``cfg.scheduler.<name>`` (``partition``, ``account``, ``qos``,
-    ``time_limit``, ``sbatch_directives``, ``srun_args``). ``nodelist``/``exclude``
-    apply to every role (a role's ``SchedulingSpec.nodelist``/``exclude`` is used when
-    these are None). ``python`` is the interpreter the nodes run workers with.
+    Its options are :class:`corral.backends.options.SlurmOptions` (keywords, else
+    ``cfg.scheduler.slurm``); ``nodelist``/``exclude`` there apply to every role (a
+    role's ``SchedulingSpec.nodelist``/``exclude`` is used when they are None). ``python`` is the interpreter the nodes run workers with.
     ``dry_run=True`` submits nothing: ``create_workers`` prints the batch script and
     returns ``[]``; :meth:`render_script` returns it.
     """
@@ -808,14 +777,7 @@ class SlurmScheduler(Scheduler):
         etcd3_addr: str | None = None,
         exp_config: Any = None,
         *,
-        partition: str | None = None,
-        account: str | None = None,
-        qos: str | None = None,
-        time_limit: str | int | None = None,
-        sbatch_directives: list[str] | None = None,
-        srun_args: list[str] | str | None = None,
-        nodelist: str | None = None,
-        exclude: str | None = None,
+        slurm: SlurmOptions | None = None,
         python: str = sys.executable,
         dry_run: bool = False,
         **kwargs: Any,
@@ -823,7 +785,9 @@ class SlurmScheduler(Scheduler):
         """The first fifteen parameters are AReaL's ``SlurmScheduler``'s (an experiment
         config given first is taken as ``exp_config``); ``container_type`` and
         ``container_mounts`` override every role's spec when given, and
-        ``srun_additional_args`` is added to ``srun_args``."""
+        ``srun_additional_args`` is added to ``srun_args``. Further keywords named like a
+        :class:`SlurmOptions` field (``partition=...``) win over ``slurm``, which wins
+        over ``cfg.scheduler.slurm``."""
         if exp_config is None and opts.looks_like_config(n_gpus_per_node):
             exp_config, n_gpus_per_node = n_gpus_per_node, None
         opts.check_exp_config(exp_config)
@@ -843,28 +807,17 @@ class SlurmScheduler(Scheduler):
         ):
             opts.check_type(name, value, (str,), "a str")
 
-        def pick(value: Any, name: str) -> Any:
-            return value if value is not None else scheduler_field(exp_config, name)
-
         gpus = opts.n_gpus(exp_config, n_gpus_per_node)
-        srun = pick(srun_args, "srun_args") or ()
+        given = {k: kwargs.pop(k) for k in SlurmOptions.names() if k in kwargs}
+        if slurm is not None:
+            given = {**dataclasses.asdict(slurm), **given}
+        given.setdefault("container_type", container_type)
+        given.setdefault("container_mounts", container_mounts)
+        options = SlurmOptions.resolve(exp_config, **given)
         if srun_additional_args:
-            srun = [*(shlex.split(srun) if isinstance(srun, str) else srun)]
-            srun += shlex.split(srun_additional_args)
+            options.srun_args = [*options.srun_args, *shlex.split(srun_additional_args)]
         launcher = SlurmLauncher(
-            n_gpus_per_node=gpus,
-            partition=pick(partition, "partition"),
-            account=pick(account, "account"),
-            qos=pick(qos, "qos"),
-            time_limit=pick(time_limit, "time_limit"),
-            sbatch_directives=list(pick(sbatch_directives, "sbatch_directives") or ()),
-            srun_args=srun,
-            nodelist=nodelist,
-            exclude=exclude,
-            python=python,
-            dry_run=dry_run,
-            container_type=container_type,
-            container_mounts=container_mounts,
+            n_gpus_per_node=gpus, options=options, python=python, dry_run=dry_run
         )
         super().__init__(
             exp_config,
@@ -879,13 +832,13 @@ class SlurmScheduler(Scheduler):
             name_resolve_type=name_resolve_type,
             nfs_record_root=nfs_record_root,
             etcd3_addr=etcd3_addr,
+            dry_run=dry_run,
             **kwargs,
         )
         self.cluster_name = cluster_name or cluster_field(exp_config, "cluster_name")
-        self.dry_run = dry_run
         where = "cluster.fileroot (the log directory under it)"
-        if dry_run:  # a dry run writes nothing, but still refuses a path that cannot work
-            self._check_dir_creatable(str(self.log_dir), where)
+        if dry_run:  # a dry run writes nothing, but refuses what the real run would
+            check_dir(str(self.log_dir), where, create=False)
         else:
             self._ensure_dir(str(self.log_dir), where)
 
@@ -898,27 +851,7 @@ class SlurmScheduler(Scheduler):
                 nj.strategy.type,
                 "a colocated role has no batch script of its own (it lives on its target's job)",
             )
-        for i, spec in enumerate(nj.tasks):
-            if spec.gpu > self.n_gpus_per_node:
-                raise ConfigError(
-                    f"job.tasks[{i}].gpu",
-                    spec.gpu,
-                    f"a worker cannot use more GPUs than a node has "
-                    f"(n_gpus_per_node={self.n_gpus_per_node})",
-                )
-        self.launcher.check(nj)
-        env = self.worker_env(nj.role, 0, nj.tasks[0])
-        return self.launcher.render(nj, env, str(self.log_dir))
-
-    def create_workers(self, job: Any, *args: Any, **kwargs: Any) -> list[str]:
-        if self.dry_run:
-            nj = normalize_job(job)
-            if nj.is_colocated:
-                print(f"# dry run: {nj.role} is colocated with {nj.strategy.target}; no job")
-            else:
-                print(self.render_script(job))
-            return []
-        return super().create_workers(job, *args, **kwargs)
+        return self.dry_run(nj)
 
     @property
     def launcher_jobs(self) -> dict[str, str]:
@@ -928,22 +861,11 @@ class SlurmScheduler(Scheduler):
 
 
 def render_dry_run(cfg: Any, role: str, replicas: int) -> str:
-    """The batch script of ``replicas`` workers of ``role`` under ``cfg`` (``corral run
-    --dry-run``). The spec is ``cfg.scheduling_spec`` if the config has one, else the
-    default ``SchedulingSpec()``."""
-    spec = getattr(cfg, "scheduling_spec", None)
-    if isinstance(spec, (list, tuple)):
-        tasks = list(spec)
-    elif isinstance(spec, SchedulingSpec):
-        tasks = [spec]
-    else:
-        tasks = [SchedulingSpec()]
-    job = type(
-        "Job", (), {"role": role, "replicas": replicas, "tasks": tasks, "scheduling_strategy": None}
-    )()
+    """The batch script of ``replicas`` workers of ``role`` under ``cfg`` on Slurm,
+    whatever ``cfg.scheduler.type`` says (``corral.dryrun.from_config`` follows it)."""
     sched = SlurmScheduler(exp_config=cfg, dry_run=True)
     try:
-        return sched.render_script(job)
+        return sched.dry_run(job_of(cfg, role, replicas))
     finally:
         sched.close()
 

@@ -14,10 +14,10 @@ picks the recorded ones. No new job is queued, so a full cluster cannot keep it 
 
 from __future__ import annotations
 
-import os
 import subprocess
 from dataclasses import dataclass
 
+from corral.paths import TrialPaths
 from corral.procs import spawn
 
 
@@ -28,7 +28,7 @@ class Place:
 
 
 def place_path(log_dir: str, role: str, index: int) -> str:
-    return os.path.join(log_dir, role, f"{index}.place")
+    return TrialPaths.at(log_dir).place_file(role, index)
 
 
 def read_place(log_dir: str, role: str, index: int) -> Place | None:

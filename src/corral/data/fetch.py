@@ -14,9 +14,12 @@ import time
 from typing import Any
 
 from corral import keys
+from corral.data import relay
 from corral.data.ref import Ref
+from corral.data.relay import Relays
 from corral.data.store import ObjectStore
 from corral.errors import RefError, RefLostError
+from corral.rpc import wire
 from corral.rpc.wire import DataclassRecord
 
 FETCH_TIMEOUT = 600.0
@@ -24,8 +27,17 @@ NOTE_BATCH_SECONDS = 0.02
 
 
 class RefResolver:
-    def __init__(self, store: ObjectStore, experiment: str, trial: str, name_resolve, secret: str):
+    def __init__(
+        self,
+        store: ObjectStore,
+        experiment: str,
+        trial: str,
+        name_resolve,
+        secret: str,
+        relays: Relays | None = None,
+    ):
         self.store = store
+        self.relays = relays or Relays()
         self.experiment = experiment
         self.trial = trial
         self.name_resolve = name_resolve
@@ -86,16 +98,25 @@ class RefResolver:
         return substitute(payload, values)
 
     def _fetch(self, owner: str, generation: str, wanted: list[str]) -> list[Any]:
+        address = self._address(owner, generation)
+        payload = {"keys": wanted, "trial": self.store.trial, "generation": generation}
+        if relay.ENABLED:  # the owner answers a relay plan if we are remote and it is large
+            payload["relay"] = f"{self.store.owner}#{self.store.generation}"
+        got = self._owner_request(owner, generation, address, "/data/get", payload)
+        if isinstance(got, dict) and isinstance(got.get("relay"), dict):
+            got = self._relayed(owner, generation, address, got["relay"])
+        if not isinstance(got, list) or len(got) != len(wanted):
+            raise RefError(f"worker {owner} answered a ref fetch with the wrong shape")
+        return got
+
+    def _owner_request(
+        self, owner: str, generation: str, address: str, path: str, payload: dict
+    ) -> Any:
         from corral.rpc.client import WorkerUnreachableError
 
-        address = self._address(owner, generation)
         try:
-            got = self.client.request(
-                address,
-                "/data/get",
-                {"keys": wanted, "trial": self.store.trial, "generation": generation},
-                timeout=FETCH_TIMEOUT,
-                identity=f"{owner}#{generation}",
+            return self.client.request(
+                address, path, payload, timeout=FETCH_TIMEOUT, identity=f"{owner}#{generation}"
             )
         except WorkerUnreachableError as exc:
             self.client.forget(address)
@@ -104,9 +125,26 @@ class RefResolver:
                 "was restarted or deleted, and its refs are lost",
                 owner,
             ) from None
-        if not isinstance(got, list) or len(got) != len(wanted):
-            raise RefError(f"worker {owner} answered a ref fetch with the wrong shape")
-        return got
+
+    def _relayed(self, owner: str, generation: str, address: str, plan: dict) -> list[Any]:
+        """Pull the frame of ``plan`` through the relay chain (data/relay.py) and decode
+        it from a private (copy-on-write) mapping: the buffer is served on unchanged."""
+        blob = str(plan.get("blob"))
+
+        def fetch(upstream: str | None, offset: int, size: int) -> Any:
+            chunk = {"blob": blob, "offset": offset, "size": size}
+            if upstream is None:
+                return self._owner_request(owner, generation, address, "/data/chunk", chunk)
+            peer, _, peer_generation = upstream.partition("#")
+            return self.client.request(
+                self._address(peer, peer_generation),
+                "/data/chunk",
+                chunk,
+                timeout=relay.UPSTREAM_TIMEOUT,
+                identity=upstream,
+            )
+
+        return wire.decode(self.relays.pull(plan, fetch))
 
     def _address(self, owner: str, generation: str) -> str:
         role, _, index = owner.rpartition("/")

@@ -50,6 +50,7 @@ class ObjectStore:
         self._shared: dict[tuple[str, ...], Any] = {}  # keys -> Reply with a shared segment
         self._building: dict[tuple[str, ...], threading.Lock] = {}
         self._lock = threading.Lock()
+        self.on_free = lambda keys: None  # the relay drops its frames of freed keys
 
     def put(self, value: Any) -> Ref:
         described = _describe(value)
@@ -144,6 +145,7 @@ class ObjectStore:
                     from corral.rpc import shm
 
                     shm.POOL.unhold(reply.segment)
+        self.on_free(keys)
         return dropped
 
     def clear(self) -> int:

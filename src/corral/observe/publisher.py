@@ -17,7 +17,6 @@ from corral.observe.snapshot import SnapshotBuilder
 from corral.safedirs import make_private_subdir
 
 log = logging.getLogger("corral")
-STATS_FILE = "stats.json"
 INTERVAL_SECONDS = 1.0
 METRICS_ENV = "CORRAL_METRICS_PORT"  # set to a port (0: any free one) to serve Prometheus text
 METRICS_HOST_ENV = "CORRAL_METRICS_HOST"  # default 127.0.0.1
@@ -51,7 +50,7 @@ class StatsPublisher:
         self.scheduler = scheduler
         self.calls = calls
         self.interval = interval
-        self.path = os.path.join(scheduler.secrets_dir, STATS_FILE)  # no secret written
+        self.path = scheduler.paths.stats_file  # in the trial's private directory
         self.builder = SnapshotBuilder(scheduler)
         self.latest: dict | None = None
         self.metrics_server = None

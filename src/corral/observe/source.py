@@ -9,7 +9,7 @@ import os
 import time
 
 from corral.discovery import NameResolve
-from corral.observe.publisher import STATS_FILE
+from corral.paths import stats_file
 from corral.spec import validate_role_name
 
 STALE_SECONDS = 5.0  # a live controller rewrites its file every second
@@ -23,7 +23,7 @@ def stats_path(fileroot: str, experiment: str, trial: str) -> str:
         validate_role_name(experiment, "experiment")
     if trial != "*":
         validate_role_name(trial, "trial")
-    return os.path.join(fileroot, "secrets", experiment, trial, STATS_FILE)
+    return stats_file(fileroot, experiment, trial)
 
 
 def read_snapshot(path: str) -> dict | None:

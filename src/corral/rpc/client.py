@@ -574,6 +574,25 @@ class AsyncRPCClient:
         self.bytes_received += length
         return msg, body
 
+    def close(self) -> None:
+        """Close every idle connection, from any thread: loops that are still open close
+        theirs on their own thread, those of closed loops are closed here."""
+        with self._lock:
+            pools, self._pools = self._pools, {}
+            self._cache = (None, {})
+        for loop, by_address in pools.items():
+            writers = [w for pool in by_address.values() for _r, w in pool.idle]
+            for pool in by_address.values():
+                pool.idle = []
+            for writer in writers:
+                if loop.is_closed():
+                    _close_dead_transport(writer)
+                    continue
+                try:
+                    loop.call_soon_threadsafe(writer.close)
+                except RuntimeError:  # the loop closed meanwhile
+                    _close_dead_transport(writer)
+
     async def aclose(self) -> None:
         """Close the idle connections of every loop (call it on the last loop in use)."""
         with self._lock:

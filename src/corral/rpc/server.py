@@ -259,6 +259,7 @@ class RPCServer:
                     )
                     if segment is not None:
                         held.append((segment, peer))
+                reply = None  # sent: do not pin its buffers while the connection idles
                 answered = msg.headers.get(REQUEST_ID_HEADER)
                 if not msg.keep_alive:
                     return

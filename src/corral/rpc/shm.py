@@ -12,7 +12,7 @@ the server until the client acknowledges it (``ACK``/``NAK`` line on the same co
 or the connection ends.
 
 Who uses it: the client offers (header ``x-corral-shm-ok: <host token>``); a server on the
-same host (same boot, same pid namespace) answers ``x-corral-shm-local`` and from then on
+same host (same boot, pid namespace and host name) answers ``x-corral-shm-local`` and from then on
 large requests and replies on that address go through segments. ``CORRAL_SHM=0`` turns it off.
 """
 
@@ -47,7 +47,11 @@ MAX_BUSY = 64
 
 @functools.cache
 def host_token() -> str:
-    """Same value in two processes iff one can map the other's segments ("" = unusable)."""
+    """Same value in two processes iff one can map the other's segments ("" = unusable).
+
+    The host name is part of it: processes that only share a kernel but call themselves
+    different hosts (the nodes of a one-machine test cluster, each in its own UTS
+    namespace) are treated as the different hosts they stand for, and talk over TCP."""
     if os.environ.get("CORRAL_SHM", "1") == "0" or not hasattr(os, "memfd_create"):
         return ""
     try:
@@ -56,7 +60,8 @@ def host_token() -> str:
         pidns = os.readlink("/proc/self/ns/pid")
     except OSError:
         return ""
-    return hashlib.sha256(f"{boot}|{pidns}".encode()).hexdigest()[:24]
+    node = os.uname().nodename
+    return hashlib.sha256(f"{boot}|{pidns}|{node}".encode()).hexdigest()[:24]
 
 
 class Segment:

@@ -29,6 +29,14 @@ class DataEngine:
     def destroy_held(self) -> None:
         self.held = None
 
+    def hold(self, value: Any) -> bool:
+        """Keep the array received; True if it is a view of a shared-memory segment."""
+        self.held = _first_array([value])
+        return shm.in_segment(self.held)
+
+    def held_sum(self) -> float:
+        return float(np.asarray(self.held).sum())
+
     def held_nbytes(self) -> int:
         return int(self.held.nbytes) if isinstance(self.held, np.ndarray) else -1
 
@@ -54,6 +62,12 @@ class DataEngine:
             "first": float(flat[0]),
             "last": float(flat[-1]),
         }
+
+    def digest(self, value: Any) -> str:
+        """sha256 of the bytes of the first array received (readers compare the owner's)."""
+        import hashlib
+
+        return hashlib.sha256(np.ascontiguousarray(_first_array(value)).data).hexdigest()
 
     def touch(self, value: Any) -> float:
         """Read one element of every 4 KiB page of the first array (every page is brought

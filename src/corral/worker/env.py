@@ -7,6 +7,8 @@ import os
 import socket
 from dataclasses import dataclass
 
+from corral import envvars
+
 EXPERIMENT = "CORRAL_EXPERIMENT"
 TRIAL = "CORRAL_TRIAL"
 ROLE = "CORRAL_ROLE"
@@ -33,6 +35,54 @@ RUN_ID = "CORRAL_RUN_ID"
 NODE = "CORRAL_NODE"
 
 DEFAULT_LEASE_TIMEOUT = 5.0
+
+
+def worker_environment(
+    *,
+    experiment: str,
+    trial: str,
+    role: str,
+    index: int,
+    name_resolve: dict,
+    log_dir: str,
+    port_count: int,
+    lease_timeout: float,
+    cpu: int,
+    run_id: str = "",
+    fileroot: str | None = None,
+    secret_file: str | None = None,
+    engines: dict | None = None,
+    env_vars: dict[str, str] | None = None,
+    offload: bool = False,
+) -> dict[str, str]:
+    """The environment a controller gives one worker (read back by ``WorkerSettings``).
+
+    The secret travels as a 0600 file's path (shared filesystem); where workers cannot
+    read the controller's files the launcher hands it over itself. ``env_vars`` come last."""
+    env = {
+        EXPERIMENT: experiment,
+        TRIAL: trial,
+        ROLE: role,
+        INDEX: str(index),
+        NAME_RESOLVE: json.dumps(name_resolve),
+        LOG_DIR: log_dir,
+        PORT_COUNT: str(port_count),
+        LEASE_TIMEOUT: str(lease_timeout),
+        CONTROLLER_PID: str(os.getpid()),
+        CONTROLLER_HOST: socket.gethostname(),
+        RUN_ID: run_id,
+        "PYTHONUNBUFFERED": "1",
+    }
+    if fileroot is not None:
+        env[FILEROOT] = fileroot
+    if secret_file is not None:  # else the launcher hands the secret over (never in env)
+        env[SECRET_FILE] = secret_file
+    if engines:
+        env[ENGINES] = json.dumps(engines)
+    # AReaL's variables: PYTHONPATH, caches, thread counts, torch_memory_saver
+    env.update(envvars.controller_env(cpu, env_vars or {}, offload))
+    env.update(env_vars or {})
+    return env
 
 
 def read_secret(env: dict[str, str] | None = None) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import traceback
 from typing import Any
 
-from corral.errors import CorralError, ProtocolError
+from corral.errors import CorralError
 from corral.rpc import wire
 from corral.rpc.http import FRAME_TYPE
 from corral.rpc.server import Reply
@@ -23,8 +23,6 @@ def failure(status: int, exc: BaseException) -> Reply:
     error["traceback"] = tb
     if getattr(exc, "owner", None):
         error["owner"] = exc.owner
-    if isinstance(exc, CorralError) and not isinstance(exc, ProtocolError) and status == 500:
-        status = 500
     return Reply(status, wire.encode({"ok": False, "error": error}), FRAME_TYPE)
 
 

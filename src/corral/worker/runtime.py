@@ -16,6 +16,7 @@ from typing import Any
 from corral import keys
 from corral.data import store as data_store
 from corral.data.fetch import RefResolver
+from corral.data.relay import Relays
 from corral.data.routes import DataRoutes
 from corral.discovery import make_name_resolve
 from corral.discovery.signed import SignedNameResolve
@@ -136,10 +137,11 @@ class WorkerRuntime:
             settings.worker_id, self.generation, f"{settings.experiment}/{settings.trial}"
         )
         data_store.install(self.store)
+        self.relays = Relays()
+        self.data = DataRoutes(self.store, self.relays)
         self.refs = RefResolver(
-            self.store, settings.experiment, settings.trial, self.name_resolve, secret
+            self.store, settings.experiment, settings.trial, self.name_resolve, secret, self.relays
         )
-        self.data = DataRoutes(self.store)
         self._routes = {
             ("GET", "/health"): self._health,
             ("POST", "/create_engine"): self._create_engine,
@@ -211,6 +213,8 @@ class WorkerRuntime:
     def handle(self, msg: Message) -> Reply:
         if msg.path == "/data/get" and msg.method == "POST":
             return self.data.get(msg)
+        if msg.path == "/data/chunk" and msg.method == "POST":  # read-only: never cached
+            return self.data.chunk(msg)
         route = self._routes.get((msg.method, msg.path))
         if route is None:
             return Reply(404, [f"no endpoint {msg.method} {msg.path}".encode()], "text/plain")

@@ -1,0 +1,292 @@
+"""Every request the controller sends a worker, sync or async, under one policy.
+
+The policy (:meth:`Caller.settle`) is written once: a timeout raises
+``WorkerTimeoutError``; a broken connection drops the pooled connections to that address,
+asks the diagnosis (did the worker die? then raise its ``WorkerFailedError``) and
+otherwise retries with the same request id, so the worker runs the call at most once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from corral import options as opts
+from corral.data.store import parse_keep
+from corral.errors import (
+    ConfigError,
+    EngineCallError,
+    SchedulerError,
+    WorkerConnectionError,
+    WorkerTimeoutError,
+)
+from corral.rpc.client import AsyncRPCClient, RPCClient, WorkerUnreachableError, new_request_id
+from corral.spec import Worker
+
+log = logging.getLogger("corral")
+
+#: ``diagnose(worker, cause)``: the error to raise for a worker whose connection broke
+#: (it died), or None if it answers again and the call may be retried.
+Diagnose = Callable[[Worker, BaseException], "SchedulerError | None"]
+
+
+@dataclass(frozen=True)
+class CallOptions:
+    """A call's timeout and retry policy from AReaL's keywords and ``rpc_meta``."""
+
+    timeout: float | None
+    retries: int
+    retry_delay: float
+    keep: Any = None
+    broadcast: bool | None = None
+
+    @classmethod
+    def resolve(
+        cls, rpc_meta: Any, http_timeout: Any, max_retries: Any, retry_delay: Any
+    ) -> CallOptions:
+        meta = rpc_meta or {}
+        if not isinstance(meta, dict):
+            raise ConfigError("rpc_meta", rpc_meta, "use a dict or None")
+        timeout = http_timeout if http_timeout is not None else meta.get("timeout")
+        opts.check_number("http_timeout", timeout)
+        if max_retries is not None:
+            opts.check_type("max_retries", max_retries, (int,), "a whole number >= 1")
+            if max_retries < 1:
+                raise ConfigError("max_retries", max_retries, "use a whole number >= 1 (attempts)")
+            retries = max_retries - 1
+        else:
+            retries = int(meta.get("max_retries", 2))
+        delay = opts.check_number("retry_delay", retry_delay)
+        # No delay by default: a retry follows a check that the worker is alive.
+        delay = 0.0 if delay is None else delay
+        return cls(timeout, retries, delay, meta.get("keep"), _broadcast_flag(meta))
+
+
+def _broadcast_flag(meta: dict) -> bool | None:
+    """``rpc_meta['broadcast']``: the worker hands the data-parallel head's arguments to its
+    group (corral.worker.broadcast); None leaves AReaL's default to the worker."""
+    flag = meta.get("broadcast")
+    if flag is not None and not isinstance(flag, bool):
+        raise ConfigError(
+            "rpc_meta['broadcast']",
+            flag,
+            "use True (every rank of a data-parallel group gets its head's arguments), "
+            "False, or leave it out (AReaL's default: True for an initialized TrainEngine)",
+        )
+    return flag
+
+
+def engine_call(
+    method: str, engine_name: str | None, args: tuple, kwargs: dict, call: CallOptions
+) -> dict:
+    """The ``/call`` payload of ``call_engine``/``async_call_engine``."""
+    payload = {"engine_name": engine_name, "method": method, "args": list(args), "kwargs": kwargs}
+    if call.keep is not None:
+        payload["keep"] = parse_keep(call.keep)
+    if call.broadcast is not None:
+        payload["broadcast"] = call.broadcast
+    return payload
+
+
+def _tag(exc: EngineCallError, worker_id: str, method: str) -> EngineCallError:
+    """AReaL's fields of an engine's error: which worker, which method."""
+    exc.worker_id = exc.worker_id or worker_id
+    exc.method = exc.method or method
+    return exc
+
+
+class Caller:
+    def __init__(self, secret: str, diagnose: Diagnose, stats: Any = None):
+        self.client = RPCClient(secret)
+        self.async_client = AsyncRPCClient(secret)
+        self.diagnose = diagnose
+        self.stats = stats
+        """Engine-call figures per role (``corral.observe.calls.CallStats``), or None."""
+
+    @contextmanager
+    def measured(self, worker: Worker, path: str) -> Iterator[None]:
+        """Count an engine call (``/call``) in ``stats``: in flight, then its time and outcome."""
+        if self.stats is None or path != "/call":
+            yield
+            return
+        started, ok = self.stats.begin(worker.role), False
+        try:
+            yield
+            ok = True
+        finally:
+            self.stats.end(worker.role, started, ok)
+
+    def settle(
+        self,
+        worker: Worker,
+        path: str,
+        timeout: float | None,
+        retries: int,
+        attempt: int,
+        exc: Exception,
+    ) -> None:
+        """After a failed attempt: raise the error the caller sees, or return to retry."""
+        if isinstance(exc, TimeoutError):
+            message = f"worker {worker.id} did not answer {path} within {timeout}s: {exc}"
+            raise WorkerTimeoutError(worker.id, timeout, message) from None
+        problem = self.diagnose(worker, exc)
+        if problem is not None:
+            raise problem from None
+        if attempt == retries:
+            raise WorkerConnectionError(
+                f"the connection to worker {worker.id} broke {retries + 1} time(s) during {path}: "
+                f"{getattr(exc, 'cause', exc)}; it is alive, so retry or raise rpc_meta['max_retries']"
+            ) from None
+
+    def call(
+        self,
+        worker: Worker,
+        path: str,
+        payload: Any,
+        timeout: float | None = None,
+        retries: int = 2,
+        retry_delay: float = 0.0,
+    ) -> Any:
+        with self.measured(worker, path):
+            return self._call(worker, path, payload, timeout, retries, retry_delay)
+
+    async def acall(
+        self,
+        worker: Worker,
+        path: str,
+        payload: Any,
+        timeout: float | None = None,
+        retries: int = 2,
+        retry_delay: float = 0.0,
+    ) -> Any:
+        with self.measured(worker, path):
+            return await self._acall(worker, path, payload, timeout, retries, retry_delay)
+
+    def call_engine(self, worker: Worker, method: str, payload: dict, call: CallOptions) -> Any:
+        """An engine method (``/call``); its error names the worker and the method."""
+        try:
+            return self.call(worker, "/call", payload, call.timeout, call.retries, call.retry_delay)
+        except EngineCallError as exc:
+            raise _tag(exc, worker.id, method) from None
+
+    async def acall_engine(
+        self, worker: Worker, method: str, payload: dict, call: CallOptions
+    ) -> Any:
+        try:
+            return await self.acall(
+                worker, "/call", payload, call.timeout, call.retries, call.retry_delay
+            )
+        except EngineCallError as exc:
+            raise _tag(exc, worker.id, method) from None
+
+    def _call(
+        self,
+        worker: Worker,
+        path: str,
+        payload: Any,
+        timeout: float | None,
+        retries: int,
+        retry_delay: float,
+    ) -> Any:
+        request_id = new_request_id()
+        for attempt in range(retries + 1):
+            if attempt and retry_delay:
+                time.sleep(retry_delay * 2 ** (attempt - 1))
+            try:
+                return self.client.request(
+                    worker.address,
+                    path,
+                    payload,
+                    timeout=timeout,
+                    request_id=request_id,
+                    identity=worker.identity,
+                )
+            except (TimeoutError, WorkerUnreachableError) as exc:
+                self.client.forget(worker.address)
+                self.settle(worker, path, timeout, retries, attempt, exc)
+
+    async def _acall(
+        self,
+        worker: Worker,
+        path: str,
+        payload: Any,
+        timeout: float | None,
+        retries: int,
+        retry_delay: float,
+    ) -> Any:
+        request_id = new_request_id()
+        for attempt in range(retries + 1):
+            if attempt and retry_delay:
+                await asyncio.sleep(retry_delay * 2 ** (attempt - 1))
+            try:
+                return await self.async_client.request(
+                    worker.address,
+                    path,
+                    payload,
+                    timeout=timeout,
+                    request_id=request_id,
+                    identity=worker.identity,
+                )
+            except (TimeoutError, WorkerUnreachableError) as exc:
+                self.async_client.forget(worker.address)
+                # the diagnosis polls the backend and may sleep: off the event loop
+                await asyncio.to_thread(self.settle, worker, path, timeout, retries, attempt, exc)
+
+    async def acall_all(self, requests: list[tuple[Worker, str, Any]]) -> list[Any]:
+        """``acall`` each ``(worker, path, payload)`` at once; then the connections of this
+        batch are closed (it runs on the controller's own loop, see ``corral.ioloop``)."""
+        try:
+            return await asyncio.gather(*(self.acall(w, path, body) for w, path, body in requests))
+        finally:
+            self.async_client.forget_all()
+
+    async def retire(self, workers: list[Worker]) -> None:
+        """Destroy every worker's engines, then ask each to exit (Slurm jobs then complete
+        without scancel's SIGTERM/SIGKILL sequence); failures are only logged: the backend
+        stops whatever is left."""
+
+        async def quietly(worker: Worker, path: str, timeout: float) -> None:
+            try:
+                await self.async_client.request(
+                    worker.address, path, {}, timeout=timeout, identity=worker.identity
+                )
+            except Exception as exc:
+                log.debug("%s on %s: %s", path, worker.id, exc)
+
+        try:
+            await asyncio.gather(*(quietly(w, "/destroy_engines", 5.0) for w in workers))
+            await asyncio.gather(*(quietly(w, "/shutdown", 2.0) for w in workers))
+        finally:
+            for w in workers:
+                self.async_client.forget(w.address)
+                self.client.forget(w.address)
+
+    def health(self, worker: Worker, timeout: float) -> dict:
+        return self.client.request(
+            worker.address, "/health", method="GET", timeout=timeout, identity=worker.identity
+        )
+
+    def quietly(
+        self, worker: Worker, path: str, timeout: float, what: str, identity: bool = True
+    ) -> None:
+        """A best-effort request during teardown: failures are logged, never raised."""
+        try:
+            self.client.request(
+                worker.address,
+                path,
+                {},
+                timeout=timeout,
+                identity=worker.identity if identity else None,
+            )
+        except Exception as exc:
+            log.debug("%s %s: %s", what, worker.id, exc)
+        self.client.forget(worker.address)
+
+    def close(self) -> None:
+        self.client.close()
+        self.async_client.close()

@@ -1,0 +1,20 @@
+"""The torch.distributed variables of a role's workers."""
+
+from __future__ import annotations
+
+from corral.spec import Worker
+
+
+def rendezvous_envs(workers: list[Worker], master: tuple[str, int] | None) -> list[dict[str, str]]:
+    """``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` (rank among the workers of the same host)
+    and, if known, ``MASTER_ADDR``/``MASTER_PORT`` for each worker, in rank order."""
+    hosts: dict[str, int] = {}
+    envs = []
+    for rank, worker in enumerate(workers):
+        local_rank = hosts.get(worker.host, 0)
+        hosts[worker.host] = local_rank + 1
+        env = {"RANK": str(rank), "WORLD_SIZE": str(len(workers)), "LOCAL_RANK": str(local_rank)}
+        if master is not None:
+            env.update(MASTER_ADDR=master[0], MASTER_PORT=str(master[1]))
+        envs.append(env)
+    return envs

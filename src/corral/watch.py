@@ -1,0 +1,210 @@
+"""Whether workers came up and whether they still live.
+
+Waiting for registration (polling the backend for deaths meanwhile), reading a worker's
+registration, turning a backend's ``WorkerExit`` into ``WorkerFailedError`` with the log
+tail, and telling a dead worker from a live one after a broken connection.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+
+from corral import keys
+from corral.discovery.base import NameResolve
+from corral.errors import (
+    CorralError,
+    PlacementError,
+    SchedulerError,
+    WorkerConnectionError,
+    WorkerCreationError,
+    WorkerFailedError,
+    WorkerTimeoutError,
+)
+from corral.launcher import Launcher, WorkerExit
+from corral.logs import tail
+from corral.paths import TrialPaths
+from corral.roles import LAUNCHED, RoleState, RoleTable
+from corral.spec import Worker
+
+DEAD_CHECK_SECONDS = 1.5
+STATUS_POLL_SECONDS = 0.25
+
+
+class Watch:
+    def __init__(
+        self,
+        *,
+        experiment: str,
+        trial: str,
+        name_resolve: NameResolve,
+        launcher: Launcher,
+        roles: RoleTable,
+        paths: TrialPaths,
+        backend: str,
+        progress: Callable[[str], None],
+    ):
+        self.experiment = experiment
+        self.trial = trial
+        self.name_resolve = name_resolve
+        self.launcher = launcher
+        self.roles = roles
+        self.paths = paths
+        self.backend = backend
+        self.progress = progress
+        self.probe: Callable[[Worker], object] = lambda worker: None
+        """Answers (returns) if the worker is reachable; set by the scheduler."""
+        self.on_death: Callable[[Worker, WorkerFailedError], None] = lambda w, f: None
+        """Called when a call finds its worker dead (the restart policy)."""
+
+    # ---------------------------------------------------------------- registration
+    def read_worker(self, role: str, index: int) -> Worker | None:
+        address = self.name_resolve.get(
+            keys.worker_address_key(self.experiment, self.trial, role, index)
+        )
+        if address is None:
+            return None
+        raw = self.name_resolve.get(keys.worker_info_key(self.experiment, self.trial, role, index))
+        info = json.loads(raw) if raw else {}
+        return Worker.from_registration(role, index, address, info)  # backend_id from its env
+
+    def await_registration(self, role: str, replicas: int, timeout: float) -> list[Worker]:
+        deadline = time.monotonic() + timeout
+        found: dict[int, Worker] = {}
+        next_poll = next_report = next_reason = 0.0
+        started = time.monotonic()
+        last_reason: str | None = None
+        interval = 0.005
+        while True:
+            now = time.monotonic()
+            for index in range(replicas):
+                if index not in found:
+                    worker = self.read_worker(role, index)
+                    if worker is not None:
+                        found[index] = worker
+            if len(found) == replicas:
+                return [found[i] for i in range(replicas)]
+            if now >= next_poll:
+                dead = self.launcher.poll(role)
+                if dead:
+                    index, exit_ = sorted(dead.items())[0]
+                    raise self.failure(f"{role}/{index}", exit_, role, index, "while starting")
+                hopeless = self.launcher.hopeless(role)
+                if hopeless:
+                    raise PlacementError(
+                        f"{role}: placement",
+                        f"{replicas} worker(s)",
+                        f"{role} can never be placed: {hopeless}. Lower replicas or "
+                        "resources, or pick another partition",
+                    )
+                next_poll = now + STATUS_POLL_SECONDS
+            if now >= next_reason and len(found) < replicas:
+                reason = self.launcher.pending_reason(role)
+                if reason and reason != last_reason and now - started > 1.0:
+                    self.progress(f"waiting for {role} ({len(found)}/{replicas} ready): {reason}")
+                    last_reason = reason
+                next_reason = now + 1.0
+            if now >= deadline:
+                reason = self.launcher.pending_reason(role)
+                missing = [f"{role}/{i}" for i in range(replicas) if i not in found]
+                raise WorkerTimeoutError(
+                    role,
+                    timeout,
+                    f"{len(missing)} of {replicas} {role} worker(s) not ready after {timeout:g}s "
+                    f"({', '.join(missing[:8])})"
+                    + (f"; backend says: {reason}" if reason else "")
+                    + f". Check the logs in {self.paths.log_dir} or raise startup_timeout.",
+                )
+            if now >= next_report and now - (deadline - timeout) > 5:
+                self.progress(f"waiting for {role}: {len(found)}/{replicas} ready")
+                next_report = now + 5
+            time.sleep(interval)
+            interval = min(interval * 1.5, 0.05)
+
+    def await_one(self, role: str, index: int, timeout: float) -> Worker:
+        deadline = time.monotonic() + timeout
+        next_reason, last_reason = time.monotonic() + 1.0, None
+        while time.monotonic() < deadline:
+            worker = self.read_worker(role, index)
+            if worker is not None:
+                return worker
+            dead = self.launcher.poll(role)
+            if index in dead:
+                raise self.failure(f"{role}/{index}", dead[index], role, index, "while restarting")
+            hopeless = self.launcher.hopeless(role)
+            if hopeless:
+                raise WorkerCreationError(f"restarting {role}/{index} is impossible: {hopeless}")
+            if time.monotonic() >= next_reason:
+                reason = self.launcher.pending_reason(role)
+                if reason and reason != last_reason:
+                    self.progress(f"waiting for the restart of {role}/{index}: {reason}")
+                    last_reason = reason
+                next_reason = time.monotonic() + 1.0
+            time.sleep(0.02)
+        reason = self.launcher.pending_reason(role)
+        raise WorkerTimeoutError(
+            f"{role}/{index}",
+            timeout,
+            f"restarted worker {role}/{index} not ready after {timeout:.0f}s"
+            + (f"; backend says: {reason}" if reason else ""),
+        )
+
+    # ---------------------------------------------------------------- deaths
+    def failure(
+        self, worker_id: str, exit_: WorkerExit, role: str, index: int, when: str
+    ) -> WorkerFailedError:
+        log_path = exit_.log_path or self.paths.replica_log(role, index)
+        time.sleep(0.05)
+        return WorkerFailedError(
+            worker_id,
+            exit_.exit_code,
+            tail(log_path),
+            reason=f"{exit_.reason} {when}",
+            log_path=log_path,
+        )
+
+    def raise_if_dead(self, state: RoleState) -> None:
+        owner = self.roles.owner(state)
+        if owner.kind == LAUNCHED:
+            dead = self.launcher.poll(owner.job.role)
+            if dead:
+                index, exit_ = sorted(dead.items())[0]
+                raise self.failure(f"{owner.job.role}/{index}", exit_, owner.job.role, index, "")
+
+    def diagnose(self, worker: Worker, cause: BaseException) -> SchedulerError | None:
+        """After a broken connection: within about a second, tell a dead worker (an error
+        to raise) from a live one that answers again (None: the call may be retried)."""
+        owner_role = self.roles.process_role(worker)
+        index = worker.index
+        deadline = time.monotonic() + DEAD_CHECK_SECONDS
+        while True:
+            dead = self.launcher.poll(owner_role) if owner_role in self.roles else {}
+            if index not in dead and owner_role != worker.role:
+                own = self.launcher.poll(worker.role)
+                if index in own:
+                    return self.failure(worker.id, own[index], worker.role, index, "during a call")
+            if index in dead:
+                kind = (
+                    ""
+                    if owner_role == worker.role
+                    else f" (its host worker {owner_role}/{index} died)"
+                )
+                failure = self.failure(
+                    worker.id, dead[index], worker.role, index, "during a call" + kind
+                )
+                self.on_death(worker, failure)
+                return failure
+            try:
+                self.probe(worker)
+                return None
+            except (OSError, TimeoutError, SchedulerError, CorralError):
+                pass
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(0.05)
+        log_path = self.paths.replica_log(worker.role, worker.index)
+        return WorkerConnectionError(
+            f"worker {worker.id} at {worker.address} does not answer ({cause}) although the "
+            f"{self.backend} backend does not report it dead; see {log_path}"
+        )

@@ -1,0 +1,80 @@
+"""One call path for sync and async calls (corral.calls), on real local workers."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+
+import pytest
+
+from corral import BaseExperimentConfig, Job, LocalScheduler, WorkerFailedError
+
+ECHO = "corral.testing.engines.EchoEngine"
+
+
+@pytest.fixture
+def sched(tmp_path):
+    cfg = BaseExperimentConfig(experiment_name="calls", trial_name="t")
+    s = LocalScheduler(exp_config=cfg, fileroot=str(tmp_path), gpu_devices=[], startup_timeout=60)
+    yield s
+    s.close()
+
+
+def _one_worker(sched):
+    (wid,) = sched.create_workers(Job(role="w", replicas=1))
+    asyncio.run(sched.create_engine(wid, ECHO, "e"))
+    return wid, sched.get_workers("w")[0]
+
+
+async def _concurrently(sched, wid, n):
+    return await asyncio.gather(*(sched.async_call_engine(wid, "echo", "e", i) for i in range(n)))
+
+
+def test_async_path_drops_pooled_connections_of_a_dead_worker(sched):
+    wid, worker = _one_worker(sched)
+    loop = asyncio.new_event_loop()
+    try:
+        assert loop.run_until_complete(_concurrently(sched, wid, 3)) == [0, 1, 2]
+        pool = sched._calls.async_client._pools[loop][worker.address]
+        assert len(pool.idle) >= 2, "concurrent calls should leave several idle connections"
+        os.kill(worker.pid, signal.SIGKILL)
+        with pytest.raises(WorkerFailedError):
+            loop.run_until_complete(sched.async_call_engine(wid, "echo", "e", 1))
+        left = sched._calls.async_client._pools[loop].get(worker.address)
+        assert left is None or left.idle == []
+    finally:
+        loop.close()
+
+
+def test_sync_and_async_calls_share_one_policy(sched, monkeypatch):
+    wid, worker = _one_worker(sched)
+    seen = []
+    settle = sched._calls.settle
+
+    def spy(*args):
+        seen.append(args[1])
+        return settle(*args)
+
+    monkeypatch.setattr(sched._calls, "settle", spy)
+    os.kill(worker.pid, signal.SIGKILL)
+    with pytest.raises(WorkerFailedError):
+        sched.call_engine(wid, "echo", "e", 1)
+    with pytest.raises(WorkerFailedError):
+        asyncio.run(sched.async_call_engine(wid, "echo", "e", 1))
+    assert seen == ["/call", "/call"]
+
+
+def test_close_closes_the_async_clients_connections(sched):
+    wid, _ = _one_worker(sched)
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(_concurrently(sched, wid, 2))
+        pools = sched._calls.async_client._pools[loop].values()
+        writers = [w for pool in pools for _, w in pool.idle]
+        assert writers and not any(w.is_closing() for w in writers)
+        sched.close()
+        loop.run_until_complete(asyncio.sleep(0.01))  # the loop runs the closes it was handed
+        assert all(w.is_closing() for w in writers)
+    finally:
+        loop.close()
