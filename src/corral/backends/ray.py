@@ -57,8 +57,20 @@ from typing import Any
 
 from corral import options as opts
 from corral.backends.options import RayOptions
-from corral.backends.ray_actor import _GROUP_RE, RayWorkerActor
+from corral.backends.ray_actor import _GROUP_RE
 from corral.backends.ray_placement import infeasible, node_totals, remove_trial_leftovers
+from corral.backends.ray_support import (  # name_prefix, apply_quiet_env: importable here
+    DEFAULT_OBJECT_STORE_MEMORY,
+    QUIET_ENV,
+    _actor_class,
+    _death_reason,
+    _pg_name,
+    _ray,
+    _running_local_cluster,
+    apply_quiet_env,
+    format_resources,
+    name_prefix,
+)
 from corral.errors import ConfigError, PlacementError, WorkerCreationError
 from corral.launcher import ForkRequest, Launcher, LaunchRequest, WorkerExit, env_lines
 from corral.logs import replica_log_path
@@ -71,56 +83,12 @@ from corral.worker.args import command_argv
 log = logging.getLogger("corral.ray")
 
 #: Environment that keeps Ray quiet and light; applied (without overriding) before import.
-QUIET_ENV = {
-    "RAY_USAGE_STATS_ENABLED": "0",
-    "RAY_DEDUP_LOGS": "0",
-    "RAY_DISABLE_IMPORT_WARNING": "1",
-    "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0",
-    "RAY_enable_metrics_collection": "0",
-}
-DEFAULT_OBJECT_STORE_MEMORY = 512 * 1024**2
 MAIN_SINGLE_GPU_SHARE = 0.9
 FORK_ACCELERATOR_SHARE = 0.01
 ACTOR_MAX_CONCURRENCY = 8
 STOP_GRACE_SECONDS = 3.0
 GONE_TIMEOUT_SECONDS = 10.0
 STRATEGIES = {"separate": "SPREAD", "shared": "PACK", "deferred": "SPREAD"}
-
-
-def apply_quiet_env() -> None:
-    for key, value in QUIET_ENV.items():
-        os.environ.setdefault(key, value)
-
-
-def _ray():
-    """Import Ray on first use only (``import corral`` must stay light)."""
-    apply_quiet_env()
-    try:
-        import ray
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise ImportError(
-            "RayScheduler needs Ray: pip install 'corral[ray]' (ray==2.60.0)"
-        ) from exc
-    return ray
-
-
-def name_prefix(experiment: str, trial: str) -> str:
-    """Every placement group and actor of a trial is named ``<prefix>:<role>[:<index>]``."""
-    return f"corral:{experiment}:{trial}"
-
-
-def format_resources(resources: dict[str, float]) -> str:
-    """Readable summary of a Ray resource dict (internal and per-node entries left out)."""
-    parts = []
-    for key in sorted(resources):
-        if key.startswith("node:") or "_group_" in key or key == "object_store_memory":
-            continue
-        value = resources[key]
-        if key == "memory":
-            parts.append(f"memory {value / 1024**3:.1f} GiB")
-        else:
-            parts.append(f"{key} {int(value) if float(value).is_integer() else round(value, 3)}")
-    return "{" + ", ".join(parts) + "}"
 
 
 # --------------------------------------------------------------------------- driver side
@@ -767,54 +735,6 @@ class RayLauncher(Launcher):
         self.started_runtime = False
 
 
-_ACTOR_CLASS: list[Any] = []
-
-
-def _actor_class(ray: Any) -> Any:
-    if not _ACTOR_CLASS:
-        _ACTOR_CLASS.append(ray.remote(RayWorkerActor))
-    return _ACTOR_CLASS[0]
-
-
-def _pg_name(pg: Any) -> str:
-    from ray.util.placement_group import placement_group_table
-
-    try:
-        return placement_group_table(pg).get("name") or pg.id.hex()
-    except Exception:
-        return pg.id.hex()
-
-
-def _death_reason(exc: BaseException) -> str:
-    """Ray's death cause, without its generic troubleshooting paragraph."""
-    lines = [line.strip() for line in str(exc).splitlines()]
-    detail = {}
-    kept = []
-    for line in lines:
-        key, sep, value = line.partition(": ")
-        if sep and key in ("class_name", "actor_id", "pid", "name", "namespace", "ip"):
-            detail[key] = value
-        elif line:
-            kept.append(line)
-    text = " ".join(kept)
-    cut = text.find(" Some common causes include")
-    if cut > 0:
-        text = text[:cut]
-    where = ", ".join(f"{k} {detail[k]}" for k in ("name", "pid", "ip") if k in detail)
-    return f"Ray actor died ({where}): {text}" if where else f"Ray actor died: {text}"
-
-
-def _running_local_cluster() -> str | None:
-    """The address of a Ray runtime already running on this machine, as ``ray.init()``
-    itself would find it (``/tmp/ray/ray_current_cluster``), or None."""
-    try:
-        from ray._private import services
-
-        return services.canonicalize_bootstrap_address(None)
-    except Exception:
-        return None
-
-
 class RayScheduler(Scheduler):
     """Workers are Ray actors on a Ray cluster, one placement group bundle per worker.
 
@@ -866,3 +786,13 @@ class RayScheduler(Scheduler):
             launcher.close()
             raise
         launcher.startup_timeout = self.startup_timeout
+
+
+__all__ = [
+    "RayLauncher",
+    "RayScheduler",
+    "QUIET_ENV",
+    "apply_quiet_env",
+    "format_resources",
+    "name_prefix",
+]
