@@ -147,8 +147,18 @@ class Caller:
         retries: int = 2,
         retry_delay: float = 0.0,
     ) -> Any:
-        with self.measured(worker, path):
+        stats = self.stats if path == "/call" else None
+        if stats is None:
             return await self._acall(worker, path, payload, timeout, retries, retry_delay)
+        # ``measured`` spelt out: a generator context manager per call costs more than the
+        # call's own bookkeeping on the async fan-out path
+        started, ok = stats.begin(worker.role), False
+        try:
+            result = await self._acall(worker, path, payload, timeout, retries, retry_delay)
+            ok = True
+            return result
+        finally:
+            stats.end(worker.role, started, ok)
 
     def call_engine(self, worker: Worker, method: str, payload: dict, call: CallOptions) -> Any:
         """An engine method (``/call``); its error names the worker and the method."""

@@ -176,7 +176,7 @@ class RPCServer:
             self._waiting.pop(conn, None)
 
     def _serve(self, conn: socket.socket) -> None:
-        reader = SocketReader(conn)
+        reader = SocketReader(conn, kernel_timeouts=True)
         answered: str | None = None
         held: list = []  # a reply's segment, kept until the client has mapped it
         peer: int | None = None  # the client's pid once it offered shared memory
@@ -207,7 +207,7 @@ class RPCServer:
                     msg.headers.get(REQUEST_ID_HEADER, ""),
                     msg.headers.get(IDENTITY_HEADER, ""),
                     length,
-                    descriptor or "",
+                    shm.signed_headers(msg.headers),
                 )
                 if why is not None:
                     self._refuse(conn, why)
@@ -237,7 +237,8 @@ class RPCServer:
                         self._reply(conn, refused, msg.keep_alive, refused=True, nonce=nonce)
                         continue
                 else:
-                    conn.settimeout(BODY_IDLE_TIMEOUT)
+                    if length > len(reader.pending):  # else it is here already
+                        reader.set_timeout(BODY_IDLE_TIMEOUT)
                     msg.body = reader.read_body(length)
                     if not self._verifier.keys.body_matches(digest, msg.body):
                         self._refuse(conn, "body does not match its signed digest")
@@ -330,7 +331,7 @@ class RPCServer:
                     hold(segment)
         if nonce:  # a reply to an authenticated request proves we hold the secret too
             headers[AUTH_HEADER] = self._verifier.sign_reply(
-                reply.status, nonce, reply.content_type, parts, headers.get(shm.SEGMENT_HEADER, "")
+                reply.status, nonce, reply.content_type, parts, shm.signed_headers(headers)
             )
         send_message(conn, status_line, headers, parts)
         return segment

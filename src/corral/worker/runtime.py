@@ -49,7 +49,7 @@ class ResultCache:
     def __init__(self) -> None:
         self._done: OrderedDict[str, Reply] = OrderedDict()
         self._delivered: OrderedDict[str, None] = OrderedDict()
-        self._running: dict[str, threading.Event] = {}
+        self._running: dict[str, threading.Event | None] = {}
         self._bytes = 0
         self._lock = threading.Lock()
 
@@ -67,10 +67,13 @@ class ResultCache:
                             "send a new request id to run the method again"
                         ),
                     )
-                event = self._running.get(request_id)
-                if event is None:
-                    self._running[request_id] = threading.Event()
+                if request_id not in self._running:
+                    # no Event until a duplicate has to wait for it (rare; saves one per call)
+                    self._running[request_id] = None
                     return None
+                event = self._running[request_id]
+                if event is None:
+                    event = self._running[request_id] = threading.Event()
             event.wait()
 
     def delivered(self, request_id: str) -> None:
@@ -95,7 +98,9 @@ class ResultCache:
             ):
                 _, old = self._done.popitem(last=False)
                 self._bytes -= wire.frame_size(old.parts)
-            self._running.pop(request_id).set()
+            event = self._running.pop(request_id)
+        if event is not None:
+            event.set()
 
 
 class WorkerRuntime:
