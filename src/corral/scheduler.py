@@ -28,7 +28,9 @@ from typing import Any
 
 from corral import keys
 from corral import options as opts
+from corral.attach import adopt, check_grace, detach, find_run
 from corral.calls import Caller
+from corral.capabilities import Adoptable, require
 from corral.configure import configure_all
 from corral.data.plane import DataPlane
 from corral.discovery.signed import SignedNameResolve
@@ -83,6 +85,8 @@ class Scheduler(EngineAPI):
         on_worker_death: Callable[[str, WorkerExit], Any] | None = None,
         health_interval: float = DEFAULT_INTERVAL,
         dry_run: bool = False,
+        outlive_controller: float = 0.0,
+        attach: bool = False,
         **settings: Any,
     ):
         """``settings``: AReaL's keywords (``experiment_name``, ``trial_name``,
@@ -92,7 +96,8 @@ class Scheduler(EngineAPI):
         with the config by :class:`corral.settings.ControllerSettings` (an ``exp_config``
         wins over the keywords it also holds, except ``fileroot``).
         ``dry_run=True``: start, connect to and write nothing (no directory, no secret, no
-        name-resolve store); ``create_workers`` prints :meth:`dry_run` instead."""
+        name-resolve store); ``create_workers`` prints :meth:`dry_run` instead.
+        ``outlive_controller`` (seconds) and ``attach``: see corral.attach."""
         self.dry_run_only = dry_run
         got = ControllerSettings.resolve(exp_config, dry_run=dry_run, **settings)
         self.settings = got
@@ -105,7 +110,15 @@ class Scheduler(EngineAPI):
         self.fileroot, self.paths = got.fileroot, got.paths
         #: A pathlib.Path, as in AReaL (``str(sched.log_dir)`` for the text).
         self.log_dir = Path(self.paths.log_dir)
-        self.secret = secrets.token_hex(32)  # in memory; the file is written at claim
+        self.outlive_controller = check_grace(outlive_controller)
+        run = None
+        if attach:  # continue a run whose controller is gone (same run id and secret)
+            run = find_run(
+                got.name_resolve, self.experiment_name, self.trial_name,
+                self.paths.secret_file, lease_timeout,
+            )  # fmt: skip
+            self.outlive_controller = self.outlive_controller or run.lease.grace
+        self.secret = run.secret if run else secrets.token_hex(32)  # file written at claim
         # records are signed with the trial secret; unsigned or forged ones are refused
         self.name_resolve = SignedNameResolve(got.name_resolve, self.secret)
         self.lease_timeout = lease_timeout
@@ -113,8 +126,14 @@ class Scheduler(EngineAPI):
         self.progress = progress or (lambda text: log.info(text))
         launcher.progress = self.progress
         launcher.trial_secret = self.secret
+        if self.outlive_controller:
+            require(
+                launcher, Adoptable, "keep workers after their controller is gone",
+                "outlive_controller", outlive_controller,
+            )  # fmt: skip
+        launcher.outlive = self.outlive_controller  # workers outlive the controller (attach)
         self.secret_file = self.paths.secret_file  # written when the run claims its trial
-        self.run_id = new_run_id()
+        self.run_id = run.lease.run_id if run else new_run_id()
         self.removed_leftovers: list[str] = []
         self._table = RoleTable()
         self._roles = self._table.roles  # role -> RoleState (read by tests and tools)
@@ -143,6 +162,7 @@ class Scheduler(EngineAPI):
             trial=self.trial_name,
             run_id=self.run_id,
             lease_timeout=lease_timeout,
+            grace=self.outlive_controller,
             secret=self.secret,
             secret_file=self.secret_file,
             remove_leftovers=launcher.remove_leftovers,
@@ -176,6 +196,9 @@ class Scheduler(EngineAPI):
         )
         self._closed = False
         _live_schedulers.add(self)
+        if run is not None:
+            self._hold.wrote_secret = True  # the run's secret file is ours to remove at close
+            adopt(self, run)
 
     # ------------------------------------------------------------------ setup
     @property
@@ -240,6 +263,7 @@ class Scheduler(EngineAPI):
             engines=spec.engines,
             env_vars=spec.env_vars,
             offload=self.enable_tms_offload,
+            outlive=self.outlive_controller,
         )
 
     # ------------------------------------------------------------ create
@@ -315,6 +339,20 @@ class Scheduler(EngineAPI):
         state.workers, state.pending = workers, False
         self._table.add_workers(workers)
         self.progress(f"{len(workers)} {role} worker(s) ready in {time.monotonic() - started:.2f}s")
+
+    def scale(self, role: str, replicas: int) -> list[str]:
+        """Grow or shrink a launched role to ``replicas`` workers; see corral.elastic."""
+        from corral.elastic import scale
+
+        return scale(self, role, replicas)
+
+    def wait_role(self, role: str, timeout: float | None = None) -> list[str]:
+        """After a preemption (WorkerPreemptedError): wait until the backend brought every
+        worker of ``role`` back, re-run rendezvous and the restart hook; see
+        corral.preemption."""
+        from corral.preemption import wait_role
+
+        return wait_role(self, role, timeout)
 
     def _rendezvous(self, role: str, workers: list[Worker], only: list[int] | None = None) -> None:
         """Give each worker its torch.distributed variables (``only``: just these ranks)."""
@@ -470,6 +508,9 @@ def _cleanup_at_exit() -> None:
     """Ctrl-C or a normal exit with workers still up: stop them before the interpreter ends."""
     for scheduler in list(_live_schedulers):
         try:
+            if scheduler.outlive_controller and scheduler._roles:
+                detach(scheduler)  # opt-in: the workers wait for a new controller
+                continue
             scheduler.close()
         except Exception as exc:
             log.warning("cleanup at exit failed: %s", exc)

@@ -137,6 +137,11 @@ class SbatchParams:
     apptainer: str = "apptainer"
     n_cpus_per_node: int | None = None
     mem_per_node_gb: int | None = None
+    requeue: bool = False
+    """Opt-in preemption: ``--requeue`` (Slurm may preempt and requeue the job) instead
+    of ``--no-requeue``."""
+    signal: str | None = None
+    """``--signal`` value, e.g. ``"USR1@60"``: warn the workers before the time limit."""
 
     def resolved_container(self) -> tuple[str, str | None, str | None]:
         """(container_type, image, mount) after applying the overrides."""
@@ -284,6 +289,9 @@ def _q(word: object) -> str:
     return shlex.quote(str(word))
 
 
+_SIGNAL_RE = re.compile(r"^(?:[RB]:)?(?:SIG)?[A-Z0-9]+(?:@\d+)?$")
+
+
 # ----------------------------------------------------------------- rendering --
 def render_task_script(params: SbatchParams) -> str:
     """The bash script each srun task runs (``bash -c '<this>'``).
@@ -332,7 +340,7 @@ def render_task_script(params: SbatchParams) -> str:
     lines += [
         f'corral_prefix="[{role}/${{corral_index}}] "',
         f"corral_log={_q(role_dir)}/${{corral_index}}.log",
-        f"corral_exit={_q(role_dir)}/${{corral_index}}.exit",
+        f"corral_exit={_q(role_dir)}/${{corral_index}}${{SLURM_JOB_ID:+.$SLURM_JOB_ID}}.exit",
         f"mkdir -p {_q(role_dir)}",
         'rm -f "$corral_exit"',
     ]
@@ -350,10 +358,22 @@ def render_task_script(params: SbatchParams) -> str:
     lines += [
         f'exec 3> >(sed -u "s|^|${{corral_prefix}}|" >> {_q(role_log_path(log_dir, role))})',
         "corral_sed=$!",
-        " ".join(_q(a) for a in argv) + _contract_args(params) + " 3>&- 2>&1 \\",
+        # Slurm signals the task's main process (this bash) only: SIGTERM (scancel,
+        # preemption, requeue, time limit) is passed on to the worker, which runs its
+        # engines' on_preempt and exits cleanly while the log copiers drain its output.
+        'corral_pidf="$corral_exit.pid"',
+        """trap 'kill -TERM "$(cat "$corral_pidf" 2>/dev/null)" 2>/dev/null' TERM""",
+        "{ "
+        + " ".join(_q(a) for a in argv)
+        + _contract_args(params)
+        + ' 3>&- 2>&1 & printf "%s\\n" "$!" > "$corral_pidf"; wait "$!"; '
+        + 'printf "%s\\n" "$?" > "$corral_exit.rc"; } \\',
         '    | tee -a "$corral_log" /dev/fd/3 \\',
-        f'    | sed -u "s|^|${{corral_prefix}}|" >> {_q(merged_log_path(log_dir))}',
-        "corral_rc=${PIPESTATUS[0]}",
+        f'    | sed -u "s|^|${{corral_prefix}}|" >> {_q(merged_log_path(log_dir))} &',
+        "corral_pipe=$!",
+        'until wait "$corral_pipe"; do kill -0 "$corral_pipe" 2>/dev/null || break; done',
+        'corral_rc=$(cat "$corral_exit.rc" 2>/dev/null || echo 1)',
+        'rm -f "$corral_exit.rc" "$corral_pidf"',
         'printf "%s\\n" "$corral_rc" > "$corral_exit.tmp" && mv -f "$corral_exit.tmp" "$corral_exit"',
         "exec 3>&-",
         'wait "$corral_sed" 2>/dev/null || true',
@@ -409,7 +429,13 @@ def render_sbatch_script(params: SbatchParams) -> str:
         directives.append(f"--mem={layout.mem_per_node_gb}G")
     if layout.gpus_per_node > 0:
         directives.append(f"--gres=gpu:{layout.gpus_per_node}")
-    directives.append("--no-requeue")
+    directives.append("--requeue" if p.requeue else "--no-requeue")
+    if p.signal is not None:
+        if not isinstance(p.signal, str) or not _SIGNAL_RE.match(p.signal):
+            raise ConfigError(
+                "signal", p.signal, 'use a Slurm --signal value such as "USR1@60" or "TERM@120"'
+            )
+        directives.append(f"--signal={p.signal}")
     o = p.options
     for name, value in (("partition", o.partition), ("account", o.account), ("qos", o.qos)):
         if value is not None:
