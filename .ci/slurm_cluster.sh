@@ -111,11 +111,18 @@ lab_pids() {
     return 0
 }
 
-# Run "$@" as a tracked process (inherited by all descendants).
+# Run "$@" as a tracked process (inherited by all descendants). Every descriptor above 2
+# is closed first: a daemon must not keep a caller's file open, above all the fd of
+# `flock /tmp/corral-slurm.lock ...`, which munged otherwise holds (and so the lock) for
+# as long as it runs.
 tracked() {
     (
         if [ -w "$TRACK_CG/cgroup.procs" ]; then echo "$BASHPID" >"$TRACK_CG/cgroup.procs"; fi
         export "$MARKER"
+        local fd
+        for fd in $(ls /proc/$BASHPID/fd); do
+            if [ "$fd" -gt 2 ]; then eval "exec $fd>&-" 2>/dev/null || true; fi
+        done
         exec "$@"
     )
 }

@@ -40,6 +40,7 @@ NET = "tests/conformance/test_network_faults.py -k cut_mid_transfer"
 STATS = "tests/observe/test_stats.py"
 DASH = "tests/observe/test_dashboard_http.py"
 OBS_UNITS = "tests/unit/test_observe_units.py"
+SHM_SEC = "tests/security/test_shared_memory.py"
 
 M = Mutant
 MUTANTS: list[Mutant] = [
@@ -87,10 +88,13 @@ MUTANTS: list[Mutant] = [
       f"{WIRE} {RPC} -k 'connection_close or not_pooled'",
       why="'Connection: close' is ignored (the connection is reused after a refusal)"),
     # ------------------------------------------------------------------ rpc/server.py
-    M("server-secret-check", "rpc/server.py",
-      "return hmac.compare_digest(given, self._secret)", "return True",
+    M("server-secret-check", "auth.py",
+      "        if not hmac.compare_digest(self.keys.sign(self.keys.request, fields), sig):\n"
+      '            return "wrong signature',
+      "        if False:\n"
+      '            return "wrong signature',
       f"{RPC} -k unauthenticated",
-      why="requests without the trial secret are served"),
+      why="requests not signed with the trial secret are served"),
     M("server-body-limit", "rpc/server.py",
       "if length > self._max_body:", "if False:", f"{WIRE} -k max_body",
       why="bodies over the limit are read"),
@@ -259,7 +263,7 @@ MUTANTS: list[Mutant] = [
     M("etcd-create-if-absent", "discovery/etcd.py",
       '"result": "EQUAL", "create_revision": "0"', '"result": "NOT_EQUAL", "create_revision": "0"',
       f"{NR} -k second_add", why="etcd add without replace overwrites (or never writes)"),
-    M("sbatch-nodes", "backends/sbatch.py",
+    M("sbatch-nodes", "backends/slurm_layout.py",
       "nodes = max(1, math.ceil(total_gpus / n_gpus_per_node)) if gpu > 0 else 1",
       "nodes = max(1, total_gpus // n_gpus_per_node) if gpu > 0 else 1",
       "tests/unit/test_sbatch.py", why="the node count rounds down"),
@@ -306,4 +310,18 @@ MUTANTS: list[Mutant] = [
       '    if experiment != "*":\n        validate_role_name(experiment, "experiment")',
       '    if False:\n        validate_role_name(experiment, "experiment")',
       f"{DASH} -k leave_the_fileroot", why="a log request names a path outside the fileroot"),
+    M("dashboard-no-io-timeout", "observe/dashboard.py",
+      "        timeout = IO_TIMEOUT\n", "        pass\n",
+      f"{DASH} -k never_sends", why="a connection that never sends its head holds a thread"),
+    M("fork-death-unrecorded", "worker/fork.py",
+      "                self._watch(child_id)\n", "                pass\n",
+      f"{STATS} -k forked_child", why="a forked child that dies alone stays running"),
+    # ------------------------------------------------------------------ shared memory (security)
+    M("shm-headers-unsigned", "rpc/shm.py",
+      r'    return "\n".join(f"{n}: {headers[n]}" for n in SIGNED_HEADERS if n in headers)',
+      '    return headers.get(SEGMENT_HEADER, "")',
+      f"{SHM_SEC} -k covered", why="offer/released headers can be changed on the way"),
+    M("shm-foreign-segment", "rpc/shm.py",
+      "if st.st_uid != os.geteuid() or st.st_mode & 0o077:", "if False:",
+      f"{SHM_SEC} -k refuses", why="a reader maps another user's (or a 0644) memfd"),
 ]  # fmt: skip

@@ -6,7 +6,8 @@ another (a reply signature cannot be replayed as a request, a record signature c
 sign a request):
 
 * ``request``: the controller signs each request head: method, path, request id, target
-  worker identity, body length, body digest, nonce and timestamp.
+  worker identity, body length, body digest, nonce, timestamp and the shared-memory
+  headers (a body in a same-host segment is named by a signed descriptor).
 * ``reply``: the worker signs each reply head: status, the request's nonce (binding the
   reply to that request), content type, body length and body digest. A peer that does not
   hold the secret cannot produce a reply the client accepts: mutual authentication.
@@ -119,8 +120,9 @@ def _request_fields(
 def _reply_fields(
     status: int, nonce: str, content_type: str, length: int, digest: str, segment: str = ""
 ) -> list:
-    """``segment``: the shared-memory descriptor of a body sent that way (same host; the
-    memfd is 0600), signed so that it cannot be swapped for another."""
+    """``segment``: the message's shared-memory headers (``shm.signed_headers``: the
+    descriptor of a body sent that way, the offer, released segments), signed so that none
+    can be swapped, added or dropped on the way."""
     return ["corral-reply", VERSION, str(status), nonce, content_type, str(length), digest,
             segment]  # fmt: skip
 

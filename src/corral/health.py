@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from corral import keys
 from corral.launcher import WorkerExit
 
 log = logging.getLogger("corral")
@@ -32,7 +33,7 @@ DEFAULT_INTERVAL = 0.25
 
 
 def health_key(experiment: str, trial: str, role: str, index: int) -> str:
-    return f"{experiment}/{trial}/_health/{role}/{index}"
+    return keys.worker_health_key(experiment, trial, role, index)
 
 
 @dataclass

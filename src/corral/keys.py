@@ -26,3 +26,14 @@ def worker_info_key(experiment: str, trial: str, role: str, index: int) -> str:
 def controller_key(experiment: str, trial: str) -> str:
     """The controller's lease: a heartbeat that changes every second while it lives."""
     return check_key(f"{experiment}/{trial}/_controller")
+
+
+def health_prefix(experiment: str, trial: str, role: str) -> str:
+    """The deaths recorded for one role's workers (one JSON record per index)."""
+    return check_key(f"{experiment}/{trial}/_health/{role}")
+
+
+def worker_health_key(experiment: str, trial: str, role: str, index: int) -> str:
+    """A worker's death: written by the controller's health monitor, or for a forked
+    worker that died alone, by the worker that forked it (see worker/fork.py)."""
+    return check_key(f"{experiment}/{trial}/_health/{role}/{index}")

@@ -17,6 +17,9 @@ class WorkerExit:
     reason: str
     exit_code: int | None = None
     log_path: str | None = None
+    preempted: bool = False
+    """The backend took the worker away and will bring it back (Slurm requeue):
+    calls raise WorkerPreemptedError; ``Scheduler.wait_role`` waits for the return."""
 
 
 @dataclass
@@ -58,6 +61,8 @@ class Launcher(abc.ABC):
     """Can workers read the controller's fileroot? If not, the launcher hands
     ``trial_secret`` to each worker itself (Ray: an actor argument), never in an env."""
     trial_secret: str = ""  # set by the scheduler
+    outlive: float = 0.0
+    """Set by the scheduler: seconds the workers outlive their controller (corral.attach)."""
 
     def progress(self, text: str) -> None:
         """Progress lines (pending reasons while waiting); the Scheduler replaces this."""

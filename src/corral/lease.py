@@ -25,6 +25,7 @@ class TrialHold:
         trial: str,
         run_id: str,
         lease_timeout: float,
+        grace: float,
         secret: str,
         secret_file: str,
         remove_leftovers: Callable[[str, str], list[str]],
@@ -48,6 +49,7 @@ class TrialHold:
             trial,
             run_id,
             lease_timeout,
+            grace,
         )
 
     @property
@@ -77,10 +79,12 @@ class TrialHold:
             except OSError:
                 pass
 
-    def hold(self) -> list[str]:
+    def hold(self, attach: bool = False) -> list[str]:
         """Claim the trial (no-op if held); returns what a dead run left and was removed.
         The secret is written only now: a second live controller, refused by the claim,
-        must not overwrite the secret of the run it would clash with."""
+        must not overwrite the secret of the run it would clash with. ``attach``: this
+        controller continues the run of the lease (same run id and secret, see
+        corral.attach): nothing is cleaned up and the secret file is kept."""
         if self.lease.held:
             return []
         old_secret = self.read_secret()
@@ -104,7 +108,8 @@ class TrialHold:
             return removed
 
         removed = self.lease.claim(cleanup)
-        self.write_secret()
+        if not attach:
+            self.write_secret()
         self.stats.start()  # the stats file for corral dashboard / top (checks its env first)
         self.monitor.start()
         return removed

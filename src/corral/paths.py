@@ -96,9 +96,16 @@ class TrialPaths:
         """Every worker of every role, each line prefixed ``[role/index] ``."""
         return os.path.join(self.log_dir, MERGED_LOG_NAME)
 
-    def exit_file(self, role: str, index: int) -> str:
-        """Written by a Slurm task when its worker exits on its own: the exit code."""
-        return os.path.join(self.log_dir, role, f"{index}.exit")
+    def exit_file(self, role: str, index: int, job_id: str | None = None) -> str:
+        """Written by a Slurm task when its worker exits on its own: the exit code.
+
+        Absent while the worker runs, and when the task itself was killed (scancel,
+        ``--kill-on-bad-exit``). Named after the Slurm job (``<index>.<job>.exit``), so
+        that a job of an earlier run of the same trial, still ending, never writes the
+        file a new run reads.
+        """
+        name = f"{index}.{job_id}.exit" if job_id else f"{index}.exit"
+        return os.path.join(self.log_dir, role, name)
 
     def place_file(self, role: str, index: int) -> str:
         """Written by a Slurm restart step: the node and devices it runs on."""
@@ -146,8 +153,8 @@ def merged_log_path(log_dir: str) -> str:
     return TrialPaths.at(log_dir).merged_log()
 
 
-def exit_code_path(log_dir: str, role: str, index: int) -> str:
-    return TrialPaths.at(log_dir).exit_file(role, index)
+def exit_code_path(log_dir: str, role: str, index: int, job_id: str | None = None) -> str:
+    return TrialPaths.at(log_dir).exit_file(role, index, job_id)
 
 
 def sbatch_log_path(log_dir: str, role: str) -> str:

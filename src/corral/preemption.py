@@ -14,7 +14,9 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
+from corral.capabilities import Preemptible
 from corral.errors import WorkerNotFoundError, WorkerTimeoutError
+from corral.roles import LAUNCHED
 
 if TYPE_CHECKING:
     from corral.scheduler import Scheduler
@@ -22,7 +24,7 @@ if TYPE_CHECKING:
 
 def wait_role(sched: Scheduler, role: str, timeout: float | None = None) -> list[str]:
     state = sched._roles.get(role)
-    if state is None or state.kind != "launched":
+    if state is None or state.kind != LAUNCHED:
         raise WorkerNotFoundError(f"no launched role {role!r} to wait for")
     timeout = sched.startup_timeout if timeout is None else timeout
     deadline = time.monotonic() + timeout
@@ -31,21 +33,24 @@ def wait_role(sched: Scheduler, role: str, timeout: float | None = None) -> list
     last_reason = None
     next_reason = time.monotonic() + 1.0
     while True:
+        unchanged = 0
         for index in range(len(state.workers)):
             if index in back:
                 continue
-            worker = sched._read_worker(role, index)
+            worker = sched._watch.read_worker(role, index)
             if worker is not None and worker.generation != old.get(index):
                 back[index] = worker
+            elif worker is not None:
+                unchanged += 1
         dead = sched.launcher.poll(role)
         if len(back) == len(state.workers) and not dead:
             break
-        if not back and not dead:
+        if unchanged == len(state.workers) and not dead and not preempted(sched.launcher, role):
             return [w.id for w in state.workers]  # nothing happened to the role
         final = {i: e for i, e in dead.items() if not e.preempted and i not in back}
         if final and not any(e.preempted for e in dead.values()):
             index, exit_ = sorted(final.items())[0]
-            raise sched._failure(f"{role}/{index}", exit_, role, index, "while coming back")
+            raise sched._watch.failure(f"{role}/{index}", exit_, role, index, "while coming back")
         now = time.monotonic()
         if now >= deadline:
             reason = sched.launcher.pending_reason(role)
@@ -65,13 +70,12 @@ def wait_role(sched: Scheduler, role: str, timeout: float | None = None) -> list
     with sched._lock:
         state.workers = [back[i] for i in range(len(state.workers))]
         for worker in state.workers:
-            sched._ids[worker.id] = worker
             sched.monitor.forget(worker.id)
-            sched._unrestartable.pop(worker.id, None)
+            sched._table.unrestartable.pop(worker.id, None)
+        sched._table.add_workers(state.workers)
         state.engines.clear()
-        mark = getattr(sched.launcher, "mark_returned", None)
-        if mark is not None:
-            mark(role)
+        if isinstance(sched.launcher, Preemptible):
+            sched.launcher.mark_returned(role)
         sched._rendezvous(role, state.workers)
     hook = sched._restart_hooks.get(role)
     for worker in state.workers:
@@ -79,3 +83,7 @@ def wait_role(sched: Scheduler, role: str, timeout: float | None = None) -> list
             hook(sched, worker.id)
     sched.progress(f"{role} is back: {len(state.workers)} worker(s), new generation")
     return [w.id for w in state.workers]
+
+
+def preempted(launcher: object, role: str) -> bool:
+    return isinstance(launcher, Preemptible) and launcher.preempted(role)

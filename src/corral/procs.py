@@ -9,11 +9,14 @@ import signal
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 _spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="corral-spawner")
 
 
-def spawn(argv: list[str], env: dict[str, str], pass_fds: tuple[int, ...] = ()) -> subprocess.Popen:
+def spawn(
+    argv: list[str], env: dict[str, str], pass_fds: tuple[int, ...] = (), stdout: Any = None
+) -> subprocess.Popen:
     """Start a worker in its own session, output piped, from one long-lived thread.
 
     The worker asks the kernel for SIGTERM when its parent *thread* dies, so spawning from a
@@ -28,7 +31,7 @@ def spawn(argv: list[str], env: dict[str, str], pass_fds: tuple[int, ...] = ()) 
             argv,
             env=full_env,
             stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
+            stdout=subprocess.PIPE if stdout is None else stdout,
             stderr=subprocess.STDOUT,
             start_new_session=True,
             pass_fds=pass_fds,
@@ -68,6 +71,28 @@ def _signal_groups(procs: list[subprocess.Popen], sig: int) -> None:
             os.killpg(proc.pid, sig)
         except (ProcessLookupError, PermissionError):
             pass
+
+
+class AdoptedProcess:
+    """A worker process this controller did not start (re-attach, corral.attach): enough
+    of ``Popen`` for polling and stopping it. Its exit code is unknown (not our child)."""
+
+    returncode = None
+    adopted = True
+
+    def __init__(self, pid: int):
+        self.pid = pid
+
+    def poll(self) -> int | None:
+        return None if pid_alive(self.pid) else -1
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while pid_alive(self.pid):
+            if deadline is not None and time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(str(self.pid), timeout or 0.0)
+            time.sleep(0.02)
+        return -1
 
 
 def pid_alive(pid: int) -> bool:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from corral import keys
-from corral.errors import CorralError, WorkerFailedError
+from corral.errors import CorralError, WorkerFailedError, WorkerPreemptedError
 from corral.roles import LAUNCHED
 from corral.spec import Worker
 
@@ -19,8 +19,8 @@ def restart_if_allowed(sched: Scheduler, worker: Worker, failure: WorkerFailedEr
     """Restart ``worker`` if its spec allows another restart; ``failure`` (the error the
     caller gets) then says so, or why the restart failed."""
     state = sched._roles.get(worker.role)
-    if state is None or state.kind != LAUNCHED:
-        return
+    if state is None or state.kind != LAUNCHED or isinstance(failure, WorkerPreemptedError):
+        return  # a preempted worker comes back with its job (Scheduler.wait_role)
     spec = state.job.tasks[worker.index]
     done = state.restarts.get(worker.index, 0)
     if done >= spec.max_restarts:

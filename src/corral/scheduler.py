@@ -28,11 +28,14 @@ from typing import Any
 
 from corral import keys
 from corral import options as opts
-from corral.calls import Caller, CallOptions, engine_call
+from corral.attach import adopt, check_grace, detach, find_run
+from corral.calls import Caller
+from corral.capabilities import Adoptable, require
 from corral.configure import configure_all
 from corral.data.plane import DataPlane
 from corral.discovery.signed import SignedNameResolve
 from corral.dryrun import plan
+from corral.engine_api import EngineAPI
 from corral.errors import (
     WorkerCreationError,
     WorkerFailedError,
@@ -55,7 +58,6 @@ from corral.spec import (
     NormalizedJob,
     SchedulingSpec,
     Worker,
-    engine_import_path,
     normalize_job,
     validate_role_name,
 )
@@ -68,7 +70,7 @@ log = logging.getLogger("corral")
 __all__ = ["Scheduler", "RoleState", "WorkerCreationError"]
 
 
-class Scheduler:
+class Scheduler(EngineAPI):
     """One API over every backend. Subclasses pick a ``Launcher``."""
 
     backend = "base"
@@ -83,6 +85,8 @@ class Scheduler:
         on_worker_death: Callable[[str, WorkerExit], Any] | None = None,
         health_interval: float = DEFAULT_INTERVAL,
         dry_run: bool = False,
+        outlive_controller: float = 0.0,
+        attach: bool = False,
         **settings: Any,
     ):
         """``settings``: AReaL's keywords (``experiment_name``, ``trial_name``,
@@ -92,7 +96,8 @@ class Scheduler:
         with the config by :class:`corral.settings.ControllerSettings` (an ``exp_config``
         wins over the keywords it also holds, except ``fileroot``).
         ``dry_run=True``: start, connect to and write nothing (no directory, no secret, no
-        name-resolve store); ``create_workers`` prints :meth:`dry_run` instead."""
+        name-resolve store); ``create_workers`` prints :meth:`dry_run` instead.
+        ``outlive_controller`` (seconds) and ``attach``: see corral.attach."""
         self.dry_run_only = dry_run
         got = ControllerSettings.resolve(exp_config, dry_run=dry_run, **settings)
         self.settings = got
@@ -105,7 +110,15 @@ class Scheduler:
         self.fileroot, self.paths = got.fileroot, got.paths
         #: A pathlib.Path, as in AReaL (``str(sched.log_dir)`` for the text).
         self.log_dir = Path(self.paths.log_dir)
-        self.secret = secrets.token_hex(32)  # in memory; the file is written at claim
+        self.outlive_controller = check_grace(outlive_controller)
+        run = None
+        if attach:  # continue a run whose controller is gone (same run id and secret)
+            run = find_run(
+                got.name_resolve, self.experiment_name, self.trial_name,
+                self.paths.secret_file, lease_timeout,
+            )  # fmt: skip
+            self.outlive_controller = self.outlive_controller or run.lease.grace
+        self.secret = run.secret if run else secrets.token_hex(32)  # file written at claim
         # records are signed with the trial secret; unsigned or forged ones are refused
         self.name_resolve = SignedNameResolve(got.name_resolve, self.secret)
         self.lease_timeout = lease_timeout
@@ -113,8 +126,14 @@ class Scheduler:
         self.progress = progress or (lambda text: log.info(text))
         launcher.progress = self.progress
         launcher.trial_secret = self.secret
+        if self.outlive_controller:
+            require(
+                launcher, Adoptable, "keep workers after their controller is gone",
+                "outlive_controller", outlive_controller,
+            )  # fmt: skip
+        launcher.outlive = self.outlive_controller  # workers outlive the controller (attach)
         self.secret_file = self.paths.secret_file  # written when the run claims its trial
-        self.run_id = new_run_id()
+        self.run_id = run.lease.run_id if run else new_run_id()
         self.removed_leftovers: list[str] = []
         self._table = RoleTable()
         self._roles = self._table.roles  # role -> RoleState (read by tests and tools)
@@ -143,6 +162,7 @@ class Scheduler:
             trial=self.trial_name,
             run_id=self.run_id,
             lease_timeout=lease_timeout,
+            grace=self.outlive_controller,
             secret=self.secret,
             secret_file=self.secret_file,
             remove_leftovers=launcher.remove_leftovers,
@@ -176,6 +196,9 @@ class Scheduler:
         )
         self._closed = False
         _live_schedulers.add(self)
+        if run is not None:
+            self._hold.wrote_secret = True  # the run's secret file is ours to remove at close
+            adopt(self, run)
 
     # ------------------------------------------------------------------ setup
     @property
@@ -240,6 +263,7 @@ class Scheduler:
             engines=spec.engines,
             env_vars=spec.env_vars,
             offload=self.enable_tms_offload,
+            outlive=self.outlive_controller,
         )
 
     # ------------------------------------------------------------ create
@@ -315,6 +339,20 @@ class Scheduler:
         state.workers, state.pending = workers, False
         self._table.add_workers(workers)
         self.progress(f"{len(workers)} {role} worker(s) ready in {time.monotonic() - started:.2f}s")
+
+    def scale(self, role: str, replicas: int) -> list[str]:
+        """Grow or shrink a launched role to ``replicas`` workers; see corral.elastic."""
+        from corral.elastic import scale
+
+        return scale(self, role, replicas)
+
+    def wait_role(self, role: str, timeout: float | None = None) -> list[str]:
+        """After a preemption (WorkerPreemptedError): wait until the backend brought every
+        worker of ``role`` back, re-run rendezvous and the restart hook; see
+        corral.preemption."""
+        from corral.preemption import wait_role
+
+        return wait_role(self, role, timeout)
 
     def _rendezvous(self, role: str, workers: list[Worker], only: list[int] | None = None) -> None:
         """Give each worker its torch.distributed variables (``only``: just these ranks)."""
@@ -401,122 +439,6 @@ class Scheduler:
     def _maybe_restart(self, worker: Worker, failure: WorkerFailedError) -> None:
         restart_if_allowed(self, worker, failure)
 
-    # -------------------------------------------------------------- calls
-    async def create_engine(
-        self, worker_id: str, engine: Any, engine_name: str | None = None, *args: Any, **kwargs: Any
-    ) -> None:
-        """Import and construct ``engine`` on the worker under ``engine_name`` (default:
-        the worker id). Returns None, as AReaL's schedulers do."""
-        worker = self._worker(worker_id)
-        payload = {
-            "engine": engine_import_path(engine),
-            "engine_name": engine_name,
-            "args": list(args),
-            "kwargs": kwargs,
-        }
-        name = await self._calls.acall(worker, "/create_engine", payload, retries=1)
-        self._table.roles[worker.role].engines.setdefault(worker.id, set()).add(name)
-
-    async def set_worker_env(self, worker_id: str, env: dict[str, str]) -> None:
-        worker = self._worker(worker_id)
-        await self._calls.acall(
-            worker, "/set_env", {"env": {str(k): str(v) for k, v in env.items()}}
-        )
-
-    def configure_worker(
-        self,
-        worker_id: str,
-        config: Any = None,
-        role: str | None = None,
-        rank: int | None = None,
-        _worker: Worker | None = None,
-    ) -> None:
-        """Send the worker its experiment config, role and rank (``/configure``); done for
-        every worker at creation when the scheduler has an ``exp_config``."""
-        worker = _worker or self._worker(worker_id)
-        self._calls.call(
-            worker, "/configure", {"config": config, "role": role or worker.role, "rank": rank}
-        )
-
-    def call_engine(
-        self,
-        worker_id: str,
-        method: str,
-        engine_name: str | None = None,
-        *args: Any,
-        rpc_meta: dict[str, Any] | None = None,
-        http_timeout: float | None = None,
-        max_retries: int | None = None,
-        retry_delay: float | None = None,
-        **kwargs: Any,
-    ) -> Any:
-        """Call ``method`` on an engine of the worker and return its result.
-
-        Scheduler options (consumed here, never passed to the method), as in AReaL:
-        ``http_timeout`` (seconds to wait for the answer; default none),
-        ``max_retries`` (attempts when the connection drops; default 3) and
-        ``retry_delay`` (seconds before the second attempt, doubling after; default 0:
-        corral retries only once it has checked that the worker is alive).
-        A live worker runs the method at most once whatever the attempts; a dead one
-        raises WorkerFailedError. ``rpc_meta``: ``timeout`` (used when ``http_timeout`` is
-        not given), ``max_retries`` (retries after a dropped connection), ``broadcast``
-        (the worker first replaces the arguments with its data-parallel head's; default:
-        for an initialized TrainEngine; see docs/areal.md) and ``keep``
-        (True, or a byte threshold: arrays/tensors of the result stay on the worker and
-        come back as ``corral.Ref``; see docs/data-plane.md).
-        """
-        worker = self._worker(worker_id)
-        call = CallOptions.resolve(rpc_meta, http_timeout, max_retries, retry_delay)
-        payload = engine_call(method, engine_name, args, kwargs, call)
-        return self._calls.call_engine(worker, method, payload, call)
-
-    async def async_call_engine(
-        self,
-        worker_id: str,
-        method: str,
-        engine_name: str | None = None,
-        *args: Any,
-        rpc_meta: dict[str, Any] | None = None,
-        http_timeout: float | None = None,
-        max_retries: int | None = None,
-        retry_delay: float | None = None,
-        **kwargs: Any,
-    ) -> Any:
-        """``call_engine`` for asyncio code: the same options, request, retries and errors."""
-        worker = self._worker(worker_id)
-        call = CallOptions.resolve(rpc_meta, http_timeout, max_retries, retry_delay)
-        payload = engine_call(method, engine_name, args, kwargs, call)
-        return await self._calls.acall_engine(worker, method, payload, call)
-
-    def health(self, worker_id: str, timeout: float = 5.0) -> dict:
-        return self._calls.health(self._worker(worker_id), timeout)
-
-    # the call path's clients under their old names (tests and benchmarks read them)
-    _client = property(lambda self: self._calls.client)
-    _async_client = property(lambda self: self._calls.async_client)
-
-    def _request(
-        self,
-        worker: Worker,
-        path: str,
-        payload: Any,
-        timeout: float | None = None,
-        retries: int = 2,
-        retry_delay: float = 0.0,
-    ) -> Any:
-        return self._calls.call(worker, path, payload, timeout, retries, retry_delay)
-
-    async def _arequest(
-        self,
-        worker: Worker,
-        path: str,
-        payload: Any,
-        timeout: float | None = None,
-        retries: int = 2,
-        retry_delay: float = 0.0,
-    ) -> Any:
-        return await self._calls.acall(worker, path, payload, timeout, retries, retry_delay)
-
     def _worker_gone(self, worker: Worker, role: str) -> None:
         """A worker was deleted: the monitor stops watching it, its data refs are lost."""
         self.monitor.forget(worker.id)
@@ -586,6 +508,9 @@ def _cleanup_at_exit() -> None:
     """Ctrl-C or a normal exit with workers still up: stop them before the interpreter ends."""
     for scheduler in list(_live_schedulers):
         try:
+            if scheduler.outlive_controller and scheduler._roles:
+                detach(scheduler)  # opt-in: the workers wait for a new controller
+                continue
             scheduler.close()
         except Exception as exc:
             log.warning("cleanup at exit failed: %s", exc)

@@ -20,6 +20,7 @@ from corral.errors import (
     WorkerConnectionError,
     WorkerCreationError,
     WorkerFailedError,
+    WorkerPreemptedError,
     WorkerTimeoutError,
 )
 from corral.launcher import Launcher, WorkerExit
@@ -156,7 +157,8 @@ class Watch:
     ) -> WorkerFailedError:
         log_path = exit_.log_path or self.paths.replica_log(role, index)
         time.sleep(0.05)
-        return WorkerFailedError(
+        kind = WorkerPreemptedError if exit_.preempted else WorkerFailedError
+        return kind(
             worker_id,
             exit_.exit_code,
             tail(log_path),

@@ -1,7 +1,7 @@
 """A controller process for the controller-death and run-identity tests: starts workers,
 prints their pids and its run id, then waits to be killed.
 
-argv: backend fileroot experiment trial gpus [lease_timeout]"""
+argv: backend fileroot experiment trial gpus [lease_timeout [outlive_controller]]"""
 
 from __future__ import annotations
 
@@ -20,6 +20,8 @@ cfg.cluster.n_gpus_per_node = int(gpus)
 kwargs = {"gpu_devices": [0, 1]} if backend == "local" else {}
 if lease_timeout is not None:
     kwargs["lease_timeout"] = lease_timeout
+if len(sys.argv) > 7:
+    kwargs["outlive_controller"] = float(sys.argv[7])
 sched = make_scheduler(cfg, **kwargs)
 sched.create_workers(Job(role="orphan", replicas=2, tasks=[SchedulingSpec(cpu=1)]))
 sched.fork_workers("orphan_child", "orphan")

@@ -21,9 +21,13 @@ def test_death_is_reported_to_the_callback_and_in_ps_without_any_call(backend):
 
     sched = backend.scheduler(on_worker_death=on_death)
     try:
-        ids = sched.create_workers(Job(role="watched", replicas=2, tasks=[SchedulingSpec(cpu=1)]))
+        # two roles: on Slurm one dead task ends its whole role (fail-fast step)
+        one = [SchedulingSpec(cpu=1)]
+        (bystander,) = sched.create_workers(Job(role="bystander", replicas=1, tasks=one))
+        (watched,) = sched.create_workers(Job(role="watched", replicas=1, tasks=one))
+        ids = [bystander, watched]
         assert sched.worker_status() == {ids[0]: "alive", ids[1]: "alive"}
-        victim = sched.get_workers("watched")[1]
+        victim = sched.get_workers("watched")[0]
         backend.kill_worker(victim, signal.SIGKILL)
         # no call to any worker from here on: only the monitor can notice
         assert seen.wait(30), "the health monitor never reported the death"
@@ -40,8 +44,8 @@ def test_death_is_reported_to_the_callback_and_in_ps_without_any_call(backend):
         )
         assert ps.returncode == 0, ps.stderr
         rows = [line for line in ps.stdout.splitlines() if sched.trial_name in line]
-        assert any("watched/1" in r and "dead (" in r for r in rows), ps.stdout
-        assert any("watched/0" in r and " ok" in r for r in rows), ps.stdout
+        assert any("watched/0" in r and "dead (" in r for r in rows), ps.stdout
+        assert any("bystander/0" in r and " ok" in r for r in rows), ps.stdout
         assert any(sched.run_id in r for r in rows), ps.stdout
     finally:
         sched.close()

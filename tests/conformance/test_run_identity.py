@@ -19,7 +19,13 @@ from tests.conformance.harness import pid_alive
 SCRIPT = os.path.join(os.path.dirname(__file__), "controller_script.py")
 
 
-def start_controller(backend, experiment: str, trial: str, lease_timeout: float | None = None):
+def start_controller(
+    backend,
+    experiment: str,
+    trial: str,
+    lease_timeout: float | None = None,
+    outlive: float | None = None,
+):
     argv = [
         sys.executable,
         SCRIPT,
@@ -29,8 +35,10 @@ def start_controller(backend, experiment: str, trial: str, lease_timeout: float 
         trial,
         str(backend.gpus_per_node),
     ]
-    if lease_timeout is not None:
-        argv.append(str(lease_timeout))
+    if lease_timeout is not None or outlive is not None:
+        argv.append(str(lease_timeout if lease_timeout is not None else 5.0))
+    if outlive is not None:
+        argv.append(str(outlive))
     proc = subprocess.Popen(
         argv,
         stdout=subprocess.PIPE,

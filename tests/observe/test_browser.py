@@ -1,8 +1,10 @@
 """The dashboard in a real browser: Debian's headless Chromium, driven over the DevTools
-protocol, loads the page while a real trial runs (local backend and the Slurm lab
-cluster), and the test reads the rendered DOM: workers listed, a killed worker turning
-failed with its exit code and log tail, a worker's log streaming new lines. GPUs are
-declared, not physical. ``CORRAL_UPDATE_SCREENSHOT=1`` also writes docs/img/dashboard.png.
+protocol, loads the page while a real trial runs (local backend, a real Ray cluster and
+the Slurm lab cluster), and the test reads the rendered DOM: workers listed, a killed
+worker turning failed with its exit code (on Ray: its death cause; Ray reports no exit
+code) and log tail, a forked child that dies alone (its host alive) turning failed with
+its own exit code, a worker's log streaming new lines. GPUs are declared, not physical.
+``CORRAL_UPDATE_SCREENSHOT=1`` also writes docs/img/dashboard.png.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ UPDATE_SCREENSHOT = bool(os.environ.get("CORRAL_UPDATE_SCREENSHOT"))
 BACKENDS = [b for b in os.environ.get("CORRAL_TEST_BACKENDS", "local,ray,slurm").split(",")]
 
 
-@pytest.fixture(params=[b for b in ("local", "slurm") if b in BACKENDS])
+@pytest.fixture(params=[b for b in ("local", "ray", "slurm") if b in BACKENDS])
 def browser_backend(request):
     return request.getfixturevalue(f"{request.param}_backend")
 
@@ -126,21 +128,46 @@ def test_dashboard_in_chromium_lists_workers_streams_logs_and_shows_a_failure(
         if UPDATE_SCREENSHOT:  # let the plots fill before the picture for the docs
             time.sleep(float(os.environ.get("CORRAL_SCREENSHOT_SECONDS", "45")))
 
+        # a forked child that dies alone (its host lives on) turns failed with its own code;
+        # first, while every host surely lives (on Slurm a killed replica can end its
+        # whole job, and with it the other replicas)
+        backend.kill_worker(workers[helpers[0]])
+        wait_stats(
+            sched, lambda s: worker_row(s, helpers[0])["state"] == "failed", what="child failed"
+        )
+        child = f"document.querySelector('tr[data-worker={_q(helpers[0])}]')"
+        browser.wait_for(f"{child}.dataset.state === 'failed'", what=f"{helpers[0]} failed")
+        failure = browser.wait_for(
+            f"document.querySelector('.failure[data-worker={_q(helpers[0])}]')?.innerText",
+            what="the forked child's failure box",
+        )
+        shown = browser.eval(f"{child}.querySelector('.exit-code').textContent")
+        if backend.name == "ray":  # a Ray fork is an actor: its death cause, no exit code
+            assert shown == "" and "Ray actor died" in failure, failure
+        else:
+            assert shown == "-9" and "exit code -9" in failure and "SIGKILL" in failure, failure
+
         # a killed worker turns failed, with the exit code its backend reports
         backend.kill_worker(workers[ids[1]])
         snap = wait_stats(
             sched, lambda s: worker_row(s, ids[1])["state"] == "failed", what="failed"
         )
-        code = worker_row(snap, ids[1])["exit_code"]
-        assert code not in (None, 0)
+        code, reason = worker_row(snap, ids[1])["exit_code"], worker_row(snap, ids[1])["reason"]
+        if backend.name == "ray":  # Ray reports a dead actor's cause, not an exit code
+            assert code is None and reason.startswith("Ray actor died"), reason
+        else:
+            assert code not in (None, 0)
         row = f"document.querySelector('tr[data-worker={_q(ids[1])}]')"
         browser.wait_for(f"{row}.dataset.state === 'failed'", what=f"{ids[1]} failed")
-        assert browser.eval(f"{row}.querySelector('.exit-code').textContent") == str(code)
+        shown = browser.eval(f"{row}.querySelector('.exit-code').textContent")
+        assert shown == ("" if code is None else str(code))
         failure = browser.wait_for(
             f"document.querySelector('.failure[data-worker={_q(ids[1])}]')?.innerText",
             what="the failure box",
         )
-        assert f"exit code {code}" in failure and f"corral worker {ids[1]}" in failure
+        assert f"corral worker {ids[1]}" in failure and reason[:40] in failure, failure
+        if code is not None:
+            assert f"exit code {code}" in failure
         assert (
             browser.eval(f"document.querySelector('tr[data-worker={_q(ids[0])}]').dataset.state")
             == "running"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import http.client
 import json
+import socket
 import time
 import uuid
 
@@ -56,6 +57,18 @@ def _events(response, wanted: str, count: int = 1, limit: int = 200) -> list:
             if len(found) == count:
                 return found
     raise AssertionError(f"no {count} {wanted!r} event(s) in {limit} lines")
+
+
+def test_a_connection_that_never_sends_a_request_is_closed(local_backend, monkeypatch):
+    """Another local user's idle connections do not hold the dashboard's threads."""
+    monkeypatch.setattr("corral.observe.dashboard.IO_TIMEOUT", 0.5)
+    server = Dashboard(TrialSource(local_backend.fileroot), port=0).serve_in_thread()
+    try:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+            sock.sendall(b"GET / HTTP/1.1\r\n")  # and never the rest of the head
+            assert sock.recv(1024) == b""  # closed by the server, not by our 30 s timeout
+    finally:
+        server.close()
 
 
 @pytest.mark.parametrize("path", ["/", "/api/trials", "/events", "/logs", "/static/dashboard.js"])

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 import urllib.request
 
 import pytest
 
 from corral import Job, SchedulingSpec
+from corral.cli import _deaths as cli_deaths
 from corral.errors import ConfigError, EngineCallError
 from tests.observe.helpers import role_row, stats_mode, wait_stats, worker_row
 
@@ -91,6 +93,42 @@ def test_killed_worker_turns_failed_with_exit_code_and_log_tail(backend, sched):
         assert row["exit_code"] not in (None, 0), row
     assert f"corral worker {ids[1]}" in row["log_tail"]
     assert worker_row(snap, ids[0])["state"] == "running"
+
+
+def test_forked_child_that_dies_alone_turns_failed_with_its_exit_code(backend, sched):
+    """The host worker lives on; its forked children die by themselves: one is SIGKILLed,
+    one exits with code 3. Each turns failed with its own exit code and log tail."""
+    _start(sched)
+    killed, exits = sched.fork_workers(role="helper", target_role="rollout")
+    asyncio.run(sched.create_engine(exits, ENGINE, "e"))
+    backend.kill_worker(sched.get_workers("helper")[0])
+    with pytest.raises(Exception):  # noqa: B017  (the worker is gone before it answers)
+        sched.call_engine(exits, "exit_now", "e", 3)
+    snap = wait_stats(
+        sched,
+        lambda s: {worker_row(s, w)["state"] for w in (killed, exits)} == {"failed"},
+        what="both forked children failed",
+    )
+    if backend.name == "ray":  # forks are Ray actors: Ray reports a cause, no exit code
+        for child in (killed, exits):
+            row = worker_row(snap, child)
+            assert row["exit_code"] is None and row["reason"].startswith("Ray actor died"), row
+    else:  # the host worker's own record of its child
+        assert worker_row(snap, killed)["exit_code"] == -9, worker_row(snap, killed)
+        assert "SIGKILL" in worker_row(snap, killed)["reason"]
+        assert worker_row(snap, exits)["exit_code"] == 3, worker_row(snap, exits)
+        assert "code 3" in worker_row(snap, exits)["reason"]
+    for child in (killed, exits):
+        assert f"corral worker {child}" in worker_row(snap, child)["log_tail"]
+    for host in ("rollout/0", "rollout/1"):
+        assert worker_row(snap, host)["state"] == "running"
+    # the same death records are what `corral ps` prints
+    for _ in range(300):  # on Ray the controller's health monitor writes them
+        deaths = cli_deaths(sched.name_resolve, sched.experiment_name, sched.trial_name)
+        if {killed, exits} <= set(deaths):
+            break
+        time.sleep(0.1)
+    assert {killed, exits} <= set(deaths), deaths
 
 
 def test_stats_file_is_marked_closed_when_the_trial_ends(sched):

@@ -16,28 +16,41 @@ from tests.support.loopback import LoopbackServer
 MALLORY = "corral-mallory"
 
 
-def mallory() -> pwd.struct_passwd:
-    """A real second, unprivileged Unix user (created once; the tests run as root)."""
+ALICE = "corral-alice"  # an unprivileged victim, where the victim must not be root
+
+
+def unix_user(name: str) -> pwd.struct_passwd:
+    """A real unprivileged Unix user (created once; the tests run as root)."""
     try:
-        return pwd.getpwnam(MALLORY)
+        return pwd.getpwnam(name)
     except KeyError:
         pass
     if os.geteuid() != 0 or not shutil.which("useradd"):
         pytest.fail("the other-user attacks need root (to create a second user with useradd)")
     subprocess.run(
-        ["useradd", "--system", "--no-create-home", "--shell", "/bin/sh", MALLORY],
+        ["useradd", "--system", "--no-create-home", "--shell", "/bin/sh", name],
         check=True,
         capture_output=True,
     )
-    return pwd.getpwnam(MALLORY)
+    return pwd.getpwnam(name)
+
+
+def mallory() -> pwd.struct_passwd:
+    """The attacker: a real second, unprivileged Unix user."""
+    return unix_user(MALLORY)
+
+
+def as_user(name: str, argv: list[str], **kwargs) -> subprocess.CompletedProcess:
+    """Run ``argv`` as user ``name`` (runuser: real uid and gid, no root)."""
+    unix_user(name)
+    return subprocess.run(
+        ["runuser", "-u", name, "--", *argv], capture_output=True, text=True, **kwargs
+    )
 
 
 def as_mallory(argv: list[str], **kwargs) -> subprocess.CompletedProcess:
-    """Run ``argv`` as the other user (runuser: real uid and gid, no root)."""
-    mallory()
-    return subprocess.run(
-        ["runuser", "-u", MALLORY, "--", *argv], capture_output=True, text=True, **kwargs
-    )
+    """Run ``argv`` as the other user."""
+    return as_user(MALLORY, argv, **kwargs)
 
 
 class Listener(LoopbackServer):

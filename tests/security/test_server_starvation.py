@@ -72,7 +72,11 @@ def test_slowloris_connections_do_not_starve_the_controller(target) -> None:
         assert len(socks) == 300
         # the server keeps at most MAX_UNAUTHENTICATED of them, each for a bounded time
         assert _held(socks, MAX_UNAUTHENTICATED) <= MAX_UNAUTHENTICATED
-        assert psutil.Process(worker.pid).num_threads() <= threads_before + MAX_UNAUTHENTICATED
+        # bounded by the cap, not by the 300 connections; a little slack for threads the
+        # backend itself starts meanwhile (a Ray actor process runs Ray's own threads)
+        slack = 8
+        threads = psutil.Process(worker.pid).num_threads()
+        assert threads <= threads_before + MAX_UNAUTHENTICATED + slack, (threads, threads_before)
         assert _fresh_health(sched, worker) == "ok"
         assert sched.health(wid)["status"] == "ok"
     finally:

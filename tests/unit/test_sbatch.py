@@ -306,6 +306,7 @@ def test_log_paths():
     assert merged_log_path("/l") == "/l/merged.log"
     assert sbatch_log_path("/l", "actor") == "/l/actor.sbatch.log"
     assert exit_code_path("/l", "actor", 3) == "/l/actor/3.exit"
+    assert exit_code_path("/l", "actor", 3, "41") == "/l/actor/3.41.exit"
 
 
 def test_overrides_take_precedence_over_spec():
@@ -806,7 +807,7 @@ def test_failing_worker_fails_the_job(tmp_path):
     # srun reports the highest task exit code (143 for the replica it killed), so the
     # failing replica's own code comes from its exit file
     assert _job_field(job_id, "ExitCode") != "0:0"
-    assert Path(exit_code_path(str(log_dir), "bad", 1)).read_text() == "3\n"
+    assert Path(exit_code_path(str(log_dir), "bad", 1, job_id)).read_text() == "3\n"
     assert read_lines(replica_log_path(str(log_dir), "bad", 1)) == ["worker 1"]
 
 

@@ -6,17 +6,19 @@ import glob
 import logging
 import os
 import shlex
+import socket
 import threading
 from typing import Any
 
 from corral import options as opts
+from corral.capabilities import Adoptable, Elastic
 from corral.config import cluster_field
-from corral.errors import ConfigError, GPURequestError
+from corral.errors import ConfigError, GPURequestError, SchedulerError
 from corral.launcher import Launcher, LaunchRequest, WorkerExit, env_lines
 from corral.logs import LogPump, replica_log_path
-from corral.procs import describe_returncode, spawn, stop_process_groups
+from corral.procs import AdoptedProcess, describe_returncode, spawn, stop_process_groups
 from corral.scheduler import Scheduler
-from corral.spec import NormalizedJob
+from corral.spec import NormalizedJob, SchedulingSpec
 from corral.worker import env as E
 from corral.worker.args import args_from_env, command_argv, free_port
 
@@ -31,7 +33,7 @@ def detect_gpu_devices() -> list[int]:
     return sorted(int(p.removeprefix("/dev/nvidia")) for p in glob.glob("/dev/nvidia[0-9]*"))
 
 
-class LocalLauncher(Launcher):
+class LocalLauncher(Launcher, Elastic, Adoptable):
     name = "local"
     fds_per_worker = 5  # output pipe, three log files, a connection
 
@@ -125,16 +127,64 @@ class LocalLauncher(Launcher):
     @staticmethod
     def _process_env(env: dict[str, str], devices: list[int]) -> dict[str, str]:
         env = dict(env)
-        env[E.DIE_WITH_PARENT] = "1"
         env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, devices))
         return env
 
     def _start(self, role: str, index: int, spec, env: dict[str, str], devices: list[int]):
         env = self._process_env(env, devices)
         argv = command_argv(spec.cmd) + args_from_env(env, port=free_port() if spec.cmd else 0)
+        if self.outlive:  # outlives the controller (corral.attach): writes its own log
+            path = replica_log_path(self._log_dir, role, index)
+            os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+            with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as log:
+                return spawn(argv, env, stdout=log)
+        env[E.DIE_WITH_PARENT] = "1"
         proc = spawn(argv, env)
         self._pump.add(proc.stdout, self._log_dir, role, index)
         return proc
+
+    def adopt(self, role: str, workers: list, log_dir: str) -> None:
+        """Workers of a dead controller's run, by the pid they registered (same host)."""
+        self._log_dir = log_dir
+        host = socket.gethostname()
+        for worker in workers:
+            if not worker.pid or worker.host not in ("", host):
+                raise SchedulerError(
+                    f"cannot adopt {worker.id}: it runs on {worker.host!r} with pid "
+                    f"{worker.pid}, not on this host ({host}); attach from that host"
+                )
+        self._procs[role] = [AdoptedProcess(int(w.pid)) for w in workers]
+        self._gpus[role] = [[] for _ in workers]  # its GPUs stay with the old ledger's run
+        self._specs[role] = tuple(SchedulingSpec() for _ in workers)
+
+    def grow(self, role: str, first: int, tasks: list, envs: list[dict[str, str]], log_dir: str):
+        need = sum(spec.gpu for spec in tasks)
+        with self._lock:
+            if self.sharing != "round_robin" and need > len(self._free):
+                raise GPURequestError(
+                    f"{role}: gpu per worker x new replicas",
+                    need,
+                    f"only {len(self._free)} GPUs are free; shrink or delete other roles",
+                    role,
+                )
+        self._specs[role] = tuple(self._specs[role]) + tuple(tasks)
+        for i, (spec, env) in enumerate(zip(tasks, envs, strict=True)):
+            with self._lock:
+                devices = self._take(spec.gpu)
+            self._gpus[role].append(devices)
+            self._procs[role].append(self._start(role, first + i, spec, env, devices))
+
+    def shrink(self, role: str, indices: list[int]) -> None:
+        keep = min(indices)
+        stop_process_groups(self._procs[role][keep:])
+        with self._lock:
+            if self.sharing != "round_robin":
+                for devices in self._gpus[role][keep:]:
+                    self._free.extend(devices)
+                self._free.sort()
+        del self._procs[role][keep:]
+        del self._gpus[role][keep:]
+        self._specs[role] = tuple(self._specs[role])[:keep]
 
     def restart(self, role: str, index: int, env: dict[str, str]) -> None:
         stop_process_groups([self._procs[role][index]], grace=1.0)
@@ -146,9 +196,12 @@ class LocalLauncher(Launcher):
         for index, proc in enumerate(self._procs.get(role, [])):
             code = proc.poll()
             if code is not None:
-                dead[index] = WorkerExit(
-                    describe_returncode(code), code, replica_log_path(self._log_dir, role, index)
-                )
+                path = replica_log_path(self._log_dir, role, index)
+                if getattr(proc, "adopted", False):
+                    why = f"exited (pid {proc.pid}, adopted on re-attach: exit code unknown)"
+                    dead[index] = WorkerExit(why, None, path)
+                else:
+                    dead[index] = WorkerExit(describe_returncode(code), code, path)
         if dead:
             self._pump.flush_closed(0.3)
         return dead

@@ -51,6 +51,7 @@ import os
 import socket
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,6 +60,7 @@ from corral import options as opts
 from corral.backends.options import RayOptions
 from corral.backends.ray_actor import _GROUP_RE
 from corral.backends.ray_placement import infeasible, node_totals, remove_trial_leftovers
+from corral.backends.ray_requeue import NODE_LOST, NodeLossRequeue, node_lost
 from corral.backends.ray_support import (  # name_prefix, apply_quiet_env: importable here
     DEFAULT_OBJECT_STORE_MEMORY,
     QUIET_ENV,
@@ -71,6 +73,7 @@ from corral.backends.ray_support import (  # name_prefix, apply_quiet_env: impor
     format_resources,
     name_prefix,
 )
+from corral.capabilities import Elastic, Preemptible
 from corral.errors import ConfigError, PlacementError, WorkerCreationError
 from corral.launcher import ForkRequest, Launcher, LaunchRequest, WorkerExit, env_lines
 from corral.logs import replica_log_path
@@ -119,7 +122,7 @@ class _Role:
     strategy: str = "separate"
 
 
-class RayLauncher(Launcher):
+class RayLauncher(Launcher, Elastic, Preemptible):
     """Places workers with placement groups and runs each in a ``RayWorkerActor``."""
 
     name = "ray"
@@ -131,10 +134,14 @@ class RayLauncher(Launcher):
         *,
         startup_timeout: float = 120.0,
         dry_run: bool = False,
+        requeue: bool = False,
     ):
-        """``dry_run=True``: Ray is neither imported nor started (``describe`` only)."""
+        """``dry_run=True``: Ray is neither imported nor started (``describe`` only).
+        ``requeue=True``: node loss is preemption (see ray_requeue)."""
         options = options or RayOptions()
         self.options = options
+        self.requeue = requeue
+        self._node_loss = NodeLossRequeue()
         self.startup_timeout = float(startup_timeout)
         self.reserve_memory = options.reserve_memory
         self.started_runtime = False
@@ -294,6 +301,65 @@ class RayLauncher(Launcher):
             with self._lock:
                 record.replicas.append(replica)
 
+    def grow(
+        self, role: str, first: int, tasks: list, envs: list[dict[str, str]], log_dir: str
+    ) -> None:
+        """New replicas ``first``..: their own placement group(s), then their actors."""
+        from ray.util.placement_group import placement_group, remove_placement_group
+
+        with self._lock:
+            record = self._roles[role]
+        kind = self.accelerator_kind()
+        prefix = name_prefix(envs[0][E.EXPERIMENT], envs[0][E.TRIAL])
+        bundles = [self._bundle(spec, kind) for spec in tasks]
+        if record.strategy == "shared":
+            pgs = [placement_group(bundles, strategy="PACK", name=f"{prefix}:{role}:+{first}")]
+            groups, places = [bundles], [(pgs[0], i) for i in range(len(tasks))]
+        else:
+            pgs = [
+                placement_group(
+                    [b], strategy=STRATEGIES[record.strategy], name=f"{prefix}:{role}:{first + i}"
+                )
+                for i, b in enumerate(bundles)
+            ]
+            groups, places = [[b] for b in bundles], [(pg, 0) for pg in pgs]
+        _, pending = self.ray.wait(
+            [pg.ready() for pg in pgs], num_returns=len(pgs), timeout=self.startup_timeout
+        )
+        if pending:
+            for pg in pgs:
+                remove_placement_group(pg)
+            self._wait_groups_gone(pgs)
+            raise WorkerCreationError(
+                f"could not place {len(tasks)} more {role} worker(s) within "
+                f"{self.startup_timeout:.0f}s: {self.pending_reason(role) or 'no room'}"
+            )
+        with self._lock:
+            record.pgs.extend(pgs)
+            record.bundles.extend(groups)
+        for i, (spec, env) in enumerate(zip(tasks, envs, strict=True)):
+            pg, bundle_index = places[i]
+            replica = self._start_main(role, first + i, spec, env, pg, bundle_index, kind, log_dir)
+            with self._lock:
+                record.replicas.append(replica)
+
+    def shrink(self, role: str, indices: list[int]) -> None:
+        """Stop these replicas' actors; remove their placement groups when nothing else
+        of the role uses them."""
+        gone = set(indices)
+        with self._lock:
+            record = self._roles[role]
+            doomed = [r for r in record.replicas if r.index in gone]
+            record.replicas = [r for r in record.replicas if r.index not in gone]
+            used = {id(r.pg) for r in record.replicas}
+            keep = [
+                (pg, b) for pg, b in zip(record.pgs, record.bundles, strict=True) if id(pg) in used
+            ]
+            dropped = [pg for pg in record.pgs if id(pg) not in used]
+            record.pgs = [pg for pg, _ in keep]
+            record.bundles = [b for _, b in keep]
+        self._teardown(doomed, dropped)
+
     def _start_main(
         self,
         role: str,
@@ -304,6 +370,7 @@ class RayLauncher(Launcher):
         bundle_index: int,
         kind: str | None,
         log_dir: str,
+        suffix: str = "",
     ) -> _Replica:
         env = dict(env)
         if spec.gpu == 0:
@@ -313,7 +380,7 @@ class RayLauncher(Launcher):
             return self._start_actor(
                 role=role,
                 index=index,
-                name=f"{prefix}:{role}:{index}",
+                name=f"{prefix}:{role}:{index}{suffix}",
                 env=env,
                 pg=pg,
                 bundle_index=bundle_index,
@@ -472,8 +539,39 @@ class RayLauncher(Launcher):
             ready_ids = {ref.hex() for ref in ready}
             for r in live:
                 if r.done_ref.hex() in ready_ids:
-                    r.exit = self._exit_of(r)
-        return {r.index: r.exit for r in replicas if r.exit is not None}
+                    exit_ = self._exit_of(r)
+                    with self._lock:  # the monitor and a call may poll at once
+                        first, r.exit = r.exit is None, r.exit or exit_
+                    if first and exit_.preempted and r.parent is None:
+                        self._bring_back(r)
+        dead = {r.index: r.exit for r in replicas if r.exit is not None}
+        if self.requeue:
+            dead.update(self._node_loss.still_lost(ray, role))
+        return dead
+
+    def _bring_back(self, old: _Replica) -> None:
+        """A replica lost with its node: a new actor in the same bundle, which Ray starts
+        once it placed the bundle again (see ray_requeue)."""
+        try:  # a name of its own: Ray may not have released the dead actor's name yet
+            new = self._start_main(
+                old.role, old.index, old.spec, old.env, old.pg, old.bundle_index, old.kind,
+                old.log_dir, suffix=f":back{uuid.uuid4().hex[:6]}",
+            )  # fmt: skip
+        except WorkerCreationError as exc:
+            old.exit.preempted = False
+            old.exit.reason += f"; it could not be brought back: {exc}"
+            return
+        with self._lock:
+            record = self._roles.get(old.role)
+            if record is not None:
+                record.replicas = [new if r is old else r for r in record.replicas]
+        self._node_loss.replace(old.role, old.index, old.exit, new)
+
+    def preempted(self, role: str) -> bool:
+        return self._node_loss.preempted(role)
+
+    def mark_returned(self, role: str) -> None:
+        self._node_loss.mark_returned(role)
 
     def _exit_of(self, replica: _Replica) -> WorkerExit:
         ray = self.ray
@@ -482,6 +580,8 @@ class RayLauncher(Launcher):
             reason = ray.get(replica.done_ref, timeout=5)
             return WorkerExit(f"Ray actor {replica.name} {reason}", None, log_path)
         except ray.exceptions.RayActorError as exc:
+            if self.requeue and node_lost(exc):
+                return WorkerExit(_death_reason(exc) + NODE_LOST, None, log_path, preempted=True)
             return WorkerExit(_death_reason(exc), None, log_path)
         except Exception as exc:
             return WorkerExit(f"Ray actor {replica.name} is gone: {exc}", None, log_path)
@@ -621,6 +721,7 @@ class RayLauncher(Launcher):
     # --------------------------------------------------------------- teardown
     def stop(self, role: str, reverse: bool = False) -> None:
         """Every actor of the role at once (Ray gives no order among them)."""
+        self._node_loss.forget(role)
         with self._lock:
             record = self._roles.pop(role, None)
             doomed = []
@@ -758,9 +859,11 @@ class RayScheduler(Scheduler):
         init_kwargs: dict | None = None,
         reserve_memory: bool | None = None,
         dry_run: bool = False,
+        requeue: bool = False,
         **kwargs: Any,
     ):
-        """AReaL's signature (``startup_timeout``, then ``exp_config`` and
+        """``requeue=True``: a worker lost with its Ray node is preempted and comes back
+        (corral.backends.ray_requeue; ``wait_role``). AReaL's signature (``startup_timeout``, then ``exp_config`` and
         ``n_gpus_per_node`` by keyword; a config's ``n_gpus_per_node`` wins); an
         experiment config given first is taken as ``exp_config``. ``address``,
         ``init_kwargs`` and ``reserve_memory`` are :class:`RayOptions` (they win over
@@ -772,7 +875,7 @@ class RayScheduler(Scheduler):
         options = RayOptions.resolve(
             exp_config, address=address, init_kwargs=init_kwargs, reserve_memory=reserve_memory
         )
-        launcher = RayLauncher(options, dry_run=dry_run)
+        launcher = RayLauncher(options, dry_run=dry_run, requeue=requeue)
         try:
             super().__init__(
                 exp_config,

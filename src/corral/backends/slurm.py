@@ -64,9 +64,11 @@ from corral.backends.slurm_queue import (  # the state names stay importable fro
     ending_state_from_log,
     normalize_state,
     parse_exit_code,
+    requeue_count,
     state_is_final,
 )
 from corral.backends.slurm_steps import read_place, start_step, step_failure
+from corral.capabilities import Adoptable, Elastic, Preemptible
 from corral.config import cluster_field
 from corral.dryrun import job_of
 from corral.errors import ConfigError, PlacementError, SchedulerError
@@ -74,14 +76,14 @@ from corral.launcher import Launcher, LaunchRequest, WorkerExit
 from corral.paths import TrialPaths, check_dir, exit_code_path, replica_log_path, sbatch_log_path
 from corral.safedirs import make_private_subdir, user_name, write_private
 from corral.scheduler import Scheduler
-from corral.spec import NormalizedJob, normalize_job
+from corral.spec import NormalizedJob, SchedulingSpec, SchedulingStrategy, normalize_job
 from corral.worker import env as E
 
 log = logging.getLogger("corral")
 
 
 # ----------------------------------------------------------------- launcher --
-class SlurmLauncher(Launcher):
+class SlurmLauncher(Launcher, Elastic, Preemptible, Adoptable):
     name = "slurm"
 
     def __init__(
@@ -91,9 +93,13 @@ class SlurmLauncher(Launcher):
         options: SlurmOptions | None = None,
         python: str = sys.executable,
         dry_run: bool = False,
+        requeue: bool = False,
+        signal: str | None = None,
     ):
         self.options = (options or SlurmOptions()).checked()
         self.n_gpus_per_node = n_gpus_per_node
+        self.requeue = requeue
+        self.signal = signal
         self.python = python
         self.dry_run = dry_run
         self.queue = SlurmQueue()
@@ -132,6 +138,8 @@ class SlurmLauncher(Launcher):
             env=common,
             lease_timeout=float(common.get(E.LEASE_TIMEOUT, E.DEFAULT_LEASE_TIMEOUT)),
             options=self.options,
+            requeue=self.requeue,
+            signal=self.signal,
         )
 
     def render(self, job: NormalizedJob, env: dict[str, str], log_dir: str) -> str:
@@ -198,9 +206,9 @@ class SlurmLauncher(Launcher):
         return job_id
 
     @staticmethod
-    def _forget_exit(log_dir: str, role: str, index: int) -> None:
+    def _forget_exit(log_dir: str, role: str, index: int, job_id: str | None = None) -> None:
         try:
-            os.unlink(exit_code_path(log_dir, role, index))
+            os.unlink(exit_code_path(log_dir, role, index, job_id))
         except FileNotFoundError:
             pass
 
@@ -247,6 +255,51 @@ class SlurmLauncher(Launcher):
             self._jobs.setdefault(role, []).append(RoleJob(job_id, [index], log_dir, path))
         log.info("restarting %s/%s as Slurm job %s", role, index, job_id)
 
+    def grow(
+        self, role: str, first: int, tasks: list, envs: list[dict[str, str]], log_dir: str
+    ) -> None:
+        """New replicas ``first``.. run in a job of their own (``CORRAL_INDEX_OFFSET``)."""
+        with self._lock:
+            nj = self._specs[role]
+        more = NormalizedJob(role, len(tasks), tuple(tasks), nj.strategy)
+        self.check(more)
+        params = dataclasses.replace(self.params(more, envs[0], log_dir), index_offset=first)
+        path = os.path.join(log_dir, f"{role}.grow{first}.sbatch")
+        with open(path, "w") as fh:
+            fh.write(render_sbatch_script(params))
+        for index in range(first, first + len(tasks)):
+            self._forget_exit(log_dir, role, index)
+        job_id = self._submit(path, more, f"{role} grow")
+        with self._lock:
+            self._jobs[role].append(
+                RoleJob(job_id, list(range(first, first + len(tasks))), log_dir, path)
+            )
+            self._specs[role] = NormalizedJob(
+                role, nj.replicas + len(tasks), nj.tasks + tuple(tasks), nj.strategy
+            )
+        log.info("growing %s by %d as Slurm job %s", role, len(tasks), job_id)
+
+    def shrink(self, role: str, indices: list[int]) -> None:
+        """Forget the replicas (they were asked to exit); a job left with none is ended."""
+        gone = set(indices)
+        with self._lock:
+            jobs = self._jobs.get(role, [])
+            emptied = [j for j in jobs if j.indices and set(j.indices) <= gone]
+            for job in jobs:
+                job.indices = [i for i in job.indices if i not in gone]
+            self._jobs[role] = [j for j in jobs if j not in emptied]
+            nj = self._specs[role]
+            keep = nj.replicas - len(gone)
+            self._specs[role] = NormalizedJob(role, keep, nj.tasks[:keep], nj.strategy)
+        for index in gone:
+            proc = self._steps.pop((role, index), None)
+            if proc is not None and proc.poll() is None:
+                proc.terminate()
+        for job in emptied:
+            if not self.wait_gone(job.job_id, GRACEFUL_STOP_SECONDS, warn=False):
+                _run(["scancel", job.job_id])
+                self.wait_gone(job.job_id, STOP_TIMEOUT_SECONDS)
+
     def _restart_in_allocation(
         self, role: str, index: int, env: dict[str, str], owner: RoleJob, nj: NormalizedJob
     ) -> bool:
@@ -261,7 +314,7 @@ class SlurmLauncher(Launcher):
         if old is not None and old.poll() is None:
             old.kill()
             old.wait()
-        self._forget_exit(owner.log_dir, role, index)
+        self._forget_exit(owner.log_dir, role, index, owner.job_id)
         task = render_task_script(self.params(nj, env, owner.log_dir))
         self._steps[(role, index)] = start_step(
             owner.job_id, place, nj.tasks[index].cpu, index, env, task
@@ -275,6 +328,26 @@ class SlurmLauncher(Launcher):
             place.devices or "none",
         )
         return True
+
+    def adopt(self, role: str, workers: list, log_dir: str) -> None:
+        """The jobs of a dead controller's run, by the job id each worker registered."""
+        by_job: dict[str, list[int]] = {}
+        for worker in workers:
+            if not worker.backend_id:
+                raise SchedulerError(f"cannot adopt {worker.id}: it registered no Slurm job id")
+            by_job.setdefault(str(worker.backend_id), []).append(worker.index)
+        script = TrialPaths.at(log_dir).sbatch_script(role)
+        with self._lock:
+            self._jobs[role] = [
+                RoleJob(
+                    job_id, indices, log_dir, script, seen_active=True,
+                    requeues_seen=requeue_count(sbatch_log_path(log_dir, role), job_id),
+                )
+                for job_id, indices in by_job.items()
+            ]  # fmt: skip
+            self._specs[role] = NormalizedJob(
+                role, len(workers), tuple(SchedulingSpec() for _ in workers), SchedulingStrategy()
+            )
 
     def remove_leftovers(self, experiment: str, trial: str) -> list[str]:
         return [f"Slurm job {job_id}: cancelled" for job_id in cancel_trial_jobs(experiment, trial)]
@@ -304,7 +377,7 @@ class SlurmLauncher(Launcher):
                 continue
             mine: dict[int, WorkerExit] = {}
             for index in indices:
-                code = _read_exit_file(exit_code_path(job.log_dir, role, index))
+                code = _read_exit_file(exit_code_path(job.log_dir, role, index, job.job_id))
                 if code is not None:
                     mine[index] = WorkerExit(
                         _describe_code(code), code, replica_log_path(job.log_dir, role, index)
@@ -313,6 +386,12 @@ class SlurmLauncher(Launcher):
                 if states is None:
                     states = self._states()
                 self._job_ended(role, job, indices, states, mine)
+            if mine and self.requeue:
+                why = self._preemption(role, job)
+                if why:
+                    for index in indices:
+                        path = replica_log_path(job.log_dir, role, index)
+                        mine[index] = WorkerExit(why, None, path, preempted=True)
             dead.update(mine)
         for (step_role, index), proc in list(self._steps.items()):
             if step_role != role or index in dead:
@@ -320,10 +399,38 @@ class SlurmLauncher(Launcher):
             why = step_failure(proc)
             if why is not None:
                 job = next((j for j, _ in jobs if index in j.indices), None)
-                if job is None or not os.path.exists(exit_code_path(job.log_dir, role, index)):
+                if job is None or not os.path.exists(
+                    exit_code_path(job.log_dir, role, index, job.job_id)
+                ):
                     path = replica_log_path(job.log_dir, role, index) if job else None
                     dead[index] = WorkerExit(why, proc.returncode, path)
         return dead
+
+    def _preemption(self, role: str, job: RoleJob) -> str | None:
+        """Why the job's workers are gone if Slurm requeued (preempted) it since the
+        workers last started, else None. Slurm's own words, from the batch log."""
+        count = requeue_count(sbatch_log_path(job.log_dir, role), job.job_id)
+        if count <= job.requeues_seen:
+            return None
+        return (
+            f"Slurm job {job.job_id} was preempted and requeued; its workers come back "
+            "when Slurm starts it again (Scheduler.wait_role waits for them)"
+        )
+
+    def preempted(self, role: str) -> bool:
+        with self._lock:
+            jobs = list(self._jobs.get(role, ()))
+        return self.requeue and any(
+            requeue_count(sbatch_log_path(j.log_dir, role), j.job_id) > j.requeues_seen
+            for j in jobs
+        )
+
+    def mark_returned(self, role: str) -> None:
+        """The role's workers are back after a requeue: later requeues count anew."""
+        with self._lock:
+            jobs = list(self._jobs.get(role, ()))
+        for job in jobs:
+            job.requeues_seen = requeue_count(sbatch_log_path(job.log_dir, role), job.job_id)
 
     def _job_ended(
         self,
@@ -339,6 +446,16 @@ class SlurmLauncher(Launcher):
         if kind == ACTIVE:
             job.seen_active = True
         if not (kind == ENDED or (kind == PENDING and job.seen_active)):
+            return
+        if kind == PENDING and self.requeue:
+            job.seen_active = False  # requeued: it will run again
+            reason = (
+                f"Slurm job {job.job_id} was preempted and requeued ({state.reason or '?'}); "
+                "its workers come back when Slurm starts it again (Scheduler.wait_role)"
+            )
+            for index in indices:
+                path = replica_log_path(job.log_dir, role, index)
+                dead.setdefault(index, WorkerExit(reason, None, path, preempted=True))
             return
         name = state.state
         if state.completing:
@@ -499,6 +616,12 @@ class SlurmScheduler(Scheduler):
     role's ``SchedulingSpec.nodelist``/``exclude`` is used when they are None). ``python`` is the interpreter the nodes run workers with.
     ``dry_run=True`` submits nothing: ``create_workers`` prints the batch script and
     returns ``[]``; :meth:`render_script` returns it.
+
+    Preemption is opt-in: ``requeue=True`` submits with ``--requeue`` (default
+    ``--no-requeue``) and ``signal="USR1@60"`` adds ``--signal``. A requeued role's calls
+    raise :class:`~corral.errors.WorkerPreemptedError`; engines get ``on_preempt(reason)``
+    on the SIGTERM (and on the ``--signal`` warning); :meth:`wait_role` waits until
+    Slurm runs the job again and returns the new workers (see docs/reliability.md).
     """
 
     backend = "slurm"
@@ -524,6 +647,8 @@ class SlurmScheduler(Scheduler):
         slurm: SlurmOptions | None = None,
         python: str = sys.executable,
         dry_run: bool = False,
+        requeue: bool = False,
+        signal: str | None = None,
         **kwargs: Any,
     ):
         """The first fifteen parameters are AReaL's ``SlurmScheduler``'s (an experiment
@@ -561,7 +686,12 @@ class SlurmScheduler(Scheduler):
         if srun_additional_args:
             options.srun_args = [*options.srun_args, *shlex.split(srun_additional_args)]
         launcher = SlurmLauncher(
-            n_gpus_per_node=gpus, options=options, python=python, dry_run=dry_run
+            n_gpus_per_node=gpus,
+            options=options,
+            python=python,
+            dry_run=dry_run,
+            requeue=requeue,
+            signal=signal,
         )
         super().__init__(
             exp_config,

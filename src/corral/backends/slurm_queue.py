@@ -151,6 +151,7 @@ class RoleJob:
     log_dir: str
     script: str
     seen_active: bool = False
+    requeues_seen: int = 0
 
 
 class SlurmQueue:
@@ -262,7 +263,24 @@ _STEPD_REASONS = {
     "DUE TO TIME LIMIT": "TIMEOUT",
     "DUE TO NODE FAILURE": "NODE_FAIL",
     "DUE TO PREEMPTION": "PREEMPTED",
+    "DUE TO JOB REQUEUE": "REQUEUED",
 }
+
+
+def requeue_count(log_path: str, job_id: str) -> int:
+    """How many times slurmstepd wrote that job ``job_id`` was requeued or preempted."""
+    try:
+        with open(log_path, errors="replace") as fh:
+            text = fh.read()
+    except OSError:
+        return 0
+    return len(
+        re.findall(
+            rf"\*\*\* JOB {re.escape(job_id)} ON \S+ CANCELLED AT \S+ DUE TO "
+            r"(?:JOB REQUEUE|PREEMPTION)",
+            text,
+        )
+    )
 
 
 def ending_state_from_log(text: str, job_id: str) -> str | None:

@@ -35,6 +35,9 @@ SECURITY_HEADERS = {
     "Cache-Control": "no-store",
 }
 DEFAULT_PORT = 8470
+#: seconds a connection may take to send its request head (and any one read or write may
+#: stall): a client that never finishes a request does not hold its thread for ever
+IO_TIMEOUT = 30.0
 
 
 def static_file(name: str) -> bytes:
@@ -103,6 +106,7 @@ class Dashboard:
 def _handler(dash: Dashboard) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         server_version = "corral-dashboard"
+        timeout = IO_TIMEOUT
 
         def log_message(self, *args: object) -> None:
             pass

@@ -69,7 +69,8 @@ class SnapshotBuilder:
             )
             if state.kind == "reused":
                 continue
-            workers_out.extend(self._worker_rows(role, state, dead_by_role[owner]))
+            own = _poll(s, role) if state.kind == "forked" else {}  # Ray: forks are actors
+            workers_out.extend(self._worker_rows(role, state, dead_by_role[owner], own))
         return {
             "version": SNAPSHOT_VERSION,
             "experiment": s.experiment_name,
@@ -87,10 +88,14 @@ class SnapshotBuilder:
             "workers": workers_out,
         }
 
-    def _worker_rows(self, role: str, state: Any, dead: dict) -> list[dict]:
+    def _worker_rows(self, role: str, state: Any, dead: dict, own: dict) -> list[dict]:
+        """``dead``: deaths the backend reports for the role's own launched workers, or for
+        a forked role, for its host workers; ``own``: a forked role's deaths the backend
+        reports itself (where forks are backend processes: Ray actors)."""
         s = self.scheduler
         rows = []
         by_index = {w.index: w for w in list(state.workers)}
+        alone = self._deaths_of_forked(role) if state.kind == "forked" else {}
         pending = None
         for index in range(state.job.replicas):
             worker = by_index.get(index)
@@ -123,21 +128,54 @@ class SnapshotBuilder:
                     state=self._restart_state(row["id"], row["restarts"], worker.generation),
                 )
             exit_ = dead.get(index)
+            death = alone.get(index)
+            if death is not None and (worker is None or death.get("pid") != worker.pid):
+                death = None  # an earlier child at this index
             if exit_ is not None and state.kind == "forked":
                 row.update(
                     state="failed",
                     reason=f"its host worker {state.target}/{index} died: {exit_.reason}",
                     log_tail=tail(row["log_path"], LOG_TAIL_LINES),
                 )
-            elif exit_ is not None:
+            elif exit_ is not None or own.get(index) is not None:
+                exit_ = exit_ if exit_ is not None else own[index]
                 row.update(
                     state="exited" if exit_.exit_code == 0 else "failed",
                     exit_code=exit_.exit_code,
                     reason=exit_.reason,
                     log_tail=tail(exit_.log_path or row["log_path"], LOG_TAIL_LINES),
                 )
+            elif death is not None:  # the forked child died, its host lives
+                code = death.get("exit_code")
+                row.update(
+                    state="exited" if code == 0 else "failed",
+                    exit_code=code,
+                    reason=death.get("reason"),
+                    log_tail=tail(row["log_path"], LOG_TAIL_LINES),
+                )
             rows.append(row)
         return rows
+
+    def _deaths_of_forked(self, role: str) -> dict[int, dict]:
+        """index -> the death record the host worker wrote for a forked child that died
+        alone (worker/fork.py); one name-resolve listing per forked role."""
+        s = self.scheduler
+        found: dict[int, dict] = {}
+        try:
+            records = s.name_resolve.get_subtree(
+                keys.health_prefix(s.experiment_name, s.trial_name, role)
+            )
+        except Exception:  # a record not signed by this trial is not shown
+            return found
+        for key, value in records.items():
+            index = key.rsplit("/", 1)[-1]
+            try:
+                record = json.loads(value)
+            except ValueError:
+                continue
+            if index.isdigit() and isinstance(record, dict) and "pid" in record:
+                found[int(index)] = record
+        return found
 
     def _restart_state(self, worker_id: str, restarts: int, generation: str) -> str:
         """ "restarting" while the controller counts a restart but still holds the old
@@ -147,6 +185,13 @@ class SnapshotBuilder:
             return "restarting"
         self._seen[worker_id] = (restarts, generation)
         return "running"
+
+
+def _poll(s: Any, role: str) -> dict:
+    try:
+        return s.launcher.poll(role)
+    except Exception:
+        return {}
 
 
 def _pending_reason(s: Any, role: str) -> str | None:

@@ -137,8 +137,7 @@ def sign_headers(
 ) -> str:  # fmt: skip
     """Add the signature (after the shared-memory headers are set); the reply's nonce."""
     auth, nonce = signer.sign(
-        method, path, request_id, identity or "", parts, length,
-        headers.get(shm.SEGMENT_HEADER, ""),
+        method, path, request_id, identity or "", parts, length, shm.signed_headers(headers),
     )  # fmt: skip
     headers[AUTH_HEADER] = auth
     return nonce
@@ -162,7 +161,7 @@ def check_reply_head(
         nonce,
         msg.headers.get("content-type", ""),
         length,
-        msg.headers.get(shm.SEGMENT_HEADER, ""),
+        shm.signed_headers(msg.headers),
     )
     if length > max_reply:
         raise ProtocolError(

@@ -207,7 +207,7 @@ class RPCServer:
                     msg.headers.get(REQUEST_ID_HEADER, ""),
                     msg.headers.get(IDENTITY_HEADER, ""),
                     length,
-                    descriptor or "",
+                    shm.signed_headers(msg.headers),
                 )
                 if why is not None:
                     self._refuse(conn, why)
@@ -331,7 +331,7 @@ class RPCServer:
                     hold(segment)
         if nonce:  # a reply to an authenticated request proves we hold the secret too
             headers[AUTH_HEADER] = self._verifier.sign_reply(
-                reply.status, nonce, reply.content_type, parts, headers.get(shm.SEGMENT_HEADER, "")
+                reply.status, nonce, reply.content_type, parts, shm.signed_headers(headers)
             )
         send_message(conn, status_line, headers, parts)
         return segment

@@ -38,6 +38,8 @@ REFUSED_HEADER = "x-corral-shm-refused"
 ACK = b"ACK /shm HTTP/1.1\r\nContent-Length: 0\r\n\r\n"
 NAK = b"NAK /shm HTTP/1.1\r\nContent-Length: 0\r\n\r\n"
 RELEASED_HEADER = "x-corral-shm-released"
+#: every shared-memory header, in the order the request and reply signatures cover them
+SIGNED_HEADERS = (SEGMENT_HEADER, OFFER_HEADER, LOCAL_HEADER, RELEASED_HEADER, REFUSED_HEADER)
 _PREFIX = "corral-"
 _GRAIN = 2 << 20
 IDLE_SECONDS = 5.0
@@ -62,6 +64,13 @@ def host_token() -> str:
         return ""
     node = os.uname().nodename
     return hashlib.sha256(f"{boot}|{pidns}|{node}".encode()).hexdigest()[:24]
+
+
+def signed_headers(headers) -> str:
+    """The shared-memory headers of one message as the text its signature covers (``""``
+    when it has none). Lines cannot occur inside a header value, so no value can pass for
+    another header's."""
+    return "\n".join(f"{n}: {headers[n]}" for n in SIGNED_HEADERS if n in headers)
 
 
 class Segment:
@@ -260,7 +269,13 @@ def open_segment(descriptor: str, max_bytes: int) -> memoryview:
     try:
         if os.readlink(f"/proc/self/fd/{local}") != expected:
             raise ProtocolError("shared-memory descriptor names another file")
-        if os.fstat(local).st_size < size:
+        st = os.fstat(local)
+        if st.st_uid != os.geteuid() or st.st_mode & 0o077:
+            raise ProtocolError(
+                f"refusing shared-memory segment {name}: it belongs to uid {st.st_uid} with "
+                f"mode {st.st_mode & 0o777:o}; only this user's private (0600) segments are read"
+            )
+        if st.st_size < size:
             raise ProtocolError("shared-memory segment is smaller than announced")
         # no MAP_POPULATE: on a writable private mapping it would copy every page
         m = mmap.mmap(local, size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)

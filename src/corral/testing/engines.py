@@ -99,6 +99,16 @@ class EchoEngine:
         print(text, flush=True)
         return text
 
+    def mark_preempt(self, path: str) -> None:
+        """``on_preempt`` will write its reason to ``path`` (a checkpoint stand-in)."""
+        self.preempt_marker = path
+
+    def on_preempt(self, reason: str) -> None:
+        path = getattr(self, "preempt_marker", None)
+        if path:
+            with open(path, "w") as fh:
+                fh.write(reason)
+
     def fail(self, message: str = "boom") -> None:
         raise ValueError(message)
 

@@ -323,6 +323,22 @@ class EngineHost:
                     problems.append(f"{name}: {type(exc).__name__}: {exc}")
         return problems
 
+    def notify(self, method: str, *args: Any) -> list[str]:
+        """Call ``method(*args)`` on every engine that defines it (e.g. ``on_preempt``);
+        returns the problems, never raises."""
+        problems = []
+        for name, engine in list(self.engines.items()):
+            fn = getattr(engine, method, None)
+            if not callable(fn):
+                continue
+            try:
+                result = self._on_engine_thread(fn, *args)
+                if inspect.isawaitable(result):
+                    self._await(result)
+            except Exception as exc:
+                problems.append(f"{name}.{method}: {type(exc).__name__}: {exc}")
+        return problems
+
     def close(self) -> None:
         self._thread.close()
         if self._loop is not None:

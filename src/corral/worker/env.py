@@ -28,6 +28,7 @@ DIE_WITH_PARENT = "CORRAL_DIE_WITH_PARENT"
 BIND_HOST = "CORRAL_BIND_HOST"
 ADVERTISE_HOST = "CORRAL_ADVERTISE_HOST"
 BACKEND_ID = "CORRAL_BACKEND_ID"
+OUTLIVE = "CORRAL_OUTLIVE"  # seconds workers outlive their controller (corral.attach)
 FORKED = "CORRAL_FORKED"
 ENGINES = "CORRAL_ENGINES"
 FILEROOT = "CORRAL_FILEROOT"
@@ -54,6 +55,7 @@ def worker_environment(
     engines: dict | None = None,
     env_vars: dict[str, str] | None = None,
     offload: bool = False,
+    outlive: float = 0.0,
 ) -> dict[str, str]:
     """The environment a controller gives one worker (read back by ``WorkerSettings``).
 
@@ -73,6 +75,8 @@ def worker_environment(
         RUN_ID: run_id,
         "PYTHONUNBUFFERED": "1",
     }
+    if outlive:
+        env[OUTLIVE] = str(outlive)
     if fileroot is not None:
         env[FILEROOT] = fileroot
     if secret_file is not None:  # else the launcher hands the secret over (never in env)
@@ -147,6 +151,7 @@ class WorkerSettings:
     forked: bool
     engines: dict
     run_id: str = ""
+    outlive: float = 0.0
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> WorkerSettings:
@@ -179,6 +184,7 @@ class WorkerSettings:
             forked=env.get(FORKED) == "1",
             engines=json.loads(env.get(ENGINES) or "{}"),
             run_id=env.get(RUN_ID, ""),
+            outlive=float(env.get(OUTLIVE) or 0.0),
         )
 
     @property

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import subprocess
@@ -14,13 +15,14 @@ from corral import keys
 from corral.discovery.base import NameResolve
 from corral.errors import ConfigError, WorkerCreationError
 from corral.logs import LogPump, replica_log_path, tail
-from corral.procs import spawn, stop_process_groups
+from corral.procs import describe_returncode, spawn, stop_process_groups
 from corral.spec import validate_role_name
 from corral.worker import env as E
 from corral.worker.args import DEFAULT_WORKER_MODULES, contract_args, free_port, module_argv
 from corral.worker.engines import is_stdlib_module
 from corral.worker.env import WorkerSettings
 
+log = logging.getLogger("corral")
 _MODULE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 
 
@@ -76,6 +78,7 @@ class ForkManager:
         s = self.settings
         address_key = keys.worker_address_key(s.experiment, s.trial, role, index)
         self.name_resolve.delete(address_key)
+        self.name_resolve.delete(keys.worker_health_key(s.experiment, s.trial, role, index))
         read_end, write_end = os.pipe()
         try:
             child_env[E.SECRET_FD] = str(read_end)
@@ -110,6 +113,7 @@ class ForkManager:
                     keys.worker_info_key(s.experiment, s.trial, role, index)
                 )
                 meta = json.loads(info) if info else {}
+                self._watch(child_id)
                 return {"address": value, "pid": proc.pid, **meta}
             if proc.poll() is not None:
                 with self._lock:
@@ -123,6 +127,48 @@ class ForkManager:
             time.sleep(0.01)
         self.kill(child_id)
         raise WorkerCreationError(f"forked worker {child_id} did not register within {timeout}s")
+
+    def _watch(self, child_id: str) -> None:
+        """Publish the child's death if it dies alone (not stopped by ``kill``)."""
+        with self._lock:
+            child = self.children[child_id]
+        threading.Thread(
+            target=self._await_exit, args=(child_id, child), name=f"corral-fork-{child_id}",
+            daemon=True,
+        ).start()  # fmt: skip
+
+    def _await_exit(self, child_id: str, child: Child) -> None:
+        """Block until the child exits without reaping it (so ``Popen``'s own lock is never
+        held while waiting), then reap it and, unless ``kill`` stopped it, write its death
+        where the controller's live view and ``corral ps`` read deaths: the signed record
+        ``<exp>/<trial>/_health/<role>/<index>``, with its exit code and pid."""
+        try:
+            os.waitid(os.P_PID, child.proc.pid, os.WEXITED | os.WNOWAIT)
+        except ChildProcessError:
+            pass  # already reaped (kill)
+        code = child.proc.wait()
+        with self._lock:
+            if self.children.get(child_id) is not child:
+                return  # stopped on request: not a failure
+        self._pump.flush_closed()  # its last lines are in its log before it shows failed
+        s = self.settings
+        record = {
+            "worker_id": child_id,
+            "state": "dead",
+            "reason": f"forked worker {describe_returncode(code)}",
+            "exit_code": code,
+            "at": time.time(),
+            "run_id": s.run_id,
+            "pid": child.proc.pid,
+        }
+        try:
+            self.name_resolve.add(
+                keys.worker_health_key(s.experiment, s.trial, child.role, child.index),
+                json.dumps(record),
+                replace=True,
+            )
+        except Exception as exc:
+            log.warning("could not record the death of forked worker %s: %s", child_id, exc)
 
     def kill(self, child_id: str, grace: float = 3.0) -> bool:
         with self._lock:

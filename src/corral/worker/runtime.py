@@ -118,6 +118,8 @@ class WorkerRuntime:
         self.forks = ForkManager(settings, self.name_resolve, secret)
         self.cache = ResultCache()
         self.stopped = threading.Event()
+        self.shutdown_requested = False
+        """Set by ``POST /shutdown``: the SIGTERM that follows is corral's own."""
         self.config: dict = {}
         self.worker_ports: list[int] = []
         self.generation = f"{time.time():.6f}-{os.getpid()}"
@@ -327,6 +329,7 @@ class WorkerRuntime:
         return self.forks.kill(str(p["worker_id"]))
 
     def _shutdown(self, _p: dict) -> None:
+        self.shutdown_requested = True
         threading.Thread(target=self._shutdown_soon, daemon=True).start()
 
     def _shutdown_soon(self) -> None:
@@ -391,8 +394,11 @@ class ControllerWatch:
         s = self.runtime.settings
         same_host = s.controller_pid and s.controller_host == socket.gethostname()
         last_value, last_change = None, time.monotonic()
+        # workers asked to outlive their controller (corral.attach) wait for its lease only
+        outlive = getattr(s, "outlive", 0.0)
+        grace = outlive
         while not self.runtime.stopped.wait(0.5):
-            if same_host and not pid_alive(s.controller_pid):
+            if not grace and same_host and not pid_alive(s.controller_pid):
                 return self.on_lost(f"controller pid {s.controller_pid} is gone")
             try:
                 value = self.runtime.name_resolve.get(self.key)
@@ -400,7 +406,9 @@ class ControllerWatch:
                 continue
             if value is None:
                 return self.on_lost("controller lease removed")
-            owner, mine = _lease_run_id(value), getattr(s, "run_id", "")
+            owner, lease_grace = _lease_fields(value)
+            grace = max(outlive, lease_grace)
+            mine = getattr(s, "run_id", "")
             if mine and owner and owner != mine:
                 return self.on_lost(
                     f"the trial's lease now belongs to run {owner}, not this worker's run "
@@ -408,16 +416,26 @@ class ControllerWatch:
                 )
             if value != last_value:
                 last_value, last_change = value, time.monotonic()
-            elif time.monotonic() - last_change > s.lease_timeout:
-                return self.on_lost(f"controller lease not renewed for {s.lease_timeout:.0f}s")
+            elif time.monotonic() - last_change > s.lease_timeout + grace:
+                return self.on_lost(
+                    f"controller lease not renewed for {s.lease_timeout + grace:.0f}s"
+                    + (f" (lease timeout + {grace:g}s grace to re-attach)" if grace else "")
+                )
 
 
-def _lease_run_id(raw: str) -> str:
+def _lease_fields(raw: str) -> tuple[str, float]:
+    """The run id and the re-attach grace period written in a controller lease."""
     try:
         value = json.loads(raw)
     except ValueError:
-        return ""
-    return str(value.get("run_id", "")) if isinstance(value, dict) else ""
+        return "", 0.0
+    if not isinstance(value, dict):
+        return "", 0.0
+    try:
+        grace = max(0.0, float(value.get("grace", 0.0) or 0.0))
+    except (TypeError, ValueError):
+        grace = 0.0
+    return str(value.get("run_id", "")), grace
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -443,11 +461,36 @@ def main(argv: list[str] | None = None) -> None:
 
     signal.signal(signal.SIGTERM, lambda *_: lost("SIGTERM"))
     signal.signal(signal.SIGINT, lambda *_: lost("SIGINT"))
+    # a warning before preemption or the time limit (sbatch --signal=USR1@N)
+    signal.signal(
+        signal.SIGUSR1,
+        lambda *_: threading.Thread(target=preempted, args=("SIGUSR1",), daemon=True).start(),
+    )
+
+    def preempted(why: str) -> None:
+        """Engines may checkpoint: ``on_preempt(reason)`` runs on each one that has it
+        (first: the log copier may already be gone with the same signal)."""
+        problems = runtime.engines.notify("on_preempt", why)
+        try:
+            print(f"corral worker {settings.worker_id}: {why} from outside: on_preempt", flush=True)
+            for problem in problems:
+                print(f"corral worker {settings.worker_id}: {problem}", flush=True)
+        except OSError:
+            pass
+
     runtime.start()
     threading.Thread(
         target=ControllerWatch(runtime, lost).run, name="corral-watch", daemon=True
     ).start()
     while not done.wait(1.0):
         pass
-    print(f"corral worker {settings.worker_id} stopping: {reason[0]}", flush=True)
+    outside = reason[0] == "SIGTERM" and not runtime.shutdown_requested
+    if outside:
+        preempted("SIGTERM")  # preemption, requeue, time limit or an outside scancel
+    try:
+        print(f"corral worker {settings.worker_id} stopping: {reason[0]}", flush=True)
+    except OSError:
+        pass  # the output pipe's reader went with the same signal
     runtime.stop()
+    if outside:  # say how it ended, as a process killed by SIGTERM would
+        sys.exit(128 + signal.SIGTERM)

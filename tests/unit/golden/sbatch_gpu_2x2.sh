@@ -42,15 +42,20 @@ export CUDA_VISIBLE_DEVICES="$corral_devices"
 export ASCEND_RT_VISIBLE_DEVICES="$corral_devices"
 corral_prefix="[trainer/${corral_index}] "
 corral_log=/shared/corral/demo/run1/logs/trainer/${corral_index}.log
-corral_exit=/shared/corral/demo/run1/logs/trainer/${corral_index}.exit
+corral_exit=/shared/corral/demo/run1/logs/trainer/${corral_index}${SLURM_JOB_ID:+.$SLURM_JOB_ID}.exit
 mkdir -p /shared/corral/demo/run1/logs/trainer
 rm -f "$corral_exit"
 exec 3> >(sed -u "s|^|${corral_prefix}|" >> /shared/corral/demo/run1/logs/trainer.log)
 corral_sed=$!
-/opt/venv/bin/python -m corral.worker 3>&- 2>&1 \
+corral_pidf="$corral_exit.pid"
+trap '"'"'kill -TERM "$(cat "$corral_pidf" 2>/dev/null)" 2>/dev/null'"'"' TERM
+{ /opt/venv/bin/python -m corral.worker 3>&- 2>&1 & printf "%s\n" "$!" > "$corral_pidf"; wait "$!"; printf "%s\n" "$?" > "$corral_exit.rc"; } \
     | tee -a "$corral_log" /dev/fd/3 \
-    | sed -u "s|^|${corral_prefix}|" >> /shared/corral/demo/run1/logs/merged.log
-corral_rc=${PIPESTATUS[0]}
+    | sed -u "s|^|${corral_prefix}|" >> /shared/corral/demo/run1/logs/merged.log &
+corral_pipe=$!
+until wait "$corral_pipe"; do kill -0 "$corral_pipe" 2>/dev/null || break; done
+corral_rc=$(cat "$corral_exit.rc" 2>/dev/null || echo 1)
+rm -f "$corral_exit.rc" "$corral_pidf"
 printf "%s\n" "$corral_rc" > "$corral_exit.tmp" && mv -f "$corral_exit.tmp" "$corral_exit"
 exec 3>&-
 wait "$corral_sed" 2>/dev/null || true

@@ -1,0 +1,61 @@
+"""What some backends can do beyond the Launcher interface (kept small on purpose: see
+tests/unit/test_launcher.py). A launcher that can, also derives from the class here; the
+core asks with ``isinstance`` and says which backends can when one cannot.
+
+- :class:`Elastic`: grow and shrink a running role (``Scheduler.scale``, corral.elastic);
+- :class:`Preemptible`: roles taken away and given back by the backend (Slurm requeue,
+  Ray node loss; ``Scheduler.wait_role``, corral.preemption);
+- :class:`Adoptable`: workers that outlive their controller and are adopted by a new one
+  (``outlive_controller``, ``attach=True``, corral.attach).
+"""
+
+from __future__ import annotations
+
+import abc
+
+from corral.errors import ConfigError
+
+
+class Elastic(abc.ABC):
+    @abc.abstractmethod
+    def grow(
+        self, role: str, first: int, tasks: list, envs: list[dict[str, str]], log_dir: str
+    ) -> None:
+        """Start replicas ``first``, ``first + 1``, ... of a running role."""
+
+    @abc.abstractmethod
+    def shrink(self, role: str, indices: list[int]) -> None:
+        """Stop these replicas (the role's highest indices) and forget them."""
+
+
+class Preemptible(abc.ABC):
+    @abc.abstractmethod
+    def preempted(self, role: str) -> bool:
+        """Was the role preempted (and will come back) since ``mark_returned``?"""
+
+    @abc.abstractmethod
+    def mark_returned(self, role: str) -> None:
+        """The role's workers are back after a preemption."""
+
+
+class Adoptable(abc.ABC):
+    @abc.abstractmethod
+    def adopt(self, role: str, workers: list, log_dir: str) -> None:
+        """Take over running workers of a dead controller's run."""
+
+
+def require(launcher: object, capability: type, what: str, field: str, value: object) -> None:
+    """ConfigError naming the field, the value and the backends that can, unless the
+    launcher has ``capability``."""
+    if not isinstance(launcher, capability):
+        raise ConfigError(
+            field,
+            value,
+            f"the {getattr(launcher, 'name', '?')} backend cannot {what}; "
+            + {
+                "Elastic": "use the local, ray or slurm backend",
+                "Preemptible": "use requeue=True on the slurm or ray backend",
+                "Adoptable": "use 0, or the local or slurm backend (Ray actors end with "
+                "their driver)",
+            }[capability.__name__],
+        )
