@@ -263,7 +263,7 @@ MUTANTS: list[Mutant] = [
     M("etcd-create-if-absent", "discovery/etcd.py",
       '"result": "EQUAL", "create_revision": "0"', '"result": "NOT_EQUAL", "create_revision": "0"',
       f"{NR} -k second_add", why="etcd add without replace overwrites (or never writes)"),
-    M("sbatch-nodes", "backends/sbatch.py",
+    M("sbatch-nodes", "backends/slurm_layout.py",
       "nodes = max(1, math.ceil(total_gpus / n_gpus_per_node)) if gpu > 0 else 1",
       "nodes = max(1, total_gpus // n_gpus_per_node) if gpu > 0 else 1",
       "tests/unit/test_sbatch.py", why="the node count rounds down"),

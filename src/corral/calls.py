@@ -43,6 +43,7 @@ class CallOptions:
     retries: int
     retry_delay: float
     keep: Any = None
+    broadcast: bool | None = None
 
     @classmethod
     def resolve(
@@ -62,7 +63,22 @@ class CallOptions:
             retries = int(meta.get("max_retries", 2))
         delay = opts.check_number("retry_delay", retry_delay)
         # No delay by default: a retry follows a check that the worker is alive.
-        return cls(timeout, retries, 0.0 if delay is None else delay, meta.get("keep"))
+        delay = 0.0 if delay is None else delay
+        return cls(timeout, retries, delay, meta.get("keep"), _broadcast_flag(meta))
+
+
+def _broadcast_flag(meta: dict) -> bool | None:
+    """``rpc_meta['broadcast']``: the worker hands the data-parallel head's arguments to its
+    group (corral.worker.broadcast); None leaves AReaL's default to the worker."""
+    flag = meta.get("broadcast")
+    if flag is not None and not isinstance(flag, bool):
+        raise ConfigError(
+            "rpc_meta['broadcast']",
+            flag,
+            "use True (every rank of a data-parallel group gets its head's arguments), "
+            "False, or leave it out (AReaL's default: True for an initialized TrainEngine)",
+        )
+    return flag
 
 
 def engine_call(
@@ -72,6 +88,8 @@ def engine_call(
     payload = {"engine_name": engine_name, "method": method, "args": list(args), "kwargs": kwargs}
     if call.keep is not None:
         payload["keep"] = parse_keep(call.keep)
+    if call.broadcast is not None:
+        payload["broadcast"] = call.broadcast
     return payload
 
 
@@ -114,9 +132,8 @@ class Caller:
     ) -> None:
         """After a failed attempt: raise the error the caller sees, or return to retry."""
         if isinstance(exc, TimeoutError):
-            raise WorkerTimeoutError(
-                f"worker {worker.id} did not answer {path} within {timeout}s: {exc}"
-            ) from None
+            message = f"worker {worker.id} did not answer {path} within {timeout}s: {exc}"
+            raise WorkerTimeoutError(worker.id, timeout, message) from None
         problem = self.diagnose(worker, exc)
         if problem is not None:
             raise problem from None

@@ -8,6 +8,7 @@ import os
 import shutil
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from corral import keys
 from corral.auth import unverified_value
@@ -16,6 +17,9 @@ from corral.config import ClusterSpecConfig
 from corral.discovery import FileNameResolve, NameResolve, make_name_resolve
 from corral.paths import TrialPaths, logs_root, records_root, secret_file
 from corral.runs import read_lease
+
+if TYPE_CHECKING:
+    from corral.rpc.client import RPCClient
 
 
 def _name_resolve(args: argparse.Namespace) -> NameResolve:
@@ -98,12 +102,21 @@ def cmd_ps(args: argparse.Namespace) -> int:
             if wid in deaths:
                 health = f"dead ({deaths[wid]})"
             elif client is not None and address not in ("-", "?"):
-                try:
-                    health = client.request(address, "/health", method="GET", timeout=2.0)["status"]
-                except Exception as exc:
-                    health = f"unreachable ({type(exc).__name__})"
+                health = _probe(client, address)
             print(f"{exp:<16} {trial:<24} {wid:<16} {address:<22} {pid!s:>7}  {health}")
     return 0
+
+
+def _probe(client: RPCClient, address: str, attempts: int = 2) -> str:
+    """The worker's health status; a busy host gets a second, longer chance."""
+    for attempt in range(attempts):
+        try:
+            return client.request(address, "/health", method="GET", timeout=3.0 * (attempt + 1))[
+                "status"
+            ]
+        except Exception as exc:
+            why = f"unreachable ({type(exc).__name__}: {exc})"
+    return why
 
 
 def _deaths(nr: NameResolve, experiment: str, trial: str) -> dict[str, str]:

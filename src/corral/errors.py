@@ -7,9 +7,18 @@ so code written against AReaL can build, raise and inspect them unchanged. corra
 form (one readable message plus keyword details) is accepted too. Bad input that AReaL
 reports as a creation or lookup error is raised as a class that is both a ``ConfigError``
 and the AReaL-named class (:class:`JobConfigError`, :class:`UnknownRoleError`).
+
+``except`` clauses naming AReaL's classes catch corral's errors too, once AReaL's module is
+loaded: see :class:`SchedulerError`. corral never imports AReaL itself.
 """
 
 from __future__ import annotations
+
+import sys
+import threading
+
+#: Where AReaL 1.0.4 defines its scheduler exceptions (never imported by corral).
+AREAL_EXCEPTIONS = "areal.infra.scheduler.exceptions"
 
 
 class CorralError(Exception):
@@ -27,7 +36,54 @@ class ConfigError(CorralError, ValueError):
 
 
 class SchedulerError(CorralError):
-    """A scheduler could not do what it was asked."""
+    """A scheduler could not do what it was asked.
+
+    When AReaL's exceptions module is loaded in this process (``areal`` imported by the
+    user's code or AReaL's controllers), every scheduler error corral creates is an
+    instance of a subclass of its corral class and of AReaL's classes of the same names
+    (``WorkerFailedError`` -> ``areal...WorkerFailedError``; a class without an AReaL
+    namesake -> AReaL's ``SchedulerError``), made on first use and cached, so AReaL-style
+    ``except`` clauses catch it. Its name, message and attributes are corral's."""
+
+    def __new__(cls, *args, **kwargs):
+        areal = sys.modules.get(AREAL_EXCEPTIONS)
+        if areal is not None:
+            cls = _areal_twin(cls, areal)
+        # no arguments: OSError's __new__ would read (errno, strerror) from them
+        return super().__new__(cls)
+
+    def __reduce__(self):
+        # a twin pickles as its corral class (rebuilt as a twin where AReaL is loaded)
+        reduced = super().__reduce__()
+        return (type(self).__dict__.get("_corral_class", type(self)), *reduced[1:])
+
+
+_twins: dict[tuple[type, type], type] = {}
+_twins_lock = threading.Lock()
+
+
+def _areal_twin(cls: type, areal) -> type:
+    """``cls`` plus AReaL's classes named like the corral classes it derives from."""
+    if "_corral_class" in cls.__dict__:
+        return cls
+    areal_base = getattr(areal, "SchedulerError", None)
+    if not isinstance(areal_base, type):  # a partial import: leave the class alone
+        return cls
+    key = (cls, areal_base)
+    twin = _twins.get(key)
+    if twin is not None:
+        return twin
+    names = [k.__name__ for k in cls.__mro__ if k.__module__ == __name__]
+    found = [getattr(areal, n) for n in names if isinstance(getattr(areal, n, None), type)]
+    found = [a for a in found if not any(b is not a and issubclass(b, a) for b in found)]
+    namespace = {
+        "_corral_class": cls,
+        "__module__": cls.__module__,
+        "__qualname__": cls.__qualname__,
+        "__doc__": cls.__doc__,
+    }
+    with _twins_lock:
+        return _twins.setdefault(key, type(cls.__name__, (cls, *dict.fromkeys(found)), namespace))
 
 
 def _with_details(message: str, details: str) -> str:

@@ -55,8 +55,10 @@ def wait_role(sched: Scheduler, role: str, timeout: float | None = None) -> list
         if now >= deadline:
             reason = sched.launcher.pending_reason(role)
             raise WorkerTimeoutError(
+                role,
+                timeout,
                 f"{len(state.workers) - len(back)} {role} worker(s) not back after "
-                f"{timeout:.0f}s" + (f"; backend says: {reason}" if reason else "")
+                f"{timeout:.0f}s" + (f"; backend says: {reason}" if reason else ""),
             )
         if now >= next_reason:
             reason = sched.launcher.pending_reason(role)

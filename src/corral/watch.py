@@ -145,8 +145,10 @@ class Watch:
             time.sleep(0.02)
         reason = self.launcher.pending_reason(role)
         raise WorkerTimeoutError(
+            f"{role}/{index}",
+            timeout,
             f"restarted worker {role}/{index} not ready after {timeout:.0f}s"
-            + (f"; backend says: {reason}" if reason else "")
+            + (f"; backend says: {reason}" if reason else ""),
         )
 
     # ---------------------------------------------------------------- deaths

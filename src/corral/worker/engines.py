@@ -23,6 +23,7 @@ from corral.errors import (
     EngineImportError,
     WorkerNotFoundError,
 )
+from corral.worker import broadcast as _bcast
 from corral.worker.env import ENGINE_ALLOW
 
 _IMPORT_PATH = re.compile(
@@ -249,42 +250,58 @@ class EngineHost:
             )
         return engine, fn
 
-    def prepare(self, name: str, method: str, args: list, kwargs: dict):
+    def prepare(
+        self, name: str, method: str, args: list, kwargs: dict, broadcast: bool | None = None
+    ):
         """For a synchronous method: a callable that runs it where it is called (meant for
         the engine thread, through ``submit``), with ``call``'s error wrapping. None for a
         coroutine method (``call`` runs those on the event loop). Raises what ``call``
-        raises for an unknown engine or method."""
+        raises for an unknown engine or method. ``broadcast``: see :meth:`call`."""
         engine, fn = self._method(name, method)
         if inspect.iscoroutinefunction(fn):
             return None
+        return lambda: self._run_sync(engine, name, method, fn, broadcast, args, kwargs)
 
-        def run() -> Any:
-            try:
-                result = fn(*args, **kwargs)
-                if inspect.isawaitable(result):
-                    result = self._await(result)
-                return result
-            except Exception as exc:
-                raise EngineCallError(
-                    f"{type(engine).__name__}.{method} raised {type(exc).__name__}: {exc}",
-                    remote_traceback=traceback.format_exc(),
-                ) from exc
+    def _arguments(self, engine, name, method, broadcast, args, kwargs) -> tuple[list, dict]:
+        """The call's arguments, or its data-parallel head's (corral.worker.broadcast).
+        Runs on the engine thread: every rank of the group joins the same collective."""
+        if not _bcast.wanted(engine, broadcast):
+            return args, kwargs
+        return _bcast.share(engine, name, method, args, kwargs)
 
-        return run
+    def _run_sync(self, engine, name, method, fn, broadcast, args, kwargs) -> Any:
+        args, kwargs = self._arguments(engine, name, method, broadcast, args, kwargs)
+        try:
+            result = fn(*args, **kwargs)
+            if inspect.isawaitable(result):
+                result = self._await(result)
+            return result
+        except Exception as exc:
+            raise EngineCallError(
+                f"{type(engine).__name__}.{method} raised {type(exc).__name__}: {exc}",
+                remote_traceback=traceback.format_exc(),
+            ) from exc
 
     def submit(self, task: Any) -> None:
         """Queue ``task.run()`` on the engine thread (``task.cancel()`` if it stops first)."""
         self._thread.submit(task)
 
-    def call(self, name: str, method: str, args: list, kwargs: dict) -> Any:
+    def call(
+        self, name: str, method: str, args: list, kwargs: dict, broadcast: bool | None = None
+    ) -> Any:
+        """Run ``method`` of engine ``name``. ``broadcast`` (the call's
+        ``rpc_meta["broadcast"]``; None: AReaL's default) first replaces the arguments with
+        the engine's data-parallel head's (corral.worker.broadcast)."""
         engine, fn = self._method(name, method)
+        if not inspect.iscoroutinefunction(fn):
+            return self._on_engine_thread(
+                self._run_sync, engine, name, method, fn, broadcast, args, kwargs
+            )
+        args, kwargs = self._on_engine_thread(
+            self._arguments, engine, name, method, broadcast, args, kwargs
+        )
         try:
-            if inspect.iscoroutinefunction(fn):
-                return self._await(fn(*args, **kwargs))
-            result = self._on_engine_thread(fn, *args, **kwargs)
-            if inspect.isawaitable(result):
-                result = self._await(result)
-            return result
+            return self._await(fn(*args, **kwargs))
         except Exception as exc:
             raise EngineCallError(
                 f"{type(engine).__name__}.{method} raised {type(exc).__name__}: {exc}",

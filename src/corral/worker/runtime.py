@@ -26,6 +26,7 @@ from corral.rpc import wire
 from corral.rpc.http import REQUEST_ID_HEADER, Message
 from corral.rpc.server import Deferred, Reply, RPCServer
 from corral.worker import env as E
+from corral.worker.broadcast import parse_flag
 from corral.worker.engines import EngineHost
 from corral.worker.env import WorkerSettings, advertise_host, node_name, read_secret
 from corral.worker.fork import ForkManager
@@ -263,9 +264,8 @@ class WorkerRuntime:
 
     def _prepare_call(self, p: dict):
         name = p.get("engine_name") or self.settings.worker_id
-        return self.engines.prepare(
-            name, p["method"], list(p.get("args", [])), dict(p.get("kwargs", {}))
-        )
+        args, kwargs = list(p.get("args", [])), dict(p.get("kwargs", {}))
+        return self.engines.prepare(name, p["method"], args, kwargs, parse_flag(p.get("broadcast")))
 
     def _health(self, _payload: Any) -> Reply:
         s = self.settings
@@ -292,7 +292,8 @@ class WorkerRuntime:
         args, kwargs = list(p.get("args", [])), dict(p.get("kwargs", {}))
         if p.get("_refs"):  # refs in the arguments: the engine gets their values
             args, kwargs = self.refs.resolve((args, kwargs), p["_refs"])
-        result = self.engines.call(name, p["method"], args, kwargs)
+        broadcast = parse_flag(p.get("broadcast"))
+        result = self.engines.call(name, p["method"], args, kwargs, broadcast)
         keep = data_store.parse_keep(p.get("keep"))
         return result if keep is None else self.store.keep_tree(result, keep)
 
