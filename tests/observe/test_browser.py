@@ -168,10 +168,11 @@ def test_dashboard_in_chromium_lists_workers_streams_logs_and_shows_a_failure(
         assert f"corral worker {ids[1]}" in failure and reason[:40] in failure, failure
         if code is not None:
             assert f"exit code {code}" in failure
-        assert (
-            browser.eval(f"document.querySelector('tr[data-worker={_q(ids[0])}]').dataset.state")
-            == "running"
-        )
+        sibling = f"document.querySelector('tr[data-worker={_q(ids[0])}]').dataset.state"
+        if backend.name == "slurm":  # fail-fast step (--kill-on-bad-exit): it ends too
+            browser.wait_for(f"{sibling} === 'failed'", what=f"{ids[0]} failed with its step")
+        else:
+            assert browser.eval(sibling) == "running"
 
         shot = tmp_path / "dashboard.png"
         height = browser.eval("document.documentElement.scrollHeight")

@@ -92,7 +92,12 @@ def test_killed_worker_turns_failed_with_exit_code_and_log_tail(backend, sched):
     if backend.name != "ray":  # Ray reports a dead actor without an exit code
         assert row["exit_code"] not in (None, 0), row
     assert f"corral worker {ids[1]}" in row["log_tail"]
-    assert worker_row(snap, ids[0])["state"] == "running"
+    if backend.name == "slurm":  # fail-fast step (--kill-on-bad-exit): the sibling ends too
+        wait_stats(
+            sched, lambda s: worker_row(s, ids[0])["state"] == "failed", what=f"{ids[0]} failed"
+        )
+    else:
+        assert worker_row(snap, ids[0])["state"] == "running"
 
 
 def test_forked_child_that_dies_alone_turns_failed_with_its_exit_code(backend, sched):
