@@ -273,7 +273,7 @@ MUTANTS: list[Mutant] = [
       "        os.environ[E.NODE] = ctx.get_node_id()", "        pass",
       f"{GPUS} -k per_node", backend="ray",
       why="Ray workers report the host name, so LOCAL_RANK counts across Ray nodes"),
-    M("ray-fork-devices", "backends/ray.py",
+    M("ray-fork-devices", "backends/ray_fork.py",
       'visible_devices=info.get("visible_devices") if kind else None,',
       "visible_devices=None,", f"{GPUS} -k exact_devices", backend="ray",
       why="a forked child does not see its target's GPUs"),
