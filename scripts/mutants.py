@@ -278,7 +278,7 @@ MUTANTS: list[Mutant] = [
       "visible_devices=None,", f"{GPUS} -k exact_devices", backend="ray",
       why="a forked child does not see its target's GPUs"),
     # ------------------------------------------------------------------ Slurm
-    M("slurm-scancel-in-stop", "backends/slurm.py",
+    M("slurm-scancel-in-stop", "backends/slurm_stop.py",
       'r = _run(["scancel", *ids], timeout=QUERY_TIMEOUT_SECONDS)',
       'r = _run(["true", *ids], timeout=QUERY_TIMEOUT_SECONDS)',
       f"{FAIL} -k frozen", backend="slurm",
