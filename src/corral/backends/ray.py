@@ -55,7 +55,7 @@ from corral import options as opts
 from corral.backends.options import RayOptions
 from corral.backends.ray_elastic import RayElastic
 from corral.backends.ray_fork import RayForks
-from corral.backends.ray_groups import PlacementGroups, create_groups, group_specs
+from corral.backends.ray_groups import PlacementGroups, group_specs
 from corral.backends.ray_placement import infeasible, node_totals, remove_trial_leftovers
 from corral.backends.ray_requeue import NODE_LOST, NodeLossRequeue, RayNodeLoss, node_lost
 from corral.backends.ray_start import (
@@ -228,25 +228,13 @@ class RayLauncher(
 
     def launch(self, request: LaunchRequest) -> None:
         job = request.job
-        kind = self.accelerator_kind()
-        prefix = name_prefix(request.envs[0][E.EXPERIMENT], request.envs[0][E.TRIAL])
-        strategy = job.tasks[0].ray_placement_strategy
-        bundles = [self._bundle(spec, kind) for spec in job.tasks]
-        record = _Role(strategy=strategy)
+        record = _Role(strategy=job.tasks[0].ray_placement_strategy)
         with self._lock:
             self._roles[job.role] = record
-        record.pgs, record.bundles, places = create_groups(
-            group_specs(prefix, job.role, bundles, strategy)
-        )
-        if strategy != "deferred":
+        kind, bundles, (record.pgs, record.bundles, places) = self._new_groups(request, record)
+        if record.strategy != "deferred":
             self._wait_groups(job, record, bundles)
-        for index, (spec, env) in enumerate(zip(job.tasks, request.envs, strict=True)):
-            pg, bundle_index = places[index]
-            replica = self._start_main(
-                job.role, index, spec, env, pg, bundle_index, kind, request.log_dir
-            )
-            with self._lock:
-                record.replicas.append(replica)
+        self._start_mains(request, record, places, kind)
 
     def restart(self, role: str, index: int, env: dict[str, str]) -> None:
         """A new actor for replica ``index`` in the old one's placement group bundle."""

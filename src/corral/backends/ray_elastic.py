@@ -3,29 +3,20 @@ placement groups and actors of their own; removed ones take their unused groups 
 
 from __future__ import annotations
 
-from corral.backends.ray_groups import create_groups, group_specs
-from corral.backends.ray_support import name_prefix
 from corral.errors import WorkerCreationError
-from corral.worker import env as E
+from corral.launcher import LaunchRequest
 
 
 class RayElastic:
     """Mixin of RayLauncher: ``grow`` and ``shrink`` (the Elastic capability)."""
 
-    def grow(
-        self, role: str, first: int, tasks: list, envs: list[dict[str, str]], log_dir: str
-    ) -> None:
-        """New replicas ``first``..: their own placement group(s), then their actors."""
+    def grow(self, request: LaunchRequest, first: int) -> None:
+        """New replicas ``first``..: their own placement group(s), waited for whatever the
+        strategy (a running role does not wait in a queue), then their actors."""
         from ray.util.placement_group import remove_placement_group
 
-        with self._lock:
-            record = self._roles[role]
-        kind = self.accelerator_kind()
-        prefix = name_prefix(envs[0][E.EXPERIMENT], envs[0][E.TRIAL])
-        bundles = [self._bundle(spec, kind) for spec in tasks]
-        pgs, groups, places = create_groups(
-            group_specs(prefix, role, bundles, record.strategy, first)
-        )
+        record = self._roles[request.job.role]
+        kind, _, (pgs, groups, places) = self._new_groups(request, record, first)
         _, pending = self.ray.wait(
             [pg.ready() for pg in pgs], num_returns=len(pgs), timeout=self.startup_timeout
         )
@@ -34,17 +25,14 @@ class RayElastic:
                 remove_placement_group(pg)
             self._wait_groups_gone(pgs)
             raise WorkerCreationError(
-                f"could not place {len(tasks)} more {role} worker(s) within "
-                f"{self.startup_timeout:.0f}s: {self.pending_reason(role) or 'no room'}"
+                f"could not place {len(places)} more {request.job.role} worker(s) within "
+                f"{self.startup_timeout:.0f}s: "
+                f"{self.pending_reason(request.job.role) or 'no room'}"
             )
         with self._lock:
             record.pgs.extend(pgs)
             record.bundles.extend(groups)
-        for i, (spec, env) in enumerate(zip(tasks, envs, strict=True)):
-            pg, bundle_index = places[i]
-            replica = self._start_main(role, first + i, spec, env, pg, bundle_index, kind, log_dir)
-            with self._lock:
-                record.replicas.append(replica)
+        self._start_mains(request, record, places, kind, first)
 
     def shrink(self, role: str, indices: list[int]) -> None:
         """Stop these replicas' actors; remove their placement groups when nothing else

@@ -9,9 +9,11 @@ from typing import Any
 
 from corral.backends.ray_actor import _GROUP_RE
 from corral.backends.ray_start import _Role
-from corral.backends.ray_support import _pg_name, format_resources
+from corral.backends.ray_support import _pg_name, format_resources, name_prefix
 from corral.errors import WorkerCreationError
+from corral.launcher import LaunchRequest
 from corral.spec import NormalizedJob
+from corral.worker import env as E
 
 log = logging.getLogger("corral.ray")
 
@@ -45,8 +47,20 @@ def create_groups(
 
 
 class PlacementGroups:
-    """Mixin of RayLauncher: waiting for a role's groups and saying what they wait for
-    (uses ``self.ray``, ``self._lock``, ``self._roles``, ``self.startup_timeout``)."""
+    """Mixin of RayLauncher: a role's groups, waiting for them and saying what they wait
+    for (uses ``self.ray``, ``self._lock``, ``self._roles``, ``self.startup_timeout``)."""
+
+    def _new_groups(
+        self, request: LaunchRequest, record: _Role, first: int = 0
+    ) -> tuple[str | None, list[dict], tuple[list[Any], list[list[dict]], list[tuple[Any, int]]]]:
+        """The accelerator kind, each worker's bundle, and the groups created for
+        replicas ``first``.. of ``request`` (see create_groups)."""
+        kind = self.accelerator_kind()
+        env = request.envs[0]
+        bundles = [self._bundle(spec, kind) for spec in request.job.tasks]
+        prefix = name_prefix(env[E.EXPERIMENT], env[E.TRIAL])
+        specs = group_specs(prefix, request.job.role, bundles, record.strategy, first)
+        return kind, bundles, create_groups(specs)
 
     def _wait_groups(self, job: NormalizedJob, record: _Role, bundles: list[dict]) -> None:
         ray = self.ray

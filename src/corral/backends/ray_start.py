@@ -8,7 +8,7 @@ from typing import Any
 
 from corral.backends.ray_support import _actor_class, name_prefix
 from corral.errors import WorkerCreationError
-from corral.launcher import WorkerExit
+from corral.launcher import LaunchRequest, WorkerExit
 from corral.worker import env as E
 
 MAIN_SINGLE_GPU_SHARE = 0.9
@@ -73,6 +73,20 @@ class ActorStarter:
         if self.reserve_memory and spec.mem:
             bundle["memory"] = float(spec.mem * 1024**3)
         return bundle or {"CPU": 0.001}
+
+    def _start_mains(
+        self, request: LaunchRequest, record: _Role, places: list, kind: str | None, first: int = 0
+    ) -> None:
+        """The actors of replicas ``first``.. of ``request``, each at its place (group,
+        bundle index), added to the role's record as they start."""
+        job = request.job
+        for i, (spec, env) in enumerate(zip(job.tasks, request.envs, strict=True)):
+            pg, bundle_index = places[i]
+            replica = self._start_main(
+                job.role, first + i, spec, env, pg, bundle_index, kind, request.log_dir
+            )
+            with self._lock:
+                record.replicas.append(replica)
 
     def _start_main(
         self,

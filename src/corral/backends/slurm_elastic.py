@@ -14,6 +14,7 @@ from corral.backends.slurm_queue import (
     RoleJob,
     _run,
 )
+from corral.launcher import LaunchRequest
 from corral.spec import NormalizedJob
 
 log = logging.getLogger("corral")
@@ -22,15 +23,14 @@ log = logging.getLogger("corral")
 class SlurmElastic:
     """Mixin of SlurmLauncher: ``grow`` and ``shrink`` (the Elastic capability)."""
 
-    def grow(
-        self, role: str, first: int, tasks: list, envs: list[dict[str, str]], log_dir: str
-    ) -> None:
+    def grow(self, request: LaunchRequest, first: int) -> None:
         """New replicas ``first``.. run in a job of their own (``CORRAL_INDEX_OFFSET``)."""
-        with self._lock:
-            nj = self._specs[role]
-        more = NormalizedJob(role, len(tasks), tuple(tasks), nj.strategy)
+        more, log_dir = request.job, request.log_dir
+        role, tasks = more.role, more.tasks
         self.check(more)
-        params = dataclasses.replace(self.params(more, envs[0], log_dir), index_offset=first)
+        params = dataclasses.replace(
+            self.params(more, request.envs[0], log_dir), index_offset=first
+        )
         path = os.path.join(log_dir, f"{role}.grow{first}.sbatch")
         with open(path, "w") as fh:
             fh.write(render_sbatch_script(params))
@@ -41,6 +41,7 @@ class SlurmElastic:
             self._jobs[role].append(
                 RoleJob(job_id, list(range(first, first + len(tasks))), log_dir, path)
             )
+            nj = self._specs[role]
             self._specs[role] = NormalizedJob(
                 role, nj.replicas + len(tasks), nj.tasks + tuple(tasks), nj.strategy
             )

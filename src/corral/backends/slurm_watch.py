@@ -34,6 +34,12 @@ class SlurmWatch:
             ids = [j.job_id for jobs in self._jobs.values() for j in jobs if j.indices]
         return self.queue.states(ids) if ids else {}
 
+    def _live_jobs(self, role: str) -> tuple[list[RoleJob], dict[str, JobState]]:
+        """The role's jobs that still hold replicas, and what Slurm says of them."""
+        with self._lock:
+            jobs = [j for j in self._jobs.get(role, ()) if j.indices]
+        return jobs, (self._states() if jobs else {})
+
     def poll(self, role: str) -> dict[int, WorkerExit]:
         with self._lock:
             jobs = [(j, list(j.indices)) for j in self._jobs.get(role, ())]
@@ -117,11 +123,9 @@ class SlurmWatch:
                 dead[index] = WorkerExit(reason, state.exit_code, path)
 
     def pending_reason(self, role: str) -> str | None:
-        with self._lock:
-            jobs = [j for j in self._jobs.get(role, ()) if j.indices]
+        jobs, states = self._live_jobs(role)
         if not jobs:
             return None
-        states = self._states()
         for job in jobs:  # a queued job first: that is what the role waits for
             state = states.get(job.job_id) or JobState("UNKNOWN")
             if normalize_state(state.state) == "PENDING":
@@ -138,11 +142,9 @@ class SlurmWatch:
 
     def hopeless(self, role: str) -> str | None:
         """A queue reason that can never clear: the job is cancelled and this says why."""
-        with self._lock:
-            jobs = [j for j in self._jobs.get(role, ()) if j.indices]
+        jobs, states = self._live_jobs(role)
         if not jobs:
             return None
-        states = self._states()
         for job in jobs:
             state = states.get(job.job_id)
             if state is None or normalize_state(state.state) != "PENDING":
