@@ -81,105 +81,113 @@ class Scheduler(RoleAPI, EngineAPI):
         ``dry_run=True``: start, connect to and write nothing (no directory, no secret, no
         name-resolve store); ``create_workers`` prints :meth:`dry_run` instead.
         ``outlive_controller`` (seconds) and ``attach``: see corral.attach."""
-        self.dry_run_only = dry_run
-        got = ControllerSettings.resolve(exp_config, dry_run=dry_run, **settings)
-        self.settings = got
-        self.exp_config = got.exp_config
-        self.experiment_name, self.trial_name = got.experiment_name, got.trial_name
-        self._n_gpus_per_node = got.n_gpus_per_node
-        self.startup_timeout = got.startup_timeout
-        self.health_check_interval = got.health_check_interval
-        self.enable_tms_offload = got.enable_tms_offload
-        self.fileroot, self.paths = got.fileroot, got.paths
-        #: A pathlib.Path, as in AReaL (``str(sched.log_dir)`` for the text).
-        self.log_dir = Path(self.paths.log_dir)
-        self.outlive_controller = check_grace(outlive_controller)
-        run = None
-        if attach:  # continue a run whose controller is gone (same run id and secret)
-            run = find_run(
-                got.name_resolve, self.experiment_name, self.trial_name,
-                self.paths.secret_file, lease_timeout,
-            )  # fmt: skip
-            self.outlive_controller = self.outlive_controller or run.lease.grace
-        self.secret = run.secret if run else secrets.token_hex(32)  # file written at claim
-        # records are signed with the trial secret; unsigned or forged ones are refused
-        self.name_resolve = SignedNameResolve(got.name_resolve, self.secret)
-        self.lease_timeout = lease_timeout
-        self.launcher = launcher
-        self.progress = progress or (lambda text: log.info(text))
-        launcher.progress = self.progress
-        launcher.trial_secret = self.secret
-        if self.outlive_controller:
-            require(
-                launcher, Adoptable, "keep workers after their controller is gone",
-                "outlive_controller", outlive_controller,
-            )  # fmt: skip
-        launcher.outlive = self.outlive_controller  # workers outlive the controller (attach)
-        self.secret_file = self.paths.secret_file  # written when the run claims its trial
-        self.run_id = run.lease.run_id if run else new_run_id()
-        self.removed_leftovers: list[str] = []
-        self._table = RoleTable()
-        self._roles = self._table.roles  # role -> RoleState (read by tests and tools)
-        self._lock = threading.RLock()
-        self._restart_hooks: dict[str, Callable[[Scheduler, str], Any]] = {}
-        # Blocking launcher work (Ray forks) fans out on a few threads; requests to many
-        # workers at once (rendezvous, teardown) run as coroutines on one loop thread.
-        self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="corral-fanout")
-        self._io = IOLoop()
-        self._call_stats = make_call_stats()  # per-role call figures for corral dashboard / top
-        self._stats = StatsPublisher(self, self._call_stats)
-        self._data = DataPlane(
-            f"{self.experiment_name}/{self.trial_name}",
-            self._table.ids.get,
-            lambda w, path, payload, timeout: self._calls.call(w, path, payload, timeout, 0),
-            lambda w, path, payload, timeout: self._calls.acall(w, path, payload, timeout, 0),
-        )
-        self.monitor = HealthMonitor(
-            self._table.watched, launcher.poll, self._record_health, self.progress, health_interval
-        )
-        if on_worker_death is not None:
-            self.monitor.callbacks.append(on_worker_death)
-        self._hold = TrialHold(
-            name_resolve=self.name_resolve,
-            experiment=self.experiment_name,
-            trial=self.trial_name,
-            run_id=self.run_id,
-            lease_timeout=lease_timeout,
-            grace=self.outlive_controller,
-            secret=self.secret,
-            secret_file=self.secret_file,
-            remove_leftovers=launcher.remove_leftovers,
-            stats=self._stats,
-            monitor=self.monitor,
-            progress=self.progress,
-        )
-        self._watch = Watch(
-            experiment=self.experiment_name,
-            trial=self.trial_name,
-            name_resolve=self.name_resolve,
-            launcher=launcher,
-            roles=self._table,
-            paths=self.paths,
-            backend=self.backend,
-            progress=self.progress,
-        )
-        self._calls = Caller(self.secret, self._watch.diagnose, self._call_stats)
-        self._watch.probe = lambda w: self._calls.health(w, 0.3)
-        self._watch.on_death = self._maybe_restart
-        self._teardown = Teardown(
-            experiment=self.experiment_name,
-            trial=self.trial_name,
-            name_resolve=self.name_resolve,
-            launcher=launcher,
-            roles=self._table,
-            caller=self._calls,
-            fan_out=self._fan_out,
-            run_async=lambda coro: self._io.run(coro),
-            gone=self._worker_gone,
-        )
-        self._closed = False
+        try:  # a launcher handed in is this scheduler's: released if it cannot start
+            self.dry_run_only = dry_run
+            got = ControllerSettings.resolve(exp_config, dry_run=dry_run, **settings)
+            self.settings = got
+            self.exp_config = got.exp_config
+            self.experiment_name, self.trial_name = got.experiment_name, got.trial_name
+            self._n_gpus_per_node = got.n_gpus_per_node
+            self.startup_timeout = got.startup_timeout
+            self.health_check_interval = got.health_check_interval
+            self.enable_tms_offload = got.enable_tms_offload
+            self.fileroot, self.paths = got.fileroot, got.paths
+            #: A pathlib.Path, as in AReaL (``str(sched.log_dir)`` for the text).
+            self.log_dir = Path(self.paths.log_dir)
+            self.outlive_controller = check_grace(outlive_controller)
+            run = None
+            if attach:  # continue a run whose controller is gone (same run id and secret)
+                run = find_run(
+                    got.name_resolve, self.experiment_name, self.trial_name,
+                    self.paths.secret_file, lease_timeout,
+                )  # fmt: skip
+                self.outlive_controller = self.outlive_controller or run.lease.grace
+            self.secret = run.secret if run else secrets.token_hex(32)  # file written at claim
+            # records are signed with the trial secret; unsigned or forged ones are refused
+            self.name_resolve = SignedNameResolve(got.name_resolve, self.secret)
+            self.lease_timeout = lease_timeout
+            self.launcher = launcher
+            self.progress = progress or (lambda text: log.info(text))
+            launcher.progress = self.progress
+            launcher.trial_secret = self.secret
+            if self.outlive_controller:
+                require(
+                    launcher, Adoptable, "keep workers after their controller is gone",
+                    "outlive_controller", outlive_controller,
+                )  # fmt: skip
+            launcher.outlive = self.outlive_controller  # workers outlive the controller (attach)
+            self.secret_file = self.paths.secret_file  # written when the run claims its trial
+            self.run_id = run.lease.run_id if run else new_run_id()
+            self.removed_leftovers: list[str] = []
+            self._table = RoleTable()
+            self._roles = self._table.roles  # role -> RoleState (read by tests and tools)
+            self._lock = threading.RLock()
+            self._restart_hooks: dict[str, Callable[[Scheduler, str], Any]] = {}
+            # Blocking launcher work (Ray forks) fans out on a few threads; requests to many
+            # workers at once (rendezvous, teardown) run as coroutines on one loop thread.
+            self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="corral-fanout")
+            self._io = IOLoop()
+            self._call_stats = make_call_stats()  # per-role call figures for corral dashboard / top
+            self._stats = StatsPublisher(self, self._call_stats)
+            self._data = DataPlane(
+                f"{self.experiment_name}/{self.trial_name}",
+                self._table.ids.get,
+                lambda w, path, payload, timeout: self._calls.call(w, path, payload, timeout, 0),
+                lambda w, path, payload, timeout: self._calls.acall(w, path, payload, timeout, 0),
+            )
+            self.monitor = HealthMonitor(
+                self._table.watched,
+                launcher.poll,
+                self._record_health,
+                self.progress,
+                health_interval,
+            )
+            if on_worker_death is not None:
+                self.monitor.callbacks.append(on_worker_death)
+            # the trial every piece below serves, named once
+            trial = {
+                "experiment": self.experiment_name,
+                "trial": self.trial_name,
+                "name_resolve": self.name_resolve,
+            }
+            self._hold = TrialHold(
+                **trial,
+                run_id=self.run_id,
+                lease_timeout=lease_timeout,
+                grace=self.outlive_controller,
+                secret=self.secret,
+                secret_file=self.secret_file,
+                remove_leftovers=launcher.remove_leftovers,
+                stats=self._stats,
+                monitor=self.monitor,
+                progress=self.progress,
+            )
+            self._watch = Watch(
+                **trial,
+                launcher=launcher,
+                roles=self._table,
+                paths=self.paths,
+                backend=self.backend,
+                progress=self.progress,
+            )
+            self._calls = Caller(self.secret, self._watch.diagnose, self._call_stats)
+            self._watch.probe = lambda w: self._calls.health(w, 0.3)
+            self._watch.on_death = self._maybe_restart
+            self._teardown = Teardown(
+                **trial,
+                launcher=launcher,
+                roles=self._table,
+                caller=self._calls,
+                fan_out=self._fan_out,
+                run_async=lambda coro: self._io.run(coro),
+                gone=self._worker_gone,
+            )
+            self._closed = False
+        except BaseException:
+            launcher.close()
+            raise
         _live_schedulers.add(self)
-        if run is not None:
+        if run is not None:  # adopted workers outlive a failed attach (see corral.attach)
             self._hold.wrote_secret = True  # the run's secret file is ours to remove at close
             adopt(self, run)
 

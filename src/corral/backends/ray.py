@@ -360,20 +360,15 @@ class RayScheduler(Scheduler):
         options = RayOptions.resolve(
             exp_config, address=address, init_kwargs=init_kwargs, reserve_memory=reserve_memory
         )
-        launcher = RayLauncher(options, dry_run=dry_run, requeue=requeue)
-        try:
-            super().__init__(
-                exp_config,
-                launcher=launcher,
-                startup_timeout=startup_timeout,
-                n_gpus_per_node=n_gpus_per_node,
-                dry_run=dry_run,
-                **kwargs,
-            )
-        except BaseException:
-            launcher.close()
-            raise
-        launcher.startup_timeout = self.startup_timeout
+        super().__init__(  # it closes the launcher if it cannot start
+            exp_config,
+            launcher=RayLauncher(options, dry_run=dry_run, requeue=requeue),
+            startup_timeout=startup_timeout,
+            n_gpus_per_node=n_gpus_per_node,
+            dry_run=dry_run,
+            **kwargs,
+        )
+        self.launcher.startup_timeout = self.startup_timeout
 
 
 __all__ = [
