@@ -14,6 +14,7 @@ import threading
 
 from corral.discovery import make_name_resolve
 from corral.worker.env import WorkerSettings
+from corral.worker.latch import StopLatch
 
 
 class _Holder:
@@ -29,18 +30,14 @@ def main() -> int:
     from corral.worker.runtime import ControllerWatch
 
     holder = _Holder(WorkerSettings.from_env())
-    reason: list[str] = []
+    lost = StopLatch()  # set by the SIGTERM handler: no threading.Event there (latch.py)
 
-    def lost(why: str) -> None:
-        reason.append(why)
-        holder.stopped.set()
-
-    signal.signal(signal.SIGTERM, lambda *_: lost("SIGTERM"))
+    signal.signal(signal.SIGTERM, lambda *_: lost.set("SIGTERM"))
     # the watch reads name-resolve, which may hang: SIGTERM must not wait for it
-    threading.Thread(target=ControllerWatch(holder, lost).run, daemon=True).start()
-    while not holder.stopped.wait(1.0):
-        pass
-    print(f"corral: allocation released: {reason[0] if reason else 'stopped'}", flush=True)
+    threading.Thread(target=ControllerWatch(holder, lost.set).run, daemon=True).start()
+    why = lost.wait()
+    holder.stopped.set()
+    print(f"corral: allocation released: {why}", flush=True)
     return 0
 
 

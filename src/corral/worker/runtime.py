@@ -31,6 +31,7 @@ from corral.worker.ending import arm_stop_watchdog
 from corral.worker.engines import EngineHost
 from corral.worker.env import WorkerSettings, advertise_host, node_name, read_secret
 from corral.worker.fork import ForkManager
+from corral.worker.latch import StopLatch
 from corral.worker.replies import EngineCallReply, failure, ok, uses_refs
 
 RESULT_CACHE_ENTRIES = 256
@@ -459,12 +460,8 @@ def main(argv: list[str] | None = None) -> None:
     for name in (E.SECRET,):
         os.environ.pop(name, None)
     runtime = WorkerRuntime(settings, secret, port=args.port)
-    done = threading.Event()
-    reason: list[str] = []
-
-    def lost(why: str) -> None:
-        reason.append(why)
-        done.set()
+    stop = StopLatch()  # not a threading.Event: set from signal handlers (see latch.py)
+    lost = stop.set
 
     signal.signal(signal.SIGTERM, lambda *_: lost("SIGTERM"))
     signal.signal(signal.SIGINT, lambda *_: lost("SIGINT"))
@@ -489,14 +486,13 @@ def main(argv: list[str] | None = None) -> None:
     threading.Thread(
         target=ControllerWatch(runtime, lost).run, name="corral-watch", daemon=True
     ).start()
-    while not done.wait(1.0):
-        pass
-    outside = reason[0] == "SIGTERM" and not runtime.shutdown_requested
-    arm_stop_watchdog(runtime, 128 + signal.SIGTERM if outside else 0, reason[0])
+    why = stop.wait()
+    outside = why == "SIGTERM" and not runtime.shutdown_requested
+    arm_stop_watchdog(runtime, 128 + signal.SIGTERM if outside else 0, why)
     if outside:
         preempted("SIGTERM")  # preemption, requeue, time limit or an outside scancel
     try:
-        print(f"corral worker {settings.worker_id} stopping: {reason[0]}", flush=True)
+        print(f"corral worker {settings.worker_id} stopping: {why}", flush=True)
     except OSError:
         pass  # the output pipe's reader went with the same signal
     runtime.stop()
