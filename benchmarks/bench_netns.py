@@ -108,10 +108,26 @@ def _stats(sched, wid: str) -> dict:
     return sched._request(sched._worker(wid), "/data/stats", {})
 
 
-def _once(sched, owner: str, who: list[str], nbytes: int) -> tuple[float, int]:
-    """(seconds, bytes the owner sent) for a fresh ref read by every worker of ``who``."""
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU seconds the processes ``pids`` have used so far."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / tick
+
+
+def _once(sched, owner: str, who: list[str], nbytes: int, pids: list[int]) -> tuple:
+    """(seconds, bytes the owner sent, CPU seconds of all workers) for a fresh ref read by
+    every worker of ``who``."""
     ref = sched.call_engine(owner, "array", None, nbytes, rpc_meta={"keep": True})
     before = _stats(sched, owner)["served_bytes"]
+    cpu_before = cpu_seconds(pids)
 
     async def read_all() -> list:
         return await asyncio.gather(
@@ -121,10 +137,11 @@ def _once(sched, owner: str, who: list[str], nbytes: int) -> tuple[float, int]:
     started = time.perf_counter()
     got = asyncio.run(read_all())
     took = time.perf_counter() - started
+    cpu = cpu_seconds(pids) - cpu_before
     assert all(g == got[0] and g["nbytes"] == nbytes for g in got), got
     sent = _stats(sched, owner)["served_bytes"] - before
     ref.free()
-    return took, sent
+    return took, sent, cpu
 
 
 def measure(sched, topo: netns.Topology, n: int, reps: int, nbytes: int) -> dict:
@@ -135,19 +152,25 @@ def measure(sched, topo: netns.Topology, n: int, reps: int, nbytes: int) -> dict
     hostnames = {
         w.id: f"{w.host} {w.ip}" for role in ("owner", "relay") for w in sched.get_workers(role)
     }
+    pids = [w.pid for role in ("owner", "relay", "plain") for w in sched.get_workers(role)]
     times: dict[str, list[float]] = {"relay": [], "owner_fetch": [], "one": []}
     sent: dict[str, list[float]] = {"relay": [], "owner_fetch": [], "one": []}
+    cpu: dict[str, list[float]] = {"relay": [], "owner_fetch": [], "one": []}
     who = {"relay": relay, "owner_fetch": plain, "one": plain[:1]}
     for i in range(reps + 1):
         order = ("relay", "owner_fetch", "one") if i % 2 else ("one", "owner_fetch", "relay")
         for name in order:
-            took, nsent = _once(sched, owner, who[name], nbytes)
-            log(f"netns {name:11s} rep {i}: {took:.2f} s, owner sent {nsent / nbytes:.2f} copies")
+            took, nsent, used = _once(sched, owner, who[name], nbytes, pids)
+            log(
+                f"netns {name:11s} rep {i}: {took:.2f} s, owner sent {nsent / nbytes:.2f} "
+                f"copies, workers used {used:.1f} CPU s, load {os.getloadavg()[0]:.1f}"
+            )
             if i == 0:
                 continue  # warm-up: connections, pages, relay memory
             times[name].append(took)
             sent[name].append(float(nsent))
-    return {"times": times, "sent": sent, "hosts": hostnames}
+            cpu[name].append(used)
+    return {"times": times, "sent": sent, "cpu": cpu, "hosts": hostnames}
 
 
 def rows(result: dict, n: int, nbytes: int, rate: str) -> list[Row]:
@@ -164,12 +187,15 @@ def rows(result: dict, n: int, nbytes: int, rate: str) -> list[Row]:
     log(
         f"netns 256 MiB x{n} at {rate}: one {one_s:.2f} s (line rate {line_s:.2f} s), relay "
         f"{relay_s:.2f} s ({relay_s / one_s:.2f}x one), owner-fetch {plain_s:.2f} s "
-        f"({plain_s / relay_s:.2f}x relay)"
+        f"({plain_s / relay_s:.2f}x relay); worker CPU s per broadcast: "
+        + ", ".join(f"{k} {median(v):.1f}" for k, v in result["cpu"].items())
     )
     samples = {
         "relay_s": rounded(times["relay"]),
         "owner_fetch_s": rounded(times["owner_fetch"]),
         "one_s": rounded(times["one"]),
+        # CPU seconds all workers used: every stand-in host shares this machine's CPUs
+        **{f"{k}_cpu_s": rounded(v, 2) for k, v in result["cpu"].items()},
     }
     return [
         Row(
