@@ -184,9 +184,14 @@ class Topology:
         return self
 
     def prefix(self, i: int) -> list[str]:
-        """argv prefix running a command on host ``i`` (own network and UTS namespace)."""
+        """argv prefix running a command on host ``i`` (own network and UTS namespace).
+
+        The host name is only set in a UTS namespace other than this process's: should the
+        ``unshare`` ever be missing, the command fails instead of renaming the machine."""
+        here = os.readlink("/proc/self/ns/uts")
+        guard = f'[ "$(readlink /proc/self/ns/uts)" != "{here}" ] || exit 97; '
         return ["ip", "netns", "exec", self.namespace(i), "unshare", "--uts", "sh", "-c",
-                'hostname "$0" && exec "$@"', self.hostname(i)]  # fmt: skip
+                guard + 'hostname "$0" && exec "$@"', self.hostname(i)]  # fmt: skip
 
     def teardown(self) -> None:
         """Remove everything ``setup`` created (reverse order); safe to call again."""
