@@ -27,6 +27,7 @@ from corral.rpc.http import REQUEST_ID_HEADER, Message
 from corral.rpc.server import Deferred, Reply, RPCServer
 from corral.worker import env as E
 from corral.worker.broadcast import parse_flag
+from corral.worker.ending import arm_stop_watchdog
 from corral.worker.engines import EngineHost
 from corral.worker.env import WorkerSettings, advertise_host, node_name, read_secret
 from corral.worker.fork import ForkManager
@@ -402,7 +403,9 @@ class ControllerWatch:
                 return self.on_lost(f"controller pid {s.controller_pid} is gone")
             try:
                 value = self.runtime.name_resolve.get(self.key)
-            except Exception:
+            except Exception as exc:  # unreadable (store down, record forged) counts as stale
+                if time.monotonic() - last_change > s.lease_timeout + grace:
+                    return self.on_lost(_unreadable(exc, s.lease_timeout + grace))
                 continue
             if value is None:
                 return self.on_lost("controller lease removed")
@@ -421,6 +424,10 @@ class ControllerWatch:
                     f"controller lease not renewed for {s.lease_timeout + grace:.0f}s"
                     + (f" (lease timeout + {grace:g}s grace to re-attach)" if grace else "")
                 )
+
+
+def _unreadable(exc: Exception, seconds: float) -> str:
+    return f"controller lease unreadable for {seconds:.0f}s ({type(exc).__name__}: {exc})"
 
 
 def _lease_fields(raw: str) -> tuple[str, float]:
@@ -485,6 +492,7 @@ def main(argv: list[str] | None = None) -> None:
     while not done.wait(1.0):
         pass
     outside = reason[0] == "SIGTERM" and not runtime.shutdown_requested
+    arm_stop_watchdog(runtime, 128 + signal.SIGTERM if outside else 0, reason[0])
     if outside:
         preempted("SIGTERM")  # preemption, requeue, time limit or an outside scancel
     try:
