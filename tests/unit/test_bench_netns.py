@@ -17,9 +17,19 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "benchma
 
 import netns  # noqa: E402
 
-needs_root = pytest.mark.skipif(
-    netns.unavailable() is not None, reason=f"real namespaces: {netns.unavailable()}"
-)
+from tests.conformance.harness import require_service  # noqa: E402
+
+
+@pytest.fixture
+def namespaces_available() -> None:
+    """Real namespaces need root and iproute2: skipped on a developer machine without
+    them, a failure in CI (scripts/test.sh installs iproute2)."""
+    why = netns.unavailable()
+    if why is not None:
+        require_service("network namespaces", why)
+
+
+needs_root = pytest.mark.usefixtures("namespaces_available")
 
 
 def _dead_pid() -> int:
