@@ -8,10 +8,12 @@ import os
 import signal
 import threading
 import time
+import uuid
 
 import pytest
 
 from tests.conformance.backend_ray import GPUS_PER_NODE, ray_cluster  # noqa: F401
+from tests.conformance.test_run_identity import end_controller, start_controller, wait_gone
 from tests.ray.test_ray_backend import gpu_job, make  # noqa: F401
 
 pytestmark = pytest.mark.ray
@@ -61,14 +63,36 @@ def test_waiting_for_busy_gpus_shows_the_pending_placement_then_starts(make):  #
     assert "PENDING" in waiting and "GPU 1" in waiting, waiting
 
 
-def test_outlive_controller_is_refused_because_ray_actors_end_with_their_driver(make):  # noqa: F811
+def test_outlive_controller_is_refused_on_a_runtime_that_ends_with_this_process():
     from corral import ConfigError
+    from corral.backends.ray import RayLauncher
+    from corral.spec import normalize_job
 
+    launcher = RayLauncher(dry_run=True)
+    launcher.own_cluster, launcher.outlive = True, 60.0  # as after ray.init("local")
     with pytest.raises(ConfigError) as info:
-        make(outlive_controller=60)
+        launcher.check(normalize_job(gpu_job("w", 1, gpu=0)))
     message = str(info.value)
-    assert "outlive_controller" in message and "60" in message
-    assert "local or slurm backend" in message
+    assert "outlive_controller" in message and "60" in message and "RAY_ADDRESS" in message
+
+
+def test_detached_workers_whose_grace_runs_out_exit_and_remove_their_groups(
+    ray_backend,
+    ray_cluster,  # noqa: F811
+):
+    experiment, trial = "ray-grace", uuid.uuid4().hex[:8]
+    proc, first = start_controller(ray_backend, experiment, trial, lease_timeout=1, outlive=1)
+    try:
+        assert ray_cluster.leftovers(experiment, trial), "the run made no detached actors"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+        assert wait_gone(first["pids"], timeout=30) == []
+        deadline = time.monotonic() + 15
+        while ray_cluster.leftovers(experiment, trial) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert ray_cluster.leftovers(experiment, trial) == []
+    finally:
+        end_controller(proc)
 
 
 def test_a_worker_lost_with_its_node_is_preempted_and_comes_back_with_wait_role(

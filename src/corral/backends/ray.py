@@ -53,6 +53,7 @@ from typing import Any
 
 from corral import options as opts
 from corral.backends.options import RayOptions
+from corral.backends.ray_adopt import RayAdoption
 from corral.backends.ray_elastic import RayElastic
 from corral.backends.ray_fork import RayForks
 from corral.backends.ray_groups import PlacementGroups, group_specs
@@ -65,6 +66,7 @@ from corral.backends.ray_start import (
     _Replica,
     _Role,
     accelerator_options,
+    detached_options,
 )
 from corral.backends.ray_support import (  # name_prefix, apply_quiet_env: importable here
     DEFAULT_OBJECT_STORE_MEMORY,
@@ -77,7 +79,7 @@ from corral.backends.ray_support import (  # name_prefix, apply_quiet_env: impor
     name_prefix,
 )
 from corral.backends.ray_teardown import RayTeardown
-from corral.capabilities import Elastic, Preemptible
+from corral.capabilities import Adoptable, Elastic, Preemptible
 from corral.errors import ConfigError, PlacementError, WorkerCreationError
 from corral.launcher import Launcher, LaunchRequest, WorkerExit, env_lines
 from corral.logs import replica_log_path
@@ -96,16 +98,19 @@ class RayLauncher(
     RayForks,
     RayNodeLoss,
     RayTeardown,
+    RayAdoption,
     Launcher,
     Elastic,
     Preemptible,
+    Adoptable,
 ):
     """Places workers with placement groups and runs each in a ``RayWorkerActor``.
 
     Its capabilities live in mixins, one module each: ``ray_start`` (a worker's actor on
     a bundle), ``ray_groups`` (placement groups, pending reasons), ``ray_elastic`` (grow,
     shrink), ``ray_fork`` (fork, stop_fork), ``ray_requeue`` (node loss as preemption),
-    ``ray_teardown`` (stop, close). This class launches, checks, describes, restarts
+    ``ray_teardown`` (stop, close), ``ray_adopt`` (workers that outlive the
+    controller, re-attach). This class launches, checks, describes, restarts
     and polls."""
 
     name = "ray"
@@ -128,6 +133,7 @@ class RayLauncher(
         self.startup_timeout = float(startup_timeout)
         self.reserve_memory = options.reserve_memory
         self.started_runtime = False
+        self.own_cluster = False  # a local runtime that ends with this process
         self.address = address = options.address
         init_kwargs = options.init_kwargs
         self._roles: dict[str, _Role] = {}
@@ -149,9 +155,11 @@ class RayLauncher(
             kwargs.update(include_dashboard=False, object_store_memory=DEFAULT_OBJECT_STORE_MEMORY)
             kwargs.update(init_kwargs or {})
             ray.init(address="local", **kwargs)
+            self.own_cluster = True
         self.started_runtime = True
 
     def check(self, job: NormalizedJob) -> None:
+        self.check_outlive()
         strategies = {t.ray_placement_strategy for t in job.tasks}
         if len(strategies) > 1:
             raise ConfigError(
@@ -209,7 +217,10 @@ class RayLauncher(
         where = self.address or "the runtime of this process, RAY_ADDRESS or a local one"
         lines = [f"# dry run (ray): {job.replicas} {job.role} actor(s) on {where}"]
         for group, group_strategy, name in group_specs(prefix, job.role, bundles, strategy):
-            lines.append(f"placement_group({group}, strategy='{group_strategy}', name='{name}')")
+            lifetime = ", lifetime='detached'" if self.outlive else ""
+            lines.append(
+                f"placement_group({group}, strategy='{group_strategy}', name='{name}'{lifetime})"
+            )
         for index, (spec, env) in enumerate(zip(job.tasks, request.envs, strict=True)):
             options = {
                 "name": f"{prefix}:{job.role}:{index}",
@@ -217,6 +228,7 @@ class RayLauncher(
                 "max_concurrency": ACTOR_MAX_CONCURRENCY,
                 "max_restarts": 0,
                 "placement_group_bundle_index": index if strategy == "shared" else 0,
+                **detached_options(self.outlive),
                 **accelerator_options(kind, spec.gpu),
             }
             if spec.gpu == 0:
