@@ -156,10 +156,9 @@ def run(backend: str, root: str, repeats: int) -> dict:
         "chatty_2MB_call_full_log_disk_s": round(med(chatty_full), 3),
         "chatty_2MB_call_writable_log_s (baseline)": round(med(chatty_ok), 3),
     }
-    if backend in ("local", "slurm"):
-        attach = L.reattach(make, backend, root, f"attach{os.getpid()}")
-        out["reattach_after_controller_sigkill_s"] = round(attach["s"], 3)
-        out["reattach_workers_lost_before_attach"] = attach["lost_before_attach"]
+    attach = L.reattach(make, backend, root, f"attach{os.getpid()}")  # Ray: detached actors
+    out["reattach_after_controller_sigkill_s"] = round(attach["s"], 3)
+    out["reattach_workers_lost_before_attach"] = attach["lost_before_attach"]
     if backend == "ray" and RAY_CLUSTER:
         lost = L.ray_node_loss(make, RAY_CLUSTER[0].cluster, 4)
         out["ray_node_loss_to_preempted_error_s"] = round(lost["preempted_error_s"], 3)
