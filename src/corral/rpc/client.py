@@ -32,6 +32,7 @@ from corral.rpc.http import (
     tune_socket,
 )
 from corral.rpc.peers import SharedMemoryPeers, _SegmentParts
+from corral.rpc.pipeline import PIPELINE_LINE, Pipe, ack
 
 CONNECT_TIMEOUT = 5.0
 MAX_REPLY = 8 * 1024**3
@@ -310,13 +311,35 @@ class _LoopPool:
     open, and the calls waiting for one. At most ``limit`` connections are open at once;
     a call beyond that waits for the next connection to come back."""
 
-    __slots__ = ("idle", "open", "waiters", "limit")
+    __slots__ = ("idle", "open", "waiters", "limit", "pipe", "pipe_opening")
 
     def __init__(self, limit: int):
         self.idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
         self.open = 0
         self.waiters: collections.deque[asyncio.Future] = collections.deque()
         self.limit = limit
+        self.pipe: Pipe | None = None  # the pipelined connection (small /call requests)
+        self.pipe_opening: asyncio.Task | None = None
+
+    def pipe_opened(self, task: asyncio.Task) -> None:
+        if self.pipe_opening is task:
+            self.pipe_opening = None
+        if not task.cancelled() and task.exception() is None:
+            self.pipe = task.result()
+
+    def close_pipe(self, dead_loop: bool = False) -> None:
+        pipe, self.pipe = self.pipe, None
+        if pipe is None:
+            return
+        if dead_loop:
+            sock = getattr(pipe.transport, "_sock", None)  # selector transports (CPython)
+            if sock is not None:
+                try:
+                    sock.close()
+                except OSError:
+                    pass
+        else:
+            pipe.close()
 
     async def acquire(self, opener) -> tuple[Any, bool]:
         """(connection, reused). Opens a new one while under the limit, else waits."""
@@ -387,9 +410,13 @@ class AsyncRPCClient:
         secret: str,
         max_connections: int = MAX_CONNECTIONS_PER_ADDRESS,
         max_reply: int = MAX_REPLY,
+        pipelining: bool = True,
     ):
+        """``pipelining``: small ``/call`` requests share one pipelined connection per
+        worker (``corral.rpc.pipeline``); everything else takes a connection of its own."""
         if max_connections < 1:
             raise ValueError(f"max_connections must be >= 1, not {max_connections}")
+        self.pipelining = pipelining
         self._signer = RequestSigner(TrialKeys(secret))
         self.max_reply = max_reply
         self.shm = SharedMemoryPeers()
@@ -423,7 +450,11 @@ class AsyncRPCClient:
     def connections(self) -> int:
         """Open connections, all loops and addresses together."""
         with self._lock:
-            return sum(p.open for pools in self._pools.values() for p in pools.values())
+            return sum(
+                p.open + (p.pipe is not None and p.pipe.closed is None)
+                for pools in self._pools.values()
+                for p in pools.values()
+            )
 
     def forget(self, address: str) -> None:
         """Close the running loop's idle connections to ``address`` (a worker that is gone
@@ -434,7 +465,9 @@ class AsyncRPCClient:
             idle, pool.idle = pool.idle, []
             for _reader, writer in idle:
                 pool.discard(writer)
-            if pool.open == 0 and not pool.waiters:
+            if pool.pipe is not None and not pool.pipe.pending:
+                pool.close_pipe()
+            if pool.open == 0 and not pool.waiters and pool.pipe is None:
                 del by_address[address]
 
     def prune(self) -> None:
@@ -450,6 +483,7 @@ class AsyncRPCClient:
                 for _reader, writer in pool.idle:
                     _close_dead_transport(writer)
                 pool.idle = []
+                pool.close_pipe(dead_loop=True)
 
     def forget_all(self) -> None:
         """Close every idle connection of the running loop (a batch of requests is done)."""
@@ -479,6 +513,9 @@ class AsyncRPCClient:
         parts = wire.encode(payload)
         request_id = request_id or new_request_id()
         if timeout is None:
+            if path == "/call" and self.pipelining and wire.frame_size(parts) <= SMALL_BODY:
+                pool = self._pool(address)  # one coroutine less on the fan-out path
+                return await self._send_pipelined(pool, address, path, parts, request_id, identity)
             return await self._send(address, path, parts, request_id, identity)
         try:
             async with asyncio.timeout(timeout):
@@ -487,10 +524,13 @@ class AsyncRPCClient:
             raise TimeoutError(f"no reply from {address}{path} within {timeout}s") from None
 
     def _head(
-        self, path: str, request_id: str, identity: str | None, length: int, extra: dict
-    ) -> bytes:
+        self, path: str, request_id: str, identity: str | None, length: int, extra: dict,
+        pipelined: bool = False,
+    ) -> bytes:  # fmt: skip
         who = f"{IDENTITY_HEADER}: {identity}\r\n" if identity else ""
         more = "".join(f"{k}: {v}\r\n" for k, v in extra.items())
+        if pipelined:
+            more += PIPELINE_LINE
         return (
             f"POST {path} HTTP/1.1\r\n{_STATIC_HEAD}{REQUEST_ID_HEADER}: {request_id}\r\n"
             f"{who}{more}Content-Length: {length}\r\n\r\n"
@@ -518,6 +558,15 @@ class AsyncRPCClient:
         self, address: str, path: str, parts: list, request_id: str, identity: str | None
     ) -> Any:
         pool = self._pool(address)
+        if path == "/call" and self.pipelining and wire.frame_size(parts) <= SMALL_BODY:
+            return await self._send_pipelined(pool, address, path, parts, request_id, identity)
+        return await self._send_exclusive(pool, address, path, parts, request_id, identity)
+
+    async def _send_exclusive(
+        self, pool: _LoopPool, address: str, path: str, parts: list, request_id: str,
+        identity: str | None,
+    ) -> Any:  # fmt: skip
+        """One call on a connection of its own (taken from the pool, given back after)."""
         retried = False
         while True:
             try:
@@ -548,6 +597,88 @@ class AsyncRPCClient:
             if self.shm.refused(address, reply, body):
                 continue
             return interpret_reply(address, reply)
+
+    async def _send_pipelined(
+        self, pool: _LoopPool, address: str, path: str, parts: list, request_id: str,
+        identity: str | None,
+    ) -> Any:  # fmt: skip
+        """One call over the worker's pipelined connection (opened on first use; a call
+        whose connection breaks is sent once more, with the same id, on a new one)."""
+        retried = False
+        while True:
+            pipe = pool.pipe
+            if pipe is None or pipe.closed is not None:
+                pipe = await self._open_pipe(pool, address)
+            if request_id in pipe.pending:  # the same id twice at once: not on one pipe
+                return await self._send_exclusive(pool, address, path, parts, request_id, identity)
+            extra: dict[str, str] = {}
+            send = self.shm.prepare(address, extra, parts, not pipe.offered)
+            pipe.offered = True
+            length = wire.frame_size(send)
+            nonce = sign_headers(
+                self._signer, extra, "POST", path, request_id, identity, send, length
+            )
+            head = self._head(path, request_id, identity, length, extra, pipelined=True)
+            future = pipe.expect(request_id, nonce)
+            pipe.send(head + b"".join(send) if send else head)
+            try:
+                msg = await future
+            except OSError as exc:
+                if not retried:
+                    retried = True
+                    continue
+                raise WorkerUnreachableError(address, exc) from None
+            except BaseException:  # cancelled or timed out: its reply is dropped on arrival
+                pipe.forget(request_id)
+                raise
+            body = self.shm.receive(address, msg)
+            if shm.SEGMENT_HEADER in msg.headers:
+                pipe.send(ack(b"ACK" if body is not None else b"NAK", request_id))
+                msg.body = body if body is not None else bytearray()
+                self.bytes_received += body.nbytes if body is not None else 0
+            else:
+                if len(msg.body) >= SMALL_BODY:  # proof of delivery for a large reply
+                    pipe.send(ack(b"ACK", request_id))
+                self.bytes_received += len(msg.body)
+            if self.shm.refused(address, msg, body):
+                continue
+            return interpret_reply(address, msg)
+
+    async def _open_pipe(self, pool: _LoopPool, address: str) -> Pipe:
+        """The pipelined connection, opened once however many calls wait for it."""
+        opening = pool.pipe_opening
+        if opening is None:
+            opening = pool.pipe_opening = asyncio.ensure_future(self._connect_pipe(address))
+            opening.add_done_callback(pool.pipe_opened)
+        try:
+            return await asyncio.shield(opening)
+        except TimeoutError:
+            raise TimeoutError(
+                f"could not connect to {address} within {CONNECT_TIMEOUT}s"
+            ) from None
+        except OSError as exc:
+            raise WorkerUnreachableError(address, exc) from None
+
+    async def _connect_pipe(self, address: str) -> Pipe:
+        host, port = split_address(address)
+        loop = asyncio.get_running_loop()
+        signer, limit = self._signer, self.max_reply
+
+        def protocol() -> Pipe:
+            return Pipe(
+                loop,
+                lambda msg, nonce: check_reply_head(signer, address, msg, nonce, limit),
+                lambda digest, body: check_reply_body(signer, address, digest, body),
+                limit,
+            )
+
+        transport, pipe = await asyncio.wait_for(
+            loop.create_connection(protocol, host, port), CONNECT_TIMEOUT
+        )
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            tune_socket(sock)
+        return pipe
 
     async def _exchange(self, address: str, reader, writer, parts: list, nonce: str):
         if len(parts) == 1:
@@ -583,6 +714,14 @@ class AsyncRPCClient:
             writers = [w for pool in by_address.values() for _r, w in pool.idle]
             for pool in by_address.values():
                 pool.idle = []
+                if pool.pipe is not None:
+                    if loop.is_closed():
+                        pool.close_pipe(dead_loop=True)
+                    else:
+                        try:
+                            loop.call_soon_threadsafe(pool.close_pipe)
+                        except RuntimeError:
+                            pool.close_pipe(dead_loop=True)
             for writer in writers:
                 if loop.is_closed():
                     _close_dead_transport(writer)
@@ -602,6 +741,7 @@ class AsyncRPCClient:
                 for _reader, writer in pool.idle:
                     writer.close()
                 pool.idle = []
+                pool.close_pipe()
 
 
 def _close_dead_transport(writer: asyncio.StreamWriter) -> None:

@@ -23,7 +23,7 @@ from corral.discovery.signed import SignedNameResolve
 from corral.errors import ProtocolError
 from corral.procs import pid_alive
 from corral.rpc import wire
-from corral.rpc.http import REQUEST_ID_HEADER, Message
+from corral.rpc.http import PIPELINE_HEADER, REQUEST_ID_HEADER, Message
 from corral.rpc.server import Deferred, Reply, RPCServer
 from corral.worker import env as E
 from corral.worker.broadcast import parse_flag
@@ -244,14 +244,16 @@ class WorkerRuntime:
             if cached is not None:
                 return cached
         try:
-            if msg.path == "/call" and msg.keep_alive and not uses_refs(payload):
-                run = self._prepare_call(payload)
+            if msg.path == "/call" and msg.keep_alive:
+                run = None if uses_refs(payload) else self._prepare_call(payload)
                 if run is not None:  # a synchronous method: reply from the engine thread
                     return Deferred(
                         lambda send: self.engines.submit(
                             EngineCallReply(self, request_id, run, send)
                         )
                     )
+                if PIPELINE_HEADER in msg.headers:  # later requests must not wait for it
+                    return Deferred(lambda send: _in_thread(self, request_id, route, payload, send))
             reply = ok(route(payload))
         except Exception as exc:
             reply = failure(500, exc)
@@ -335,6 +337,21 @@ class WorkerRuntime:
     def _shutdown_soon(self) -> None:
         time.sleep(0.05)
         self._on_shutdown()
+
+
+def _in_thread(runtime: WorkerRuntime, request_id, route, payload, send) -> None:
+    """Run a call that is not a plain synchronous method (a coroutine method, refs, keep)
+    on its own thread and reply from there: on a pipelined connection the requests behind
+    it are read and run meanwhile, as they would be on connections of their own."""
+
+    def work() -> None:
+        try:
+            reply = ok(route(payload))
+        except Exception as exc:
+            reply = failure(500, exc)
+        send(runtime._finish(request_id, reply))
+
+    threading.Thread(target=work, name="corral-call", daemon=True).start()
 
 
 def _find_seed(config: Any) -> int | None:
