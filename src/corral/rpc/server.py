@@ -200,13 +200,16 @@ class RPCServer:
                 acked = msg.headers.get(REQUEST_ID_HEADER) if msg.method in _ACKS else None
                 if acked is not None:  # pipelined: the client read (or not) that reply
                     self._acknowledged(msg.method, acked, held_by_id)
+                    if msg.method == "NAK":  # it cannot map our segments: stop sending them
+                        peer = None
                     continue
                 if msg.method in _ACKS:  # the client mapped (or failed to map) it
                     if msg.method == "ACK" and answered and self._delivered is not None:
                         self._delivered(answered)  # proof it has the whole reply
                     if msg.method == "NAK":  # it will ask again with the same id
-                        for seg, peer in held:
-                            shm.POOL.returned([seg.name], peer)
+                        for seg, owner in held:
+                            shm.POOL.returned([seg.name], owner)
+                        peer = None  # and it cannot map our segments: stop sending them
                     answered = None
                     held.clear()
                     continue
