@@ -412,8 +412,9 @@ class AsyncRPCClient:
         max_reply: int = MAX_REPLY,
         pipelining: bool = True,
     ):
-        """``pipelining``: small ``/call`` requests share one pipelined connection per
-        worker (``corral.rpc.pipeline``); everything else takes a connection of its own."""
+        """``pipelining``: small requests (up to ``SMALL_BODY``) share one pipelined
+        connection per worker (``corral.rpc.pipeline``); a larger one takes a connection of
+        its own from the pool."""
         if max_connections < 1:
             raise ValueError(f"max_connections must be >= 1, not {max_connections}")
         self.pipelining = pipelining
@@ -513,7 +514,7 @@ class AsyncRPCClient:
         parts = wire.encode(payload)
         request_id = request_id or new_request_id()
         if timeout is None:
-            if path == "/call" and self.pipelining and wire.frame_size(parts) <= SMALL_BODY:
+            if self.pipelining and wire.frame_size(parts) <= SMALL_BODY:
                 pool = self._pool(address)  # one coroutine less on the fan-out path
                 return await self._send_pipelined(pool, address, path, parts, request_id, identity)
             return await self._send(address, path, parts, request_id, identity)
@@ -558,7 +559,7 @@ class AsyncRPCClient:
         self, address: str, path: str, parts: list, request_id: str, identity: str | None
     ) -> Any:
         pool = self._pool(address)
-        if path == "/call" and self.pipelining and wire.frame_size(parts) <= SMALL_BODY:
+        if self.pipelining and wire.frame_size(parts) <= SMALL_BODY:
             return await self._send_pipelined(pool, address, path, parts, request_id, identity)
         return await self._send_exclusive(pool, address, path, parts, request_id, identity)
 

@@ -95,7 +95,9 @@ class Pipe(asyncio.Protocol):
                         return
                     msg = parse_head(bytes(buf[:end]))
                     del buf[: end + 4]
-                    rid = msg.headers.get(REQUEST_ID_HEADER, "")
+                    rid = msg.headers.get(REQUEST_ID_HEADER)
+                    if rid is None and self.pending:  # a peer that does not pipeline: in order
+                        rid = next(iter(self.pending))
                     entry = self.pending.pop(rid, None)
                     if entry is None:  # a reply to a call given up: drop it
                         if msg.content_length > self._max_reply:

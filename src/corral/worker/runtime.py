@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from corral import keys
@@ -36,6 +37,9 @@ RESULT_CACHE_ENTRIES = 256
 RESULT_CACHE_BYTES = 128 << 20
 LARGE_REPLY_BYTES = 1 << 20
 DELIVERED_IDS = 4096
+#: threads for the requests of pipelined connections that are not plain engine calls (as
+#: many as a client used to have connections open to one worker, and then some)
+SLOW_THREADS = 32
 _PR_SET_PDEATHSIG = 1
 
 
@@ -117,6 +121,8 @@ class WorkerRuntime:
         self.engines = EngineHost()
         self.forks = ForkManager(settings, self.name_resolve, secret)
         self.cache = ResultCache()
+        # requests of pipelined connections that do not go to the engine thread
+        self._slow = ThreadPoolExecutor(SLOW_THREADS, thread_name_prefix="corral-call")
         self.stopped = threading.Event()
         self.shutdown_requested = False
         """Set by ``POST /shutdown``: the SIGTERM that follows is corral's own."""
@@ -215,6 +221,7 @@ class WorkerRuntime:
             except Exception:
                 pass
             self.server.stop()
+            self._slow.shutdown(wait=False, cancel_futures=True)
 
     # dispatch --------------------------------------------------------------
     def handle(self, msg: Message) -> Reply:
@@ -252,8 +259,12 @@ class WorkerRuntime:
                             EngineCallReply(self, request_id, run, send)
                         )
                     )
-                if PIPELINE_HEADER in msg.headers:  # later requests must not wait for it
-                    return Deferred(lambda send: _in_thread(self, request_id, route, payload, send))
+            if PIPELINE_HEADER in msg.headers and msg.keep_alive:  # the next must not wait
+                return Deferred(
+                    lambda send: self._slow.submit(
+                        _run_route, self, request_id, route, payload, send
+                    )
+                )
             reply = ok(route(payload))
         except Exception as exc:
             reply = failure(500, exc)
@@ -339,19 +350,16 @@ class WorkerRuntime:
         self._on_shutdown()
 
 
-def _in_thread(runtime: WorkerRuntime, request_id, route, payload, send) -> None:
-    """Run a call that is not a plain synchronous method (a coroutine method, refs, keep)
-    on its own thread and reply from there: on a pipelined connection the requests behind
-    it are read and run meanwhile, as they would be on connections of their own."""
-
-    def work() -> None:
-        try:
-            reply = ok(route(payload))
-        except Exception as exc:
-            reply = failure(500, exc)
-        send(runtime._finish(request_id, reply))
-
-    threading.Thread(target=work, name="corral-call", daemon=True).start()
+def _run_route(runtime: WorkerRuntime, request_id, route, payload, send) -> None:
+    """A request that is not a plain synchronous engine call (a coroutine method, refs,
+    ``create_engine``, ``fork``...) from a pipelined connection, run on a thread of the
+    runtime's pool: the requests behind it are read and run meanwhile, as they would be on
+    connections of their own. It replies from there."""
+    try:
+        reply = ok(route(payload))
+    except Exception as exc:
+        reply = failure(500, exc)
+    send(runtime._finish(request_id, reply))
 
 
 def _find_seed(config: Any) -> int | None:
