@@ -88,7 +88,12 @@ def raise_remote(error: dict) -> None:
     raise errors.EngineCallError(f"{kind}: {message}", remote_traceback=tb)
 
 
+_OK_NONE = b"".join(wire.encode({"ok": True, "result": None}))  # what most calls return
+
+
 def interpret_reply(address: str, msg: Message) -> Any:
+    if msg.body == _OK_NONE and msg.status == 200 and msg.headers.get("content-type") == FRAME_TYPE:
+        return None
     if msg.status == 409:
         text = bytes(msg.body[:300]).decode("utf-8", "replace")
         raise WorkerUnreachableError(address, ConnectionRefusedError(text))

@@ -43,6 +43,7 @@ MAX_BUFFERS = 1 << 16
 TAG = "$t"
 _TAG_BYTES = TAG.encode()
 _JSON = json.JSONEncoder(separators=(",", ":"), allow_nan=False)  # made once, not per frame
+_JSON_DECODE = json.JSONDecoder().decode
 _NUMPY_KINDS = set("biufc?mM")
 _PLAIN = (type(None), bool, int, str)
 _MODULE_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
@@ -221,7 +222,7 @@ def decode(
     if pos != view.nbytes:
         raise ProtocolError(f"frame has {view.nbytes - pos} trailing bytes")
     try:
-        tree = json.loads(header)
+        tree = _JSON_DECODE(header.decode("utf-8"))  # what json.loads does, without its checks
     except (ValueError, RecursionError) as exc:
         raise ProtocolError(f"frame header is not valid JSON: {exc}") from None
     if not buffers and _TAG_BYTES not in header:
