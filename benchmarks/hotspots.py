@@ -224,8 +224,9 @@ def ab_noop(sched, args) -> None:
 
 
 # ------------------------------------------------------------------ the profiled worker
-def run_worker(out: str, patch: str | None) -> None:
-    """``hotspots.py worker``: a corral worker with every thread profiled."""
+def run_worker(out: str, patch: str | None, worker_argv: list[str]) -> None:
+    """``hotspots.py worker``: a corral worker with every thread profiled; ``worker_argv``
+    is the worker contract's arguments that the launcher appends to the command."""
     apply_patch(patch)
     profiles: list[cProfile.Profile] = []
 
@@ -241,7 +242,7 @@ def run_worker(out: str, patch: str | None) -> None:
     main_prof = cProfile.Profile()
     main_prof.enable()
     try:
-        worker_main()
+        worker_main(worker_argv)
     finally:
         main_prof.disable()
         stats = pstats.Stats(main_prof)
@@ -476,10 +477,12 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=0)
     parser.add_argument("--replicas", type=int, default=8)
     parser.add_argument("--top", type=int, default=25)
-    args = parser.parse_args()
+    args, rest = parser.parse_known_args()
     if args.what == "worker":
-        run_worker(args.profile_out, args.patch)
+        run_worker(args.profile_out, args.patch, rest)
         return
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     fileroot = tempfile.mkdtemp(prefix="corral-hotspots-", dir="/tmp")
     sched = _scheduler(fileroot)
     try:

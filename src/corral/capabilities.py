@@ -14,14 +14,14 @@ from __future__ import annotations
 import abc
 
 from corral.errors import ConfigError
+from corral.launcher import LaunchRequest
 
 
 class Elastic(abc.ABC):
     @abc.abstractmethod
-    def grow(
-        self, role: str, first: int, tasks: list, envs: list[dict[str, str]], log_dir: str
-    ) -> None:
-        """Start replicas ``first``, ``first + 1``, ... of a running role."""
+    def grow(self, request: LaunchRequest, first: int) -> None:
+        """Start replicas ``first``, ``first + 1``, ... of a running role (``request.job``
+        holds just those replicas, ``request.envs`` their environments)."""
 
     @abc.abstractmethod
     def shrink(self, role: str, indices: list[int]) -> None:

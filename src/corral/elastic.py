@@ -19,7 +19,9 @@ from corral import keys
 from corral.capabilities import Elastic, require
 from corral.errors import ConfigError, WorkerNotFoundError
 from corral.fdlimit import ensure_fds
+from corral.launcher import LaunchRequest
 from corral.roles import LAUNCHED
+from corral.spec import NormalizedJob
 
 if TYPE_CHECKING:
     from corral.scheduler import Scheduler
@@ -51,7 +53,8 @@ def scale(sched: Scheduler, role: str, replicas: int) -> list[str]:
             state.job = dataclasses.replace(
                 state.job, replicas=replicas, tasks=state.job.tasks + tasks
             )
-            sched.launcher.grow(role, n, list(tasks), envs, sched.paths.log_dir)
+            more = NormalizedJob(role, len(tasks), tasks, state.job.strategy)
+            sched.launcher.grow(LaunchRequest(more, envs, sched.paths.log_dir), n)
             try:
                 workers = sched._watch.await_registration(role, replicas, sched.startup_timeout)
             except BaseException:

@@ -112,25 +112,5 @@ class EngineAPI:
     # the call path's clients under their old names (tests and benchmarks read them)
     _client = property(lambda self: self._calls.client)
     _async_client = property(lambda self: self._calls.async_client)
-
-    def _request(
-        self,
-        worker: Worker,
-        path: str,
-        payload: Any,
-        timeout: float | None = None,
-        retries: int = 2,
-        retry_delay: float = 0.0,
-    ) -> Any:
-        return self._calls.call(worker, path, payload, timeout, retries, retry_delay)
-
-    async def _arequest(
-        self,
-        worker: Worker,
-        path: str,
-        payload: Any,
-        timeout: float | None = None,
-        retries: int = 2,
-        retry_delay: float = 0.0,
-    ) -> Any:
-        return await self._calls.acall(worker, path, payload, timeout, retries, retry_delay)
+    _request = property(lambda self: self._calls.call)
+    _arequest = property(lambda self: self._calls.acall)

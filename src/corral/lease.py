@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from dataclasses import InitVar, dataclass, field
 from typing import Any
 
 from corral.discovery.signed import SignedNameResolve
@@ -16,37 +17,28 @@ from corral.runs import ControllerLease, Lease
 from corral.safedirs import make_private_subdir, write_exclusive
 
 
+@dataclass(kw_only=True, eq=False)
 class TrialHold:
-    def __init__(
-        self,
-        *,
-        name_resolve: SignedNameResolve,
-        experiment: str,
-        trial: str,
-        run_id: str,
-        lease_timeout: float,
-        grace: float,
-        secret: str,
-        secret_file: str,
-        remove_leftovers: Callable[[str, str], list[str]],
-        stats: Any,
-        monitor: Any,
-        progress: Callable[[str], None],
-    ):
-        self.name_resolve = name_resolve
-        self.experiment = experiment
-        self.trial = trial
-        self.secret = secret
-        self.secret_file = secret_file
-        self.wrote_secret = False
-        self.remove_leftovers = remove_leftovers
-        self.stats = stats
-        self.monitor = monitor
-        self.progress = progress
+    name_resolve: SignedNameResolve
+    experiment: str
+    trial: str
+    run_id: InitVar[str]
+    lease_timeout: InitVar[float]
+    grace: InitVar[float]
+    secret: str
+    secret_file: str
+    remove_leftovers: Callable[[str, str], list[str]]
+    stats: Any
+    monitor: Any
+    progress: Callable[[str], None]
+    wrote_secret: bool = field(default=False, init=False)
+    lease: ControllerLease = field(init=False)
+
+    def __post_init__(self, run_id: str, lease_timeout: float, grace: float) -> None:
         self.lease = ControllerLease(
-            SignedNameResolve(name_resolve.inner, secret, lenient=True),
-            experiment,
-            trial,
+            SignedNameResolve(self.name_resolve.inner, self.secret, lenient=True),
+            self.experiment,
+            self.trial,
             run_id,
             lease_timeout,
             grace,

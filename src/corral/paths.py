@@ -61,6 +61,11 @@ def stats_file(fileroot: str, experiment: str, trial: str) -> str:
     return os.path.join(secret_dir(fileroot, experiment, trial), "stats.json")
 
 
+def metrics_token_file(fileroot: str, experiment: str, trial: str) -> str:
+    """The bearer token a Prometheus scraper sends to the controller's ``/metrics``."""
+    return os.path.join(secret_dir(fileroot, experiment, trial), "metrics.token")
+
+
 @dataclass(frozen=True)
 class TrialPaths:
     """The files of one trial. ``fileroot`` is None where only ``log_dir`` is known."""
@@ -135,6 +140,10 @@ class TrialPaths:
     @property
     def stats_file(self) -> str:
         return stats_file(self._root(), self.experiment, self.trial)  # type: ignore[arg-type]
+
+    @property
+    def metrics_token_file(self) -> str:
+        return metrics_token_file(self._root(), self.experiment, self.trial)  # type: ignore[arg-type]
 
     @property
     def records(self) -> str:

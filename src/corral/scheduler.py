@@ -1,7 +1,8 @@
 """The shared controller: one API over every backend.
 
 A backend contributes only a ``Launcher``. This class wires the pieces that are written
-once for all backends and answers the public API with them:
+once for all backends and answers the public API with them (its roles and workers in
+``corral.role_api``, its engine half in ``corral.engine_api``, both mixins of it):
 
 - ``corral.roles``: the table of roles and workers, and the checks a new role passes;
 - ``corral.watch``: waiting for registration, deaths, diagnosis after a broken call;
@@ -19,48 +20,30 @@ import logging
 import os
 import secrets
 import threading
-import time
 import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from corral import keys
-from corral import options as opts
 from corral.attach import adopt, check_grace, detach, find_run
 from corral.calls import Caller
 from corral.capabilities import Adoptable, require
-from corral.configure import configure_all
 from corral.data.plane import DataPlane
 from corral.discovery.signed import SignedNameResolve
-from corral.dryrun import plan
 from corral.engine_api import EngineAPI
-from corral.errors import (
-    WorkerCreationError,
-    WorkerFailedError,
-    WorkerNotFoundError,
-)
-from corral.fdlimit import ensure_fds, is_fd_exhaustion, too_many_files
-from corral.forking import fork_next_to
+from corral.errors import WorkerCreationError, WorkerFailedError
 from corral.health import DEFAULT_INTERVAL, HealthMonitor, WorkerHealth, health_key
 from corral.ioloop import IOLoop
-from corral.launcher import Launcher, LaunchRequest, WorkerExit
+from corral.launcher import Launcher, WorkerExit
 from corral.lease import TrialHold
 from corral.observe.publisher import StatsPublisher, make_call_stats
-from corral.rendezvous import rendezvous_envs
 from corral.restarts import restart_if_allowed
-from corral.roles import FORKED, LAUNCHED, REUSED, RoleState, RoleTable
+from corral.role_api import RoleAPI
+from corral.roles import RoleState, RoleTable
 from corral.runs import new_run_id
-from corral.safedirs import make_private_subdir
 from corral.settings import ControllerSettings, ensure_dir
-from corral.spec import (
-    NormalizedJob,
-    SchedulingSpec,
-    Worker,
-    normalize_job,
-    validate_role_name,
-)
+from corral.spec import Worker
 from corral.teardown import Teardown
 from corral.watch import Watch
 from corral.worker import env as E
@@ -70,7 +53,7 @@ log = logging.getLogger("corral")
 __all__ = ["Scheduler", "RoleState", "WorkerCreationError"]
 
 
-class Scheduler(EngineAPI):
+class Scheduler(RoleAPI, EngineAPI):
     """One API over every backend. Subclasses pick a ``Launcher``."""
 
     backend = "base"
@@ -98,105 +81,113 @@ class Scheduler(EngineAPI):
         ``dry_run=True``: start, connect to and write nothing (no directory, no secret, no
         name-resolve store); ``create_workers`` prints :meth:`dry_run` instead.
         ``outlive_controller`` (seconds) and ``attach``: see corral.attach."""
-        self.dry_run_only = dry_run
-        got = ControllerSettings.resolve(exp_config, dry_run=dry_run, **settings)
-        self.settings = got
-        self.exp_config = got.exp_config
-        self.experiment_name, self.trial_name = got.experiment_name, got.trial_name
-        self._n_gpus_per_node = got.n_gpus_per_node
-        self.startup_timeout = got.startup_timeout
-        self.health_check_interval = got.health_check_interval
-        self.enable_tms_offload = got.enable_tms_offload
-        self.fileroot, self.paths = got.fileroot, got.paths
-        #: A pathlib.Path, as in AReaL (``str(sched.log_dir)`` for the text).
-        self.log_dir = Path(self.paths.log_dir)
-        self.outlive_controller = check_grace(outlive_controller)
-        run = None
-        if attach:  # continue a run whose controller is gone (same run id and secret)
-            run = find_run(
-                got.name_resolve, self.experiment_name, self.trial_name,
-                self.paths.secret_file, lease_timeout,
-            )  # fmt: skip
-            self.outlive_controller = self.outlive_controller or run.lease.grace
-        self.secret = run.secret if run else secrets.token_hex(32)  # file written at claim
-        # records are signed with the trial secret; unsigned or forged ones are refused
-        self.name_resolve = SignedNameResolve(got.name_resolve, self.secret)
-        self.lease_timeout = lease_timeout
-        self.launcher = launcher
-        self.progress = progress or (lambda text: log.info(text))
-        launcher.progress = self.progress
-        launcher.trial_secret = self.secret
-        if self.outlive_controller:
-            require(
-                launcher, Adoptable, "keep workers after their controller is gone",
-                "outlive_controller", outlive_controller,
-            )  # fmt: skip
-        launcher.outlive = self.outlive_controller  # workers outlive the controller (attach)
-        self.secret_file = self.paths.secret_file  # written when the run claims its trial
-        self.run_id = run.lease.run_id if run else new_run_id()
-        self.removed_leftovers: list[str] = []
-        self._table = RoleTable()
-        self._roles = self._table.roles  # role -> RoleState (read by tests and tools)
-        self._lock = threading.RLock()
-        self._restart_hooks: dict[str, Callable[[Scheduler, str], Any]] = {}
-        # Blocking launcher work (Ray forks) fans out on a few threads; requests to many
-        # workers at once (rendezvous, teardown) run as coroutines on one loop thread.
-        self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="corral-fanout")
-        self._io = IOLoop()
-        self._call_stats = make_call_stats()  # per-role call figures for corral dashboard / top
-        self._stats = StatsPublisher(self, self._call_stats)
-        self._data = DataPlane(
-            f"{self.experiment_name}/{self.trial_name}",
-            self._table.ids.get,
-            lambda w, path, payload, timeout: self._calls.call(w, path, payload, timeout, 0),
-            lambda w, path, payload, timeout: self._calls.acall(w, path, payload, timeout, 0),
-        )
-        self.monitor = HealthMonitor(
-            self._table.watched, launcher.poll, self._record_health, self.progress, health_interval
-        )
-        if on_worker_death is not None:
-            self.monitor.callbacks.append(on_worker_death)
-        self._hold = TrialHold(
-            name_resolve=self.name_resolve,
-            experiment=self.experiment_name,
-            trial=self.trial_name,
-            run_id=self.run_id,
-            lease_timeout=lease_timeout,
-            grace=self.outlive_controller,
-            secret=self.secret,
-            secret_file=self.secret_file,
-            remove_leftovers=launcher.remove_leftovers,
-            stats=self._stats,
-            monitor=self.monitor,
-            progress=self.progress,
-        )
-        self._watch = Watch(
-            experiment=self.experiment_name,
-            trial=self.trial_name,
-            name_resolve=self.name_resolve,
-            launcher=launcher,
-            roles=self._table,
-            paths=self.paths,
-            backend=self.backend,
-            progress=self.progress,
-        )
-        self._calls = Caller(self.secret, self._watch.diagnose, self._call_stats)
-        self._watch.probe = lambda w: self._calls.health(w, 0.3)
-        self._watch.on_death = self._maybe_restart
-        self._teardown = Teardown(
-            experiment=self.experiment_name,
-            trial=self.trial_name,
-            name_resolve=self.name_resolve,
-            launcher=launcher,
-            roles=self._table,
-            caller=self._calls,
-            fan_out=self._fan_out,
-            run_async=lambda coro: self._io.run(coro),
-            gone=self._worker_gone,
-        )
-        self._closed = False
+        try:  # a launcher handed in is this scheduler's: released if it cannot start
+            self.dry_run_only = dry_run
+            got = ControllerSettings.resolve(exp_config, dry_run=dry_run, **settings)
+            self.settings = got
+            self.exp_config = got.exp_config
+            self.experiment_name, self.trial_name = got.experiment_name, got.trial_name
+            self._n_gpus_per_node = got.n_gpus_per_node
+            self.startup_timeout = got.startup_timeout
+            self.health_check_interval = got.health_check_interval
+            self.enable_tms_offload = got.enable_tms_offload
+            self.fileroot, self.paths = got.fileroot, got.paths
+            #: A pathlib.Path, as in AReaL (``str(sched.log_dir)`` for the text).
+            self.log_dir = Path(self.paths.log_dir)
+            self.outlive_controller = check_grace(outlive_controller)
+            run = None
+            if attach:  # continue a run whose controller is gone (same run id and secret)
+                run = find_run(
+                    got.name_resolve, self.experiment_name, self.trial_name,
+                    self.paths.secret_file, lease_timeout,
+                )  # fmt: skip
+                self.outlive_controller = self.outlive_controller or run.lease.grace
+            self.secret = run.secret if run else secrets.token_hex(32)  # file written at claim
+            # records are signed with the trial secret; unsigned or forged ones are refused
+            self.name_resolve = SignedNameResolve(got.name_resolve, self.secret)
+            self.lease_timeout = lease_timeout
+            self.launcher = launcher
+            self.progress = progress or (lambda text: log.info(text))
+            launcher.progress = self.progress
+            launcher.trial_secret = self.secret
+            if self.outlive_controller:
+                require(
+                    launcher, Adoptable, "keep workers after their controller is gone",
+                    "outlive_controller", outlive_controller,
+                )  # fmt: skip
+            launcher.outlive = self.outlive_controller  # workers outlive the controller (attach)
+            self.secret_file = self.paths.secret_file  # written when the run claims its trial
+            self.run_id = run.lease.run_id if run else new_run_id()
+            self.removed_leftovers: list[str] = []
+            self._table = RoleTable()
+            self._roles = self._table.roles  # role -> RoleState (read by tests and tools)
+            self._lock = threading.RLock()
+            self._restart_hooks: dict[str, Callable[[Scheduler, str], Any]] = {}
+            # Blocking launcher work (Ray forks) fans out on a few threads; requests to many
+            # workers at once (rendezvous, teardown) run as coroutines on one loop thread.
+            self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="corral-fanout")
+            self._io = IOLoop()
+            self._call_stats = make_call_stats()  # per-role call figures for corral dashboard / top
+            self._stats = StatsPublisher(self, self._call_stats)
+            self._data = DataPlane(
+                f"{self.experiment_name}/{self.trial_name}",
+                self._table.ids.get,
+                lambda w, path, payload, timeout: self._calls.call(w, path, payload, timeout, 0),
+                lambda w, path, payload, timeout: self._calls.acall(w, path, payload, timeout, 0),
+            )
+            self.monitor = HealthMonitor(
+                self._table.watched,
+                launcher.poll,
+                self._record_health,
+                self.progress,
+                health_interval,
+            )
+            if on_worker_death is not None:
+                self.monitor.callbacks.append(on_worker_death)
+            # the trial every piece below serves, named once
+            trial = {
+                "experiment": self.experiment_name,
+                "trial": self.trial_name,
+                "name_resolve": self.name_resolve,
+            }
+            self._hold = TrialHold(
+                **trial,
+                run_id=self.run_id,
+                lease_timeout=lease_timeout,
+                grace=self.outlive_controller,
+                secret=self.secret,
+                secret_file=self.secret_file,
+                remove_leftovers=launcher.remove_leftovers,
+                stats=self._stats,
+                monitor=self.monitor,
+                progress=self.progress,
+            )
+            self._watch = Watch(
+                **trial,
+                launcher=launcher,
+                roles=self._table,
+                paths=self.paths,
+                backend=self.backend,
+                progress=self.progress,
+            )
+            self._calls = Caller(self.secret, self._watch.diagnose, self._call_stats)
+            self._watch.probe = lambda w: self._calls.health(w, 0.3)
+            self._watch.on_death = self._maybe_restart
+            self._teardown = Teardown(
+                **trial,
+                launcher=launcher,
+                roles=self._table,
+                caller=self._calls,
+                fan_out=self._fan_out,
+                run_async=lambda coro: self._io.run(coro),
+                gone=self._worker_gone,
+            )
+            self._closed = False
+        except BaseException:
+            launcher.close()
+            raise
         _live_schedulers.add(self)
-        if run is not None:
+        if run is not None:  # adopted workers outlive a failed attach (see corral.attach)
             self._hold.wrote_secret = True  # the run's secret file is ours to remove at close
             adopt(self, run)
 
@@ -243,192 +234,6 @@ class Scheduler(EngineAPI):
 
     def _key(self, fn, *args) -> str:
         return fn(self.experiment_name, self.trial_name, *args)
-
-    def worker_env(self, role: str, index: int, spec: SchedulingSpec) -> dict[str, str]:
-        """The environment every backend gives a worker process."""
-        by_launcher = not self.launcher.shares_filesystem  # it hands the secret over itself
-        return E.worker_environment(
-            experiment=self.experiment_name,
-            trial=self.trial_name,
-            role=role,
-            index=index,
-            name_resolve=self.name_resolve.describe(),
-            log_dir=self.paths.log_dir,
-            port_count=spec.port_count,
-            lease_timeout=self.lease_timeout,
-            cpu=spec.cpu,
-            run_id=self.run_id,
-            fileroot=self.fileroot,
-            secret_file=None if by_launcher else self.secret_file,
-            engines=spec.engines,
-            env_vars=spec.env_vars,
-            offload=self.enable_tms_offload,
-            outlive=self.outlive_controller,
-        )
-
-    # ------------------------------------------------------------ create
-    def create_workers(self, job: Any, *args: Any, wait: bool = True, **kwargs: Any) -> list[str]:
-        """Start ``job.replicas`` workers of ``job.role`` and wait until all are ready.
-
-        ``wait=False`` returns once the workers are launched, as AReaL's schedulers do;
-        ``get_workers(role, timeout)`` then waits for them (and any call on one of them
-        waits up to ``startup_timeout``)."""
-        if self.dry_run_only:
-            print(self.dry_run(job))
-            return []
-        nj = normalize_job(job)
-        with self._lock:
-            self._check_job(nj)
-            if nj.is_colocated:
-                self._finish_role(nj.strategy.target, self.startup_timeout)
-            if nj.is_colocated and not nj.strategy.fork:
-                target = self._roles[nj.strategy.target]
-                self._roles[nj.role] = RoleState(
-                    nj, list(target.workers), REUSED, nj.strategy.target
-                )
-                return [w.id for w in target.workers]
-            if nj.is_colocated:
-                return self._fork_role(nj, nj.strategy.target)
-            return self._launch_role(nj, wait)
-
-    def dry_run(self, job: Any) -> str:
-        """What ``create_workers(job)`` would ask the backend for, as printable text (the
-        local argv and environment, the Ray placement groups and actor options, the
-        sbatch script), after the same checks. Starts and writes nothing."""
-        return plan(self, normalize_job(job))
-
-    def _check_job(self, job: NormalizedJob) -> None:
-        self._table.check_new(job, self._n_gpus_per_node, self.launcher, self.backend)
-
-    def _launch_role(self, job: NormalizedJob, wait: bool = True) -> list[str]:
-        ensure_fds(job.replicas * self.launcher.fds_per_worker, f"role {job.role!r}")
-        self._hold_lease()
-        self.name_resolve.clear_subtree(self._key(keys.role_prefix, job.role))
-        envs = [self.worker_env(job.role, i, spec) for i, spec in enumerate(job.tasks)]
-        make_private_subdir(self.log_dir)  # 0700, like every directory below
-        self.progress(
-            f"starting {job.replicas} {job.role} worker(s) on {self.backend}; logs in {self.log_dir}"
-        )
-        try:
-            self.launcher.launch(LaunchRequest(job=job, envs=envs, log_dir=self.paths.log_dir))
-            self._roles[job.role] = RoleState(job, [], LAUNCHED, pending=True)
-            if wait:
-                self._finish_role(job.role, self.startup_timeout)
-        except BaseException as exc:
-            self._roles.pop(job.role, None)
-            self._teardown.stop_launched(job.role)
-            if is_fd_exhaustion(exc):
-                import resource
-
-                soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-                raise too_many_files(f"role {job.role!r}", job.replicas * 5, soft, hard) from exc
-            raise
-        return [f"{job.role}/{i}" for i in range(job.replicas)]
-
-    def _finish_role(self, role: str, timeout: float) -> None:
-        """Wait until a launched role's workers registered, then give them their
-        rendezvous variables and (with an ``exp_config``) configure them."""
-        state = self._roles.get(role)
-        if state is None or not state.pending:
-            return
-        started = time.monotonic()
-        workers = self._watch.await_registration(role, state.job.replicas, timeout)
-        self._rendezvous(role, workers)
-        if self.exp_config is not None:
-            self._io.run(configure_all(self._calls, workers, self.exp_config))
-        state.workers, state.pending = workers, False
-        self._table.add_workers(workers)
-        self.progress(f"{len(workers)} {role} worker(s) ready in {time.monotonic() - started:.2f}s")
-
-    def scale(self, role: str, replicas: int) -> list[str]:
-        """Grow or shrink a launched role to ``replicas`` workers; see corral.elastic."""
-        from corral.elastic import scale
-
-        return scale(self, role, replicas)
-
-    def wait_role(self, role: str, timeout: float | None = None) -> list[str]:
-        """After a preemption (WorkerPreemptedError): wait until the backend brought every
-        worker of ``role`` back, re-run rendezvous and the restart hook; see
-        corral.preemption."""
-        from corral.preemption import wait_role
-
-        return wait_role(self, role, timeout)
-
-    def _rendezvous(self, role: str, workers: list[Worker], only: list[int] | None = None) -> None:
-        """Give each worker its torch.distributed variables (``only``: just these ranks)."""
-        master = self.launcher.rendezvous_master(role, workers)
-        envs = rendezvous_envs(workers, master)
-        pairs = list(zip(workers, envs, strict=True))
-        if only is not None:
-            pairs = [pairs[i] for i in only]
-        self._io.run(self._calls.acall_all([(w, "/set_env", {"env": env}) for w, env in pairs]))
-
-    # -------------------------------------------------------------- fork
-    def fork_workers(self, role: str, target_role: str, command: str | None = None) -> list[str]:
-        """Start one new worker of ``role`` next to each worker of ``target_role``."""
-        validate_role_name(role)
-        with self._lock:
-            if target_role not in self._roles:
-                raise WorkerNotFoundError(
-                    target_role, f"no role {target_role!r} to fork from; create it first"
-                )
-            target = self._roles[target_role]
-            job = NormalizedJob(
-                role=role,
-                replicas=len(target.workers),
-                tasks=target.job.tasks,
-                strategy=type(target.job.strategy)(
-                    type="colocation", target=target_role, fork=True
-                ),
-            )
-            self._check_job(job)
-            return self._fork_role(job, target_role, command)
-
-    def _fork_role(
-        self, job: NormalizedJob, target_role: str, command: str | None = None
-    ) -> list[str]:
-        self._hold_lease()
-        targets = self._roles[target_role].workers
-        self.name_resolve.clear_subtree(self._key(keys.role_prefix, job.role))
-        self.progress(f"forking {len(targets)} {job.role} worker(s) next to {target_role}")
-        state = RoleState(job, [], FORKED, target_role)
-        self._roles[job.role] = state
-
-        try:
-            state.workers = fork_next_to(
-                self.launcher,
-                self._calls,
-                job,
-                targets,
-                command,
-                self.startup_timeout,
-                self._fan_out,
-            )
-            self._rendezvous(job.role, state.workers)
-        except BaseException:
-            self._teardown.delete_role(job.role)
-            raise
-        self._table.add_workers(state.workers)
-        return [w.id for w in state.workers]
-
-    # -------------------------------------------------------------- lookup
-    def get_workers(self, role: str, timeout: float | None = None) -> list[Worker]:
-        """The role's workers once ready; raises WorkerFailedError if one has died.
-
-        Workers made by ``create_workers`` are ready when it returns; those launched with
-        ``wait=False`` are waited for here, for ``timeout`` seconds (None: the scheduler's
-        ``startup_timeout``), then WorkerTimeoutError (the role stays, call again or
-        delete it)."""
-        state = self._table.state(role)
-        opts.check_number("timeout", timeout)
-        wait = self.startup_timeout if timeout is None else timeout
-        if state.kind == REUSED:
-            self._finish_role(state.target, wait)
-            state.workers = list(self._roles[state.target].workers)
-        with self._lock:
-            self._finish_role(role, wait)
-        self._watch.raise_if_dead(state)
-        return list(state.workers)
 
     # -------------------------------------------------------------- restarts
     def set_restart_hook(self, role: str, hook: Callable[[Scheduler, str], Any]) -> None:

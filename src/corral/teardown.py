@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from corral import keys
@@ -23,31 +24,19 @@ from corral.spec import Worker
 log = logging.getLogger("corral")
 
 
+@dataclass(kw_only=True, eq=False)
 class Teardown:
-    def __init__(
-        self,
-        *,
-        experiment: str,
-        trial: str,
-        name_resolve: NameResolve,
-        launcher: Launcher,
-        roles: RoleTable,
-        caller: Caller,
-        fan_out: Callable[[Callable[[Any], Any], list], list],
-        run_async: Callable[[Any], Any],
-        gone: Callable[[Worker, str], None],
-    ):
-        self.experiment = experiment
-        self.trial = trial
-        self.name_resolve = name_resolve
-        self.launcher = launcher
-        self.roles = roles
-        self.caller = caller
-        self.fan_out = fan_out
-        self.run_async = run_async
-        """Runs a coroutine on the controller's I/O loop and returns its result."""
-        self.gone = gone
-        """Told of each deleted worker and its role (health monitor, data plane)."""
+    experiment: str
+    trial: str
+    name_resolve: NameResolve
+    launcher: Launcher
+    roles: RoleTable
+    caller: Caller
+    fan_out: Callable[[Callable[[Any], Any], list], list]
+    run_async: Callable[[Any], Any]
+    """Runs a coroutine on the controller's I/O loop and returns its result."""
+    gone: Callable[[Worker, str], None]
+    """Told of each deleted worker and its role (health monitor, data plane)."""
 
     def delete(self, role: str | None, reverse_order: bool) -> None:
         """``role`` and its dependents, or every role (dependents first). A role that

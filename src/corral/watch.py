@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from corral import keys
 from corral.discovery.base import NameResolve
@@ -33,31 +34,20 @@ DEAD_CHECK_SECONDS = 1.5
 STATUS_POLL_SECONDS = 0.25
 
 
+@dataclass(kw_only=True, eq=False)
 class Watch:
-    def __init__(
-        self,
-        *,
-        experiment: str,
-        trial: str,
-        name_resolve: NameResolve,
-        launcher: Launcher,
-        roles: RoleTable,
-        paths: TrialPaths,
-        backend: str,
-        progress: Callable[[str], None],
-    ):
-        self.experiment = experiment
-        self.trial = trial
-        self.name_resolve = name_resolve
-        self.launcher = launcher
-        self.roles = roles
-        self.paths = paths
-        self.backend = backend
-        self.progress = progress
-        self.probe: Callable[[Worker], object] = lambda worker: None
-        """Answers (returns) if the worker is reachable; set by the scheduler."""
-        self.on_death: Callable[[Worker, WorkerFailedError], None] = lambda w, f: None
-        """Called when a call finds its worker dead (the restart policy)."""
+    experiment: str
+    trial: str
+    name_resolve: NameResolve
+    launcher: Launcher
+    roles: RoleTable
+    paths: TrialPaths
+    backend: str
+    progress: Callable[[str], None]
+    probe: Callable[[Worker], object] = lambda worker: None
+    """Answers (returns) if the worker is reachable; set by the scheduler."""
+    on_death: Callable[[Worker, WorkerFailedError], None] = lambda w, f: None
+    """Called when a call finds its worker dead (the restart policy)."""
 
     # ---------------------------------------------------------------- registration
     def read_worker(self, role: str, index: int) -> Worker | None:

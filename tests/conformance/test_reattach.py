@@ -47,6 +47,17 @@ def _cli(backend, *args: str) -> str:
     ).stdout
 
 
+def _kill_left(pids: list[int]) -> None:
+    """On the way out, whatever happened: SIGKILL every worker the test made outlive its
+    controller or adopted, by pid (all test backends run on this machine)."""
+    for pid in pids:
+        if pid_alive(pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
 def _kill_controller_and_outwait_its_lease(proc) -> None:
     proc.send_signal(signal.SIGKILL)
     proc.wait(30)
@@ -92,6 +103,7 @@ def test_a_new_controller_attaches_to_workers_that_outlive_their_controller(keep
             sched.close()
         end_controller(proc)
         _cli(keeping, "stop", experiment, trial)
+        _kill_left(first["pids"])
 
 
 def test_corral_stop_from_another_shell_stops_workers_that_outlive_their_controller(keeping):
@@ -108,6 +120,7 @@ def test_corral_stop_from_another_shell_stops_workers_that_outlive_their_control
         assert keeping.leftovers(experiment, trial) == []
     finally:
         end_controller(proc)
+        _kill_left(first["pids"])
 
 
 def test_attach_is_refused_when_the_run_did_not_ask_its_workers_to_outlive_it(keeping):
@@ -123,3 +136,4 @@ def test_attach_is_refused_when_the_run_did_not_ask_its_workers_to_outlive_it(ke
     finally:
         end_controller(proc)
         _cli(keeping, "stop", experiment, trial)
+        _kill_left(first["pids"])

@@ -4,8 +4,10 @@ opt-in Prometheus endpoint. Real workers; GPUs are declared, not physical."""
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
+import urllib.error
 import urllib.request
 
 import pytest
@@ -161,13 +163,59 @@ def test_prometheus_endpoint_serves_call_and_worker_figures(backend, monkeypatch
         snap = wait_stats(
             sched, lambda s: role_row(s, "rollout")["calls"]["total"] == 5, what="5 calls"
         )
-        with urllib.request.urlopen(snap["metrics_url"], timeout=10) as reply:
+        token_file = snap["metrics_token_file"]
+        assert os.stat(token_file).st_mode & 0o777 == 0o600
+        with open(token_file) as f:
+            token = f.read()
+        request = urllib.request.Request(
+            snap["metrics_url"], headers={"Authorization": f"Bearer {token}"}
+        )
+        with urllib.request.urlopen(request, timeout=10) as reply:
             assert reply.headers["Content-Type"].startswith("text/plain; version=0.0.4")
             text = reply.read().decode()
         labels = f'experiment="{sched.experiment_name}",trial="{sched.trial_name}"'
         assert f'corral_calls_total{{{labels},role="rollout"}} 5' in text
         assert f'corral_worker_up{{{labels},worker="{wid}",state="running"}} 1' in text
         assert "# TYPE corral_call_latency_seconds gauge" in text
+    finally:
+        sched.close()
+
+
+def test_prometheus_endpoint_refuses_a_scraper_without_the_token(backend, monkeypatch):
+    """Another local user can reach 127.0.0.1 too: no token (or a wrong one), no figures."""
+    monkeypatch.setenv("CORRAL_METRICS_PORT", "0")
+    monkeypatch.setenv("CORRAL_METRICS_TOKEN", "a-token-chosen-by-ops-1234")
+    sched = backend.scheduler()
+    try:
+        _start(sched, replicas=1, gpu=0)
+        snap = wait_stats(sched, lambda s: "metrics_url" in s, what="metrics url")
+        for headers in ({}, {"Authorization": "Bearer not-the-token-at-all-0000"}):
+            request = urllib.request.Request(snap["metrics_url"], headers=headers)
+            with pytest.raises(urllib.error.HTTPError) as err:
+                urllib.request.urlopen(request, timeout=10)
+            assert err.value.code == 401
+            assert b"corral_calls_total" not in err.value.read()
+        ok = urllib.request.Request(
+            snap["metrics_url"], headers={"Authorization": "Bearer a-token-chosen-by-ops-1234"}
+        )
+        with urllib.request.urlopen(ok, timeout=10) as reply:
+            assert b"corral_worker_up" in reply.read()
+        with open(snap["metrics_token_file"]) as f:
+            assert f.read() == "a-token-chosen-by-ops-1234"
+    finally:
+        sched.close()
+
+
+def test_a_short_metrics_token_is_refused_before_workers_start(backend, monkeypatch):
+    monkeypatch.setenv("CORRAL_METRICS_PORT", "0")
+    monkeypatch.setenv("CORRAL_METRICS_TOKEN", "short")
+    sched = backend.scheduler()
+    try:
+        with pytest.raises(ConfigError) as err:
+            sched.create_workers(Job(role="r", replicas=1))
+        assert "CORRAL_METRICS_TOKEN" in str(err.value) and "16" in str(err.value)
+        assert "short" not in str(err.value)
+        assert sched.roles == []
     finally:
         sched.close()
 

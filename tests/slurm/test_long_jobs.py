@@ -187,3 +187,60 @@ def test_preempted_role_fails_with_preempted_error_then_comes_back(make, tmp_pat
     assert made == ids  # the hook recreated the engines
     assert [sched.call_engine(w, "echo", "e", 7) for w in ids] == [7, 7]
     assert sched.launcher_jobs["spot"] == job  # the same job, requeued, not a new one
+
+
+def _sbatch_hog(tmp_path, name: str, *args: str) -> str:
+    return subprocess.run(
+        ["sbatch", "--parsable", "-J", f"corral-test-{name}", "-o", str(tmp_path / f"{name}.out"),
+         *args, "--wrap", "sleep 300"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip().split(";")[0]  # fmt: skip
+
+
+@pytest.mark.slurm
+@pytest.mark.timeout(120)
+def test_a_restart_that_must_queue_on_a_full_cluster_fails_with_the_pending_reason(
+    make,  # noqa: F811
+    lab,  # noqa: F811
+    tmp_path,
+):
+    """The fallback of restarts inside the allocation: the replica's job itself ended
+    (scancel), so the restart is a new job; the cluster is full (one hog on every other
+    node, a second hog queued first for the replica's node), so the new job pends. The
+    caller gets Slurm's pending reason in the error, not a bare timeout, and later calls
+    say the worker could not be restarted."""
+    import asyncio
+
+    from corral import WorkerFailedError
+
+    if lab < 1 or lab_nodes() < 2:
+        pytest.skip("needs at least 2 lab nodes with GPUs")
+    sched = make(startup_timeout=4)
+    (wid,) = sched.create_workers(
+        Job(role="phoenix", replicas=1, tasks=[SchedulingSpec(cpu=1, gpu=lab, max_restarts=1)])
+    )
+    asyncio.run(sched.create_engine(wid, "corral.testing.engines.EchoEngine", "e"))
+    node = sched.get_workers("phoenix")[0].host
+    hogs = [
+        _sbatch_hog(tmp_path, "hog-rest", f"-N{lab_nodes() - 1}", f"--gres=gpu:{lab}",
+                    f"--exclude={node}"),
+        _sbatch_hog(tmp_path, "hog-next", "-N1", f"--gres=gpu:{lab}", f"--nodelist={node}"),
+    ]  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while _squeue_state(hogs[0]) != "RUNNING" or _squeue_state(hogs[1]) != "PENDING":
+            assert time.monotonic() < deadline, [_squeue_state(h) for h in hogs]
+            time.sleep(0.1)
+        subprocess.run(["scancel", sched.launcher_jobs["phoenix"]], check=True)
+        with pytest.raises(WorkerFailedError) as info:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:  # until the death is seen
+                sched.call_engine(wid, "echo", "e", 1, rpc_meta={"timeout": 5})
+                time.sleep(0.2)
+        message = str(info.value)
+        assert "PENDING (" in message, message  # Slurm's reason: Resources or Priority
+        assert "Resources" in message or "Priority" in message, message
+        with pytest.raises(WorkerFailedError, match="could not be restarted"):
+            sched.call_engine(wid, "echo", "e", 2)
+    finally:
+        subprocess.run(["scancel", *hogs])

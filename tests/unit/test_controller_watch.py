@@ -117,3 +117,19 @@ def test_a_lease_taken_by_another_run_is_lost_at_once():
         rt.name_resolve.add(watch.key, '{"run_id": "newrun", "n": 0}', replace=True)
         assert watch.done.wait(10), "a lease of another run was never noticed"
     assert "belongs to run newrun" in watch.lost[0]
+
+
+def test_a_lease_that_cannot_be_read_counts_as_stale_and_is_lost():
+    """The store is down or the lease is signed with another secret: every read raises.
+    A worker used to retry forever (and outlived its controller for hours)."""
+
+    class Down(MemoryNameResolve):
+        def get(self, key):
+            raise ConnectionRefusedError("name-resolve store is down")
+
+    rt = _runtime()
+    rt.name_resolve = Down()
+    with _Watch(rt) as watch:
+        assert watch.done.wait(LEASE * 10), "an unreadable lease was never given up on"
+    assert watch.lost[0].startswith(f"controller lease unreadable for {LEASE:.0f}s")
+    assert "name-resolve store is down" in watch.lost[0]

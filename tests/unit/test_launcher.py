@@ -39,11 +39,26 @@ def test_a_launch_request_carries_only_what_launch_reads():
     assert list(LaunchRequest.__dataclass_fields__) == ["job", "envs", "log_dir"]
 
 
+def _backend_methods(cls: type) -> dict[str, object]:
+    """The public methods a backend writes, in its class and in the mixins it is made of
+    (its capability modules, e.g. ray_fork.RayForks)."""
+    found: dict[str, object] = {}
+    for klass in reversed(cls.__mro__):
+        if klass.__module__.startswith("corral.backends."):
+            found.update(_methods(klass))
+    return found
+
+
 def test_backends_override_only_interface_methods():
     public = set(_methods(Launcher)) | {"progress"}
     for cls in (LocalLauncher, RayLauncher, SlurmLauncher):
-        overridden = {n for n in _methods(cls) if hasattr(Launcher, n)}
+        overridden = {n for n in _backend_methods(cls) if hasattr(Launcher, n)}
         assert overridden <= public, (cls.__name__, overridden - public)
+
+
+def test_backend_mixins_are_seen_by_the_override_check():
+    # RayLauncher's fork, stop and pending_reason are written in its mixins
+    assert {"fork", "stop", "pending_reason", "close"} <= set(_backend_methods(RayLauncher))
 
 
 def test_restart_support_and_filesystem_are_declared():

@@ -98,3 +98,25 @@ def test_a_dry_run_scheduler_asks_the_launcher_for_nothing(tmp_path, capsys):
     finally:
         s.close()
     assert not (tmp_path / "r").exists()
+
+
+def test_a_scheduler_that_cannot_start_closes_the_launcher_it_was_given(tmp_path):
+    from corral.errors import ConfigError
+    from corral.scheduler import Scheduler
+
+    closed = []
+
+    class Closing(LocalLauncher):
+        def close(self) -> None:
+            closed.append(True)
+            super().close()
+
+    with pytest.raises(ConfigError, match="startup_timeout"):
+        Scheduler(
+            experiment_name="sched",
+            trial_name="t",
+            launcher=Closing(gpu_devices=[]),
+            fileroot=str(tmp_path),
+            startup_timeout="soon",
+        )
+    assert closed == [True]

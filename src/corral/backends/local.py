@@ -157,7 +157,8 @@ class LocalLauncher(Launcher, Elastic, Adoptable):
         self._gpus[role] = [[] for _ in workers]  # its GPUs stay with the old ledger's run
         self._specs[role] = tuple(SchedulingSpec() for _ in workers)
 
-    def grow(self, role: str, first: int, tasks: list, envs: list[dict[str, str]], log_dir: str):
+    def grow(self, request: LaunchRequest, first: int) -> None:
+        role, tasks, envs = request.job.role, request.job.tasks, request.envs
         need = sum(spec.gpu for spec in tasks)
         with self._lock:
             if self.sharing != "round_robin" and need > len(self._free):

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import re
 import threading
+import uuid
 from typing import Any
 
+from corral.errors import WorkerCreationError
 from corral.launcher import WorkerExit
 
 NODE_LOST = (
@@ -72,3 +74,32 @@ class NodeLossRequeue:
             self._since.discard(role)
             for key in [k for k in self._lost if k[0] == role]:
                 del self._lost[key]
+
+
+class RayNodeLoss:
+    """Mixin of RayLauncher: bringing back a replica lost with its node, and the
+    Preemptible capability's questions (uses ``self._node_loss``)."""
+
+    def _bring_back(self, old: Any) -> None:
+        """A replica lost with its node: a new actor in the same bundle, which Ray starts
+        once it placed the bundle again."""
+        try:  # a name of its own: Ray may not have released the dead actor's name yet
+            new = self._start_main(
+                old.role, old.index, old.spec, old.env, old.pg, old.bundle_index, old.kind,
+                old.log_dir, suffix=f":back{uuid.uuid4().hex[:6]}",
+            )  # fmt: skip
+        except WorkerCreationError as exc:
+            old.exit.preempted = False
+            old.exit.reason += f"; it could not be brought back: {exc}"
+            return
+        with self._lock:
+            record = self._roles.get(old.role)
+            if record is not None:
+                record.replicas = [new if r is old else r for r in record.replicas]
+        self._node_loss.replace(old.role, old.index, old.exit, new)
+
+    def preempted(self, role: str) -> bool:
+        return self._node_loss.preempted(role)
+
+    def mark_returned(self, role: str) -> None:
+        self._node_loss.mark_returned(role)

@@ -29,7 +29,6 @@ import shlex
 import subprocess
 import sys
 import threading
-import time
 from typing import Any
 
 from corral import options as opts
@@ -40,25 +39,19 @@ from corral.backends.sbatch import (
     check_homogeneous,
     plan_layout,
     render_sbatch_script,
-    render_task_script,
 )
-from corral.backends.slurm_cluster import fit_problem, never_clears, read_inventory
+from corral.backends.slurm_adopt import SlurmAdoption, cancel_trial_jobs
+from corral.backends.slurm_cluster import fit_problem, read_inventory
+from corral.backends.slurm_elastic import SlurmElastic
 from corral.backends.slurm_queue import (  # the state names stay importable from here
     ACTIVE,
     ENDED,
-    GRACEFUL_STOP_SECONDS,
     PENDING,
-    QUERY_TIMEOUT_SECONDS,
-    STOP_TIMEOUT_SECONDS,
     UNKNOWN,
-    JobState,
     RoleJob,
     SlurmQueue,
-    _describe_code,
-    _read_exit_file,
     _require,
     _run,
-    _unreachable,
     classify_state,
     describe_state,
     ending_state_from_log,
@@ -67,23 +60,44 @@ from corral.backends.slurm_queue import (  # the state names stay importable fro
     requeue_count,
     state_is_final,
 )
-from corral.backends.slurm_steps import read_place, start_step, step_failure
+from corral.backends.slurm_requeue import SlurmPreemption
+from corral.backends.slurm_restart import SlurmRestarts
+from corral.backends.slurm_stop import SlurmStop
+from corral.backends.slurm_watch import SlurmWatch
 from corral.capabilities import Adoptable, Elastic, Preemptible
 from corral.config import cluster_field
 from corral.dryrun import job_of
-from corral.errors import ConfigError, PlacementError, SchedulerError
-from corral.launcher import Launcher, LaunchRequest, WorkerExit
-from corral.paths import TrialPaths, check_dir, exit_code_path, replica_log_path, sbatch_log_path
-from corral.safedirs import make_private_subdir, user_name, write_private
+from corral.errors import ConfigError, PlacementError
+from corral.launcher import Launcher, LaunchRequest
+from corral.paths import TrialPaths, check_dir, exit_code_path
+from corral.safedirs import make_private_subdir, write_private
 from corral.scheduler import Scheduler
-from corral.spec import NormalizedJob, SchedulingSpec, SchedulingStrategy, normalize_job
+from corral.spec import NormalizedJob, normalize_job
 from corral.worker import env as E
 
 log = logging.getLogger("corral")
 
 
 # ----------------------------------------------------------------- launcher --
-class SlurmLauncher(Launcher, Elastic, Preemptible, Adoptable):
+class SlurmLauncher(
+    SlurmWatch,
+    SlurmRestarts,
+    SlurmElastic,
+    SlurmPreemption,
+    SlurmAdoption,
+    SlurmStop,
+    Launcher,
+    Elastic,
+    Preemptible,
+    Adoptable,
+):
+    """One ``sbatch`` job per role; this class renders, checks and submits.
+
+    Its capabilities live in mixins, one module each: ``slurm_watch`` (poll, pending
+    reasons, hopeless queue reasons), ``slurm_restart`` (a replica again, as a step or a
+    job), ``slurm_elastic`` (grow, shrink), ``slurm_requeue`` (preemption),
+    ``slurm_adopt`` (a dead controller's jobs), ``slurm_stop`` (stop, close)."""
+
     name = "slurm"
 
     def __init__(
@@ -167,23 +181,6 @@ class SlurmLauncher(Launcher, Elastic, Preemptible, Adoptable):
                 f"{job.role}: {name}", value, f"{job.role} can never be placed: {why}"
             )
 
-    def hopeless(self, role: str) -> str | None:
-        """A queue reason that can never clear: the job is cancelled and this says why."""
-        with self._lock:
-            jobs = [j for j in self._jobs.get(role, ()) if j.indices]
-        if not jobs:
-            return None
-        states = self._states()
-        for job in jobs:
-            state = states.get(job.job_id)
-            if state is None or normalize_state(state.state) != "PENDING":
-                continue
-            why = never_clears(state.reason, self._inventory)
-            if why:
-                _run(["scancel", job.job_id])
-                return f"Slurm job {job.job_id} is PENDING ({why}); it was cancelled"
-        return None
-
     def _submit(self, path: str, job: NormalizedJob, what: str) -> str:
         """sbatch the script at ``path``; its job id, or PlacementError saying why not."""
         # the job inherits sbatch's umask: its logs and directories are private to the user
@@ -228,130 +225,6 @@ class SlurmLauncher(Launcher, Elastic, Preemptible, Adoptable):
             self._specs[job.role] = job
         log.info("submitted %s as Slurm job %s", job.role, job_id)
 
-    def restart(self, role: str, index: int, env: dict[str, str]) -> None:
-        """Submit a one-task job for replica ``index`` (same spec, same log files, appended;
-        ``CORRAL_INDEX_OFFSET=index``). The replica's old job keeps its other replicas:
-        a role with ``max_restarts > 0`` runs its step without ``--kill-on-bad-exit``."""
-        with self._lock:
-            jobs = list(self._jobs.get(role, ()))
-            nj = self._specs.get(role)
-        owner = next((j for j in jobs if index in j.indices), None)
-        if nj is None or owner is None or not 0 <= index < nj.replicas:
-            raise SchedulerError(f"cannot restart {role}/{index}: no Slurm job runs it")
-        log_dir = owner.log_dir
-        if self._restart_in_allocation(role, index, env, owner, nj):
-            return
-        one = NormalizedJob(role, 1, (nj.tasks[index],), nj.strategy)
-        params = dataclasses.replace(self.params(one, env, log_dir), index_offset=index)
-        script = render_sbatch_script(params)
-        path = TrialPaths.at(log_dir).restart_script(role, index, len(jobs))
-        write_private(path, script)
-        # the dead replica's exit file must not make the new one look dead
-        self._forget_exit(log_dir, role, index)
-        job_id = self._submit(path, one, f"{role}/{index} restart")
-        with self._lock:
-            if index in owner.indices:
-                owner.indices.remove(index)
-            self._jobs.setdefault(role, []).append(RoleJob(job_id, [index], log_dir, path))
-        log.info("restarting %s/%s as Slurm job %s", role, index, job_id)
-
-    def grow(
-        self, role: str, first: int, tasks: list, envs: list[dict[str, str]], log_dir: str
-    ) -> None:
-        """New replicas ``first``.. run in a job of their own (``CORRAL_INDEX_OFFSET``)."""
-        with self._lock:
-            nj = self._specs[role]
-        more = NormalizedJob(role, len(tasks), tuple(tasks), nj.strategy)
-        self.check(more)
-        params = dataclasses.replace(self.params(more, envs[0], log_dir), index_offset=first)
-        path = os.path.join(log_dir, f"{role}.grow{first}.sbatch")
-        with open(path, "w") as fh:
-            fh.write(render_sbatch_script(params))
-        for index in range(first, first + len(tasks)):
-            self._forget_exit(log_dir, role, index)
-        job_id = self._submit(path, more, f"{role} grow")
-        with self._lock:
-            self._jobs[role].append(
-                RoleJob(job_id, list(range(first, first + len(tasks))), log_dir, path)
-            )
-            self._specs[role] = NormalizedJob(
-                role, nj.replicas + len(tasks), nj.tasks + tuple(tasks), nj.strategy
-            )
-        log.info("growing %s by %d as Slurm job %s", role, len(tasks), job_id)
-
-    def shrink(self, role: str, indices: list[int]) -> None:
-        """Forget the replicas (they were asked to exit); a job left with none is ended."""
-        gone = set(indices)
-        with self._lock:
-            jobs = self._jobs.get(role, [])
-            emptied = [j for j in jobs if j.indices and set(j.indices) <= gone]
-            for job in jobs:
-                job.indices = [i for i in job.indices if i not in gone]
-            self._jobs[role] = [j for j in jobs if j not in emptied]
-            nj = self._specs[role]
-            keep = nj.replicas - len(gone)
-            self._specs[role] = NormalizedJob(role, keep, nj.tasks[:keep], nj.strategy)
-        for index in gone:
-            proc = self._steps.pop((role, index), None)
-            if proc is not None and proc.poll() is None:
-                proc.terminate()
-        for job in emptied:
-            if not self.wait_gone(job.job_id, GRACEFUL_STOP_SECONDS, warn=False):
-                _run(["scancel", job.job_id])
-                self.wait_gone(job.job_id, STOP_TIMEOUT_SECONDS)
-
-    def _restart_in_allocation(
-        self, role: str, index: int, env: dict[str, str], owner: RoleJob, nj: NormalizedJob
-    ) -> bool:
-        """Start the replica again as a step of its own job on its node and GPUs (see
-        corral.backends.slurm_steps); False if the job no longer runs."""
-        place = read_place(owner.log_dir, role, index)
-        self.queue.invalidate()
-        state = self._states().get(owner.job_id)
-        if place is None or state is None or normalize_state(state.state) != "RUNNING":
-            return False
-        old = self._steps.pop((role, index), None)
-        if old is not None and old.poll() is None:
-            old.kill()
-            old.wait()
-        self._forget_exit(owner.log_dir, role, index, owner.job_id)
-        task = render_task_script(self.params(nj, env, owner.log_dir))
-        self._steps[(role, index)] = start_step(
-            owner.job_id, place, nj.tasks[index].cpu, index, env, task
-        )
-        log.info(
-            "restarting %s/%s inside Slurm job %s on %s (GPUs %s)",
-            role,
-            index,
-            owner.job_id,
-            place.node,
-            place.devices or "none",
-        )
-        return True
-
-    def adopt(self, role: str, workers: list, log_dir: str) -> None:
-        """The jobs of a dead controller's run, by the job id each worker registered."""
-        by_job: dict[str, list[int]] = {}
-        for worker in workers:
-            if not worker.backend_id:
-                raise SchedulerError(f"cannot adopt {worker.id}: it registered no Slurm job id")
-            by_job.setdefault(str(worker.backend_id), []).append(worker.index)
-        script = TrialPaths.at(log_dir).sbatch_script(role)
-        with self._lock:
-            self._jobs[role] = [
-                RoleJob(
-                    job_id, indices, log_dir, script, seen_active=True,
-                    requeues_seen=requeue_count(sbatch_log_path(log_dir, role), job_id),
-                )
-                for job_id, indices in by_job.items()
-            ]  # fmt: skip
-            self._specs[role] = NormalizedJob(
-                role, len(workers), tuple(SchedulingSpec() for _ in workers), SchedulingStrategy()
-            )
-
-    def remove_leftovers(self, experiment: str, trial: str) -> list[str]:
-        return [f"Slurm job {job_id}: cancelled" for job_id in cancel_trial_jobs(experiment, trial)]
-
     def job_id(self, role: str) -> str | None:
         """The role's first job (restarted replicas run in jobs of their own)."""
         jobs = self._jobs.get(role)
@@ -360,250 +233,6 @@ class SlurmLauncher(Launcher, Elastic, Preemptible, Adoptable):
     def job_ids(self, role: str) -> list[str]:
         """Every job of the role: the first, then one per restart."""
         return [j.job_id for j in self._jobs.get(role, ())]
-
-    # ---------------------------------------------------------------- poll
-    def _states(self) -> dict[str, JobState]:
-        with self._lock:
-            ids = [j.job_id for jobs in self._jobs.values() for j in jobs if j.indices]
-        return self.queue.states(ids) if ids else {}
-
-    def poll(self, role: str) -> dict[int, WorkerExit]:
-        with self._lock:
-            jobs = [(j, list(j.indices)) for j in self._jobs.get(role, ())]
-        dead: dict[int, WorkerExit] = {}
-        states: dict[str, JobState] | None = None
-        for job, indices in jobs:
-            if not indices:
-                continue
-            mine: dict[int, WorkerExit] = {}
-            for index in indices:
-                code = _read_exit_file(exit_code_path(job.log_dir, role, index, job.job_id))
-                if code is not None:
-                    mine[index] = WorkerExit(
-                        _describe_code(code), code, replica_log_path(job.log_dir, role, index)
-                    )
-            if len(mine) < len(indices):
-                if states is None:
-                    states = self._states()
-                self._job_ended(role, job, indices, states, mine)
-            if mine and self.requeue:
-                why = self._preemption(role, job)
-                if why:
-                    for index in indices:
-                        path = replica_log_path(job.log_dir, role, index)
-                        mine[index] = WorkerExit(why, None, path, preempted=True)
-            dead.update(mine)
-        for (step_role, index), proc in list(self._steps.items()):
-            if step_role != role or index in dead:
-                continue
-            why = step_failure(proc)
-            if why is not None:
-                job = next((j for j, _ in jobs if index in j.indices), None)
-                if job is None or not os.path.exists(
-                    exit_code_path(job.log_dir, role, index, job.job_id)
-                ):
-                    path = replica_log_path(job.log_dir, role, index) if job else None
-                    dead[index] = WorkerExit(why, proc.returncode, path)
-        return dead
-
-    def _preemption(self, role: str, job: RoleJob) -> str | None:
-        """Why the job's workers are gone if Slurm requeued (preempted) it since the
-        workers last started, else None. Slurm's own words, from the batch log."""
-        count = requeue_count(sbatch_log_path(job.log_dir, role), job.job_id)
-        if count <= job.requeues_seen:
-            return None
-        return (
-            f"Slurm job {job.job_id} was preempted and requeued; its workers come back "
-            "when Slurm starts it again (Scheduler.wait_role waits for them)"
-        )
-
-    def preempted(self, role: str) -> bool:
-        with self._lock:
-            jobs = list(self._jobs.get(role, ()))
-        return self.requeue and any(
-            requeue_count(sbatch_log_path(j.log_dir, role), j.job_id) > j.requeues_seen
-            for j in jobs
-        )
-
-    def mark_returned(self, role: str) -> None:
-        """The role's workers are back after a requeue: later requeues count anew."""
-        with self._lock:
-            jobs = list(self._jobs.get(role, ()))
-        for job in jobs:
-            job.requeues_seen = requeue_count(sbatch_log_path(job.log_dir, role), job.job_id)
-
-    def _job_ended(
-        self,
-        role: str,
-        job: RoleJob,
-        indices: list[int],
-        states: dict[str, JobState],
-        dead: dict[int, WorkerExit],
-    ) -> None:
-        """Add to ``dead`` the replicas of ``job`` that died with the whole job."""
-        state = states.get(job.job_id) or JobState("UNKNOWN")
-        kind = classify_state(state.state)
-        if kind == ACTIVE:
-            job.seen_active = True
-        if not (kind == ENDED or (kind == PENDING and job.seen_active)):
-            return
-        if kind == PENDING and self.requeue:
-            job.seen_active = False  # requeued: it will run again
-            reason = (
-                f"Slurm job {job.job_id} was preempted and requeued ({state.reason or '?'}); "
-                "its workers come back when Slurm starts it again (Scheduler.wait_role)"
-            )
-            for index in indices:
-                path = replica_log_path(job.log_dir, role, index)
-                dead.setdefault(index, WorkerExit(reason, None, path, preempted=True))
-            return
-        name = state.state
-        if state.completing:
-            from corral.logs import tail
-
-            name = (
-                ending_state_from_log(tail(sbatch_log_path(job.log_dir, role), 50), job.job_id)
-                or "COMPLETING"
-            )
-        reason = describe_state(job.job_id, name)
-        if kind == PENDING:
-            reason += " after its workers had started"
-        for index in indices:
-            if index not in dead:
-                path = replica_log_path(job.log_dir, role, index)
-                if not os.path.exists(path):
-                    path = sbatch_log_path(job.log_dir, role)
-                dead[index] = WorkerExit(reason, state.exit_code, path)
-
-    def pending_reason(self, role: str) -> str | None:
-        with self._lock:
-            jobs = [j for j in self._jobs.get(role, ()) if j.indices]
-        if not jobs:
-            return None
-        states = self._states()
-        for job in jobs:  # a queued job first: that is what the role waits for
-            state = states.get(job.job_id) or JobState("UNKNOWN")
-            if normalize_state(state.state) == "PENDING":
-                return f"Slurm job {job.job_id}: PENDING ({state.reason})"
-        job = jobs[-1]
-        state = states.get(job.job_id) or JobState("UNKNOWN")
-        name = normalize_state(state.state)
-        if name == "RUNNING":
-            return (
-                f"Slurm job {job.job_id}: RUNNING on {state.nodes or '?'} but not every worker "
-                f"registered (see {sbatch_log_path(job.log_dir, role)})"
-            )
-        return describe_state(job.job_id, state.state, state.reason)
-
-    # ---------------------------------------------------------------- stop
-    def stop(self, role: str, reverse: bool = False) -> None:
-        """The role's jobs are cancelled at once (one job holds every rank: no order)."""
-        with self._lock:
-            jobs = self._jobs.pop(role, [])
-            self._specs.pop(role, None)
-        if not jobs:
-            return
-        ids = [j.job_id for j in jobs]
-        # The core has asked the workers to exit: a job whose tasks all ended completes by
-        # itself, faster than scancel's SIGTERM -> KillWait -> SIGKILL; scancel follows.
-        deadline = time.monotonic() + GRACEFUL_STOP_SECONDS
-        for job_id in ids:
-            self.wait_gone(job_id, max(0.0, deadline - time.monotonic()), warn=False)
-        deadline = time.monotonic() + STOP_TIMEOUT_SECONDS
-        while True:  # through a slurmctld outage: retry until it answers
-            try:
-                r = _run(["scancel", *ids], timeout=QUERY_TIMEOUT_SECONDS)
-            except SchedulerError as exc:
-                r = subprocess.CompletedProcess([], 1, "", str(exc))
-            if not (r.returncode != 0 and _unreachable(r.stderr)):
-                break
-            if time.monotonic() >= deadline:
-                log.warning(
-                    "slurmctld did not answer for %.0fs: Slurm jobs %s may still run; "
-                    "scancel them when it is back",
-                    STOP_TIMEOUT_SECONDS,
-                    " ".join(ids),
-                )
-                return
-            time.sleep(1.0)
-        if r.returncode != 0 and "Invalid job id" not in r.stderr:
-            log.warning("scancel %s: %s", " ".join(ids), r.stderr.strip())
-        for job_id in ids:
-            self.wait_gone(job_id, max(0.0, deadline - time.monotonic()))
-        self._reap_steps(role)
-
-    def _reap_steps(self, role: str) -> None:
-        """The srun clients of restart steps end with their job; reap them (by pid)."""
-        for key in [k for k in self._steps if k[0] == role]:
-            proc = self._steps.pop(key)
-            try:
-                proc.wait(5.0)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-    def wait_finished(self, role: str, timeout: float) -> bool:
-        """Wait (quietly) until every job of the role ends by itself; True if they did."""
-        deadline = time.monotonic() + timeout
-        return all(
-            self.wait_gone(job_id, max(0.0, deadline - time.monotonic()), warn=False)
-            for job_id in self.job_ids(role)
-        )
-
-    @staticmethod
-    def wait_gone(job_id: str, timeout: float, warn: bool = True) -> bool:
-        """Wait until the job has left squeue or reached a final state."""
-        deadline = time.monotonic() + timeout
-        interval = 0.05
-        while True:
-            try:
-                r = _run(
-                    ["squeue", "-h", "-t", "all", "-j", job_id, "-o", "%T"],
-                    timeout=QUERY_TIMEOUT_SECONDS,
-                )
-            except SchedulerError as exc:
-                r = subprocess.CompletedProcess([], 1, "", f"timed out: {exc}")
-            state = r.stdout.strip()
-            if r.returncode != 0 and _unreachable(r.stderr):
-                pass  # slurmctld is down: the job's fate is unknown, keep asking
-            elif r.returncode != 0 or not state or state_is_final(state):
-                return True
-            if time.monotonic() >= deadline:
-                if not warn:
-                    return False
-                log.warning(
-                    "Slurm job %s still %s %.0fs after scancel; check it with "
-                    "`scontrol show job %s`",
-                    job_id,
-                    state,
-                    timeout,
-                    job_id,
-                )
-                return False
-            time.sleep(interval)
-            interval = min(interval * 1.5, 0.5)
-
-    def close(self) -> None:
-        for role in list(self._jobs):
-            try:
-                self.stop(role)
-            except Exception as exc:
-                log.warning("stopping Slurm job of %s: %s", role, exc)
-
-
-def cancel_trial_jobs(experiment: str, trial: str) -> list[str]:
-    """scancel every queued or running job of a trial (jobs are named exp:trial:role) that
-    belongs to this user: ``-u`` keeps an admin from cancelling other users' jobs."""
-    r = _run(["squeue", "-h", "-u", user_name(), "-o", "%i|%j"])
-    prefix = f"{experiment}:{trial}:"
-    ids = [
-        line.split("|", 1)[0]
-        for line in r.stdout.splitlines()
-        if "|" in line and line.split("|", 1)[1].startswith(prefix)
-    ]
-    if ids:
-        _run(["scancel", *ids])
-    return ids
 
 
 # ---------------------------------------------------------------- scheduler --
@@ -751,11 +380,13 @@ __all__ = [
     "UNKNOWN",
     "SlurmLauncher",
     "SlurmScheduler",
+    "cancel_trial_jobs",
     "classify_state",
     "ending_state_from_log",
     "describe_state",
     "normalize_state",
     "parse_exit_code",
     "render_dry_run",
+    "requeue_count",
     "state_is_final",
 ]

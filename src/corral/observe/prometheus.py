@@ -2,11 +2,14 @@
 
 Off by default; the controller serves it when ``CORRAL_METRICS_PORT`` is set (bound to
 ``CORRAL_METRICS_HOST``, default 127.0.0.1). It carries numbers only — no addresses,
-secrets or log lines — and, like a typical exporter, asks no credentials.
+secrets or log lines — and only to a scraper that sends ``Authorization: Bearer <token>``
+(Prometheus: ``authorization: {credentials_file: ...}``), so that other users of the host
+cannot read a trial's call figures.
 """
 
 from __future__ import annotations
 
+import hmac
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -94,11 +97,29 @@ def render(snapshot: dict | None) -> str:
 
 
 class MetricsServer:
-    """``GET /metrics`` on a daemon thread; ``source()`` returns the latest snapshot."""
+    """``GET /metrics`` on a daemon thread for requests bearing ``token``; ``source()``
+    returns the latest snapshot."""
 
-    def __init__(self, source: Callable[[], dict | None], host: str = "127.0.0.1", port: int = 0):
+    def __init__(
+        self,
+        source: Callable[[], dict | None],
+        token: str,
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ):
+        expected = f"Bearer {token}".encode()
+
         class Handler(BaseHTTPRequestHandler):
+            timeout = 30  # a client that stalls mid-request does not hold a thread for ever
+
             def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+                offered = (self.headers.get("Authorization") or "").encode()
+                if not hmac.compare_digest(offered, expected):
+                    self.send_response(401)
+                    self.send_header("WWW-Authenticate", 'Bearer realm="corral"')
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 if self.path.split("?")[0] != "/metrics":
                     self.send_error(404, "only /metrics is served here")
                     return
@@ -115,6 +136,7 @@ class MetricsServer:
         self.httpd = ThreadingHTTPServer((host, port), Handler)
         self.httpd.daemon_threads = True
         self.url = f"http://{host}:{self.httpd.server_address[1]}/metrics"
+        self.token_file: str | None = None  # where the scraper reads the token, if written
         self._thread = threading.Thread(
             target=self.httpd.serve_forever, name="corral-metrics", daemon=True
         )

@@ -20,6 +20,7 @@ log = logging.getLogger("corral")
 INTERVAL_SECONDS = 1.0
 METRICS_ENV = "CORRAL_METRICS_PORT"  # set to a port (0: any free one) to serve Prometheus text
 METRICS_HOST_ENV = "CORRAL_METRICS_HOST"  # default 127.0.0.1
+METRICS_TOKEN_ENV = "CORRAL_METRICS_TOKEN"  # default: a fresh token in metrics.token (0600)
 STATS_ENV = "CORRAL_STATS"  # "0" turns recording and the stats file off
 
 
@@ -63,7 +64,9 @@ class StatsPublisher:
             return
         port = os.environ.get(METRICS_ENV)
         if port and self.metrics_server is None:
-            self.metrics_server = _metrics_server(port, lambda: self.latest)
+            self.metrics_server = _metrics_server(
+                port, lambda: self.latest, self.scheduler.paths.metrics_token_file
+            )
         self._stop = threading.Event()
         self._thread = threading.Thread(
             target=self._run, args=(self._stop,), name="corral-stats", daemon=True
@@ -82,6 +85,7 @@ class StatsPublisher:
                 snap = self.builder.build(self.calls.sample(), closed=closed)
                 if self.metrics_server is not None:
                     snap["metrics_url"] = self.metrics_server.url
+                    snap["metrics_token_file"] = self.metrics_server.token_file
                 self.latest = snap
                 write_private(self.path, json.dumps(snap, separators=(",", ":")).encode())
                 return snap
@@ -102,7 +106,26 @@ class StatsPublisher:
             self.metrics_server = None
 
 
-def _metrics_server(port: str, source):
+def _metrics_token(token_file: str) -> str:
+    """The scrape token: ``CORRAL_METRICS_TOKEN`` if set, else a fresh one; either way
+    written to ``token_file`` (0600) for the scraper's ``credentials_file``."""
+    import secrets
+
+    from corral.errors import ConfigError
+
+    token = os.environ.get(METRICS_TOKEN_ENV)
+    if token is not None and (len(token) < 16 or not token.isprintable() or " " in token):
+        raise ConfigError(
+            METRICS_TOKEN_ENV,
+            "<hidden>",
+            "use at least 16 printable characters without spaces, or unset it for a fresh token",
+        )
+    token = token or secrets.token_urlsafe(24)
+    write_private(token_file, token.encode())
+    return token
+
+
+def _metrics_server(port: str, source, token_file: str):
     """The Prometheus server named by the environment, or a ConfigError naming it."""
     from corral.errors import ConfigError
     from corral.observe.prometheus import MetricsServer
@@ -110,8 +133,11 @@ def _metrics_server(port: str, source):
     if not port.isdigit() or int(port) > 65535:
         raise ConfigError(METRICS_ENV, port, "set a port number 0-65535 (0: any free port)")
     host = os.environ.get(METRICS_HOST_ENV, "127.0.0.1")
+    token = _metrics_token(token_file)
     try:
-        return MetricsServer(source, host, int(port))
+        server = MetricsServer(source, token, host, int(port))
+        server.token_file = token_file
+        return server
     except OSError as exc:
         raise ConfigError(
             f"{METRICS_ENV}/{METRICS_HOST_ENV}",

@@ -36,7 +36,10 @@ def main() -> int:
         holder.stopped.set()
 
     signal.signal(signal.SIGTERM, lambda *_: lost("SIGTERM"))
-    ControllerWatch(holder, lost).run()
+    # the watch reads name-resolve, which may hang: SIGTERM must not wait for it
+    threading.Thread(target=ControllerWatch(holder, lost).run, daemon=True).start()
+    while not holder.stopped.wait(1.0):
+        pass
     print(f"corral: allocation released: {reason[0] if reason else 'stopped'}", flush=True)
     return 0
 

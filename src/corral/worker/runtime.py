@@ -26,6 +26,7 @@ from corral.rpc.http import PIPELINE_HEADER, REQUEST_ID_HEADER, Message
 from corral.rpc.server import Deferred, Reply, RPCServer
 from corral.worker import env as E
 from corral.worker.broadcast import parse_flag
+from corral.worker.ending import arm_stop_watchdog
 from corral.worker.engines import EngineHost
 from corral.worker.env import WorkerSettings, advertise_host, node_name, read_secret
 from corral.worker.fork import ForkManager
@@ -390,6 +391,7 @@ def main(argv: list[str] | None = None) -> None:
     while not done.wait(1.0):
         pass
     outside = reason[0] == "SIGTERM" and not runtime.shutdown_requested
+    arm_stop_watchdog(runtime, 128 + signal.SIGTERM if outside else 0, reason[0])
     if outside:
         preempted("SIGTERM")  # preemption, requeue, time limit or an outside scancel
     try:

@@ -32,7 +32,9 @@ class ControllerWatch:
                 return self.on_lost(f"controller pid {s.controller_pid} is gone")
             try:
                 value = self.runtime.name_resolve.get(self.key)
-            except Exception:
+            except Exception as exc:  # unreadable (store down, record forged) counts as stale
+                if time.monotonic() - last_change > s.lease_timeout + grace:
+                    return self.on_lost(_unreadable(exc, s.lease_timeout + grace))
                 continue
             if value is None:
                 return self.on_lost("controller lease removed")
@@ -51,6 +53,10 @@ class ControllerWatch:
                     f"controller lease not renewed for {s.lease_timeout + grace:.0f}s"
                     + (f" (lease timeout + {grace:g}s grace to re-attach)" if grace else "")
                 )
+
+
+def _unreadable(exc: Exception, seconds: float) -> str:
+    return f"controller lease unreadable for {seconds:.0f}s ({type(exc).__name__}: {exc})"
 
 
 def _lease_fields(raw: str) -> tuple[str, float]:

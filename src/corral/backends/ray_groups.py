@@ -1,0 +1,158 @@
+"""The placement groups of the Ray backend: which groups a role asks for, waiting for
+them to be placed (or removed), and why a role's workers have not started yet."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from corral.backends.ray_actor import _GROUP_RE
+from corral.backends.ray_start import _Role
+from corral.backends.ray_support import _pg_name, format_resources, name_prefix
+from corral.errors import WorkerCreationError
+from corral.launcher import LaunchRequest
+from corral.spec import NormalizedJob
+from corral.worker import env as E
+
+log = logging.getLogger("corral.ray")
+
+GONE_TIMEOUT_SECONDS = 10.0
+STRATEGIES = {"separate": "SPREAD", "shared": "PACK", "deferred": "SPREAD"}
+
+
+def group_specs(
+    prefix: str, role: str, bundles: list[dict], strategy: str, first: int = 0
+) -> list[tuple[list[dict], str, str]]:
+    """``(bundles, strategy, name)`` of each placement group that replicas ``first``..
+    of a role ask for: one PACK group for ``shared``, else one group per worker."""
+    if strategy == "shared":
+        name = f"{prefix}:{role}" + (f":+{first}" if first else "")
+        return [(bundles, "PACK", name)]
+    return [
+        ([b], STRATEGIES[strategy], f"{prefix}:{role}:{first + i}") for i, b in enumerate(bundles)
+    ]
+
+
+def create_groups(
+    specs: list[tuple[list[dict], str, str]],
+) -> tuple[list[Any], list[list[dict]], list[tuple[Any, int]]]:
+    """The groups of ``group_specs``, their bundles, and each worker's (group, bundle)."""
+    from ray.util.placement_group import placement_group
+
+    pgs = [placement_group(b, strategy=s, name=n) for b, s, n in specs]
+    groups = [b for b, _, _ in specs]
+    places = [(pg, i) for pg, b in zip(pgs, groups, strict=True) for i in range(len(b))]
+    return pgs, groups, places
+
+
+class PlacementGroups:
+    """Mixin of RayLauncher: a role's groups, waiting for them and saying what they wait
+    for (uses ``self.ray``, ``self._lock``, ``self._roles``, ``self.startup_timeout``)."""
+
+    def _new_groups(
+        self, request: LaunchRequest, record: _Role, first: int = 0
+    ) -> tuple[str | None, list[dict], tuple[list[Any], list[list[dict]], list[tuple[Any, int]]]]:
+        """The accelerator kind, each worker's bundle, and the groups created for
+        replicas ``first``.. of ``request`` (see create_groups)."""
+        kind = self.accelerator_kind()
+        env = request.envs[0]
+        bundles = [self._bundle(spec, kind) for spec in request.job.tasks]
+        prefix = name_prefix(env[E.EXPERIMENT], env[E.TRIAL])
+        specs = group_specs(prefix, request.job.role, bundles, record.strategy, first)
+        return kind, bundles, create_groups(specs)
+
+    def _wait_groups(self, job: NormalizedJob, record: _Role, bundles: list[dict]) -> None:
+        ray = self.ray
+        from ray.util.placement_group import remove_placement_group
+
+        refs = {pg.ready(): pg for pg in record.pgs}
+        deadline = time.monotonic() + self.startup_timeout
+        pending = list(refs)
+        last = None
+        while pending:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            _, pending = ray.wait(pending, num_returns=len(pending), timeout=min(left, 1.0))
+            if pending:  # waiting for busy resources: say so while it waits
+                reason = self.pending_reason(job.role)
+                if reason and reason != last:
+                    self.progress(f"waiting for {job.role}: {reason}")
+                    last = reason
+        if not pending:
+            return
+        waiting = [refs[r] for r in pending]
+        names = ", ".join(_pg_name(pg) for pg in waiting[:6])
+        if len(waiting) > 6:
+            names += f" and {len(waiting) - 6} more"
+        total: dict[str, float] = {}
+        for b in bundles:
+            for key, value in b.items():
+                total[key] = total.get(key, 0.0) + value
+        uniform = len({str(b) for b in bundles}) == 1
+        asked = (
+            format_resources(bundles[0]) if uniform else ", ".join(map(format_resources, bundles))
+        )
+        message = (
+            f"could not place {len(waiting)} of {len(record.pgs)} placement group(s) of role "
+            f"{job.role!r} within {self.startup_timeout:.0f}s ({names}): each worker asks "
+            f"{asked} (ray_placement_strategy={record.strategy!r}), the role "
+            f"{format_resources(total)} in total; the Ray cluster has "
+            f"{format_resources(ray.cluster_resources())}, of which "
+            f"{format_resources(ray.available_resources())} available. Lower cpu/gpu or "
+            "replicas, add nodes, or raise startup_timeout."
+        )
+        for pg in record.pgs:
+            try:
+                remove_placement_group(pg)
+            except Exception:
+                pass
+        self._wait_groups_gone(record.pgs)
+        with self._lock:
+            self._roles.pop(job.role, None)
+        raise WorkerCreationError(message)
+
+    def _wait_groups_gone(self, pgs: list[Any], deadline: float | None = None) -> None:
+        """Until the groups are REMOVED and their reserved resources are back."""
+        if not pgs:
+            return
+        from ray.util.placement_group import placement_group_table
+
+        deadline = deadline or time.monotonic() + GONE_TIMEOUT_SECONDS
+        ids = {pg.id.hex() for pg in pgs}
+        while time.monotonic() < deadline:
+            states = {placement_group_table(pg).get("state") for pg in pgs}
+            held = any(
+                _GROUP_RE.search(k) and _GROUP_RE.search(k).group(2) in ids
+                for k in self.ray.available_resources()
+            )
+            if states <= {"REMOVED"} and not held:
+                return
+            time.sleep(0.02)
+        log.warning("placement groups %s still present after removal", sorted(ids))
+
+    def pending_reason(self, role: str) -> str | None:
+        from ray.util.placement_group import placement_group_table
+
+        with self._lock:
+            record = self._roles.get(role)
+        if record is None or not self.ray.is_initialized():
+            return None
+        waiting = []
+        for pg, bundles in zip(record.pgs, record.bundles, strict=True):
+            state = placement_group_table(pg).get("state", "?")
+            if state != "CREATED":
+                asked = ", ".join(format_resources(b) for b in bundles)
+                waiting.append(f"{_pg_name(pg)} is {state}, asking {asked}")
+        if waiting:
+            return (
+                "placement group(s) not placed: "
+                + "; ".join(waiting[:4])
+                + f"; the cluster has {format_resources(self.ray.available_resources())} "
+                f"available of {format_resources(self.ray.cluster_resources())}"
+            )
+        starting = [r.name for r in record.replicas if r.exit is None]
+        if starting:
+            return f"placement groups placed; Ray actors still starting: {', '.join(starting[:4])}"
+        return None

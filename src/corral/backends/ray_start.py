@@ -1,0 +1,174 @@
+"""Starting one worker actor of the Ray backend on a placement group bundle: the
+replica records, a bundle's resources and the accelerator share an actor asks for."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from corral.backends.ray_support import _actor_class, name_prefix
+from corral.errors import WorkerCreationError
+from corral.launcher import LaunchRequest, WorkerExit
+from corral.worker import env as E
+
+MAIN_SINGLE_GPU_SHARE = 0.9
+FORK_ACCELERATOR_SHARE = 0.01
+ACTOR_MAX_CONCURRENCY = 8
+
+
+@dataclass
+class _Replica:
+    role: str
+    index: int
+    name: str
+    actor: Any
+    done_ref: Any
+    info_ref: Any
+    env: dict[str, str]
+    pg: Any
+    bundle_index: int
+    spec: Any
+    kind: str | None  # the accelerator resource of its bundle (GPU, NPU) if it uses one
+    log_dir: str
+    parent: tuple[str, int] | None = None
+    info: dict | None = None
+    exit: WorkerExit | None = None
+
+
+@dataclass
+class _Role:
+    replicas: list[_Replica] = field(default_factory=list)
+    pgs: list[Any] = field(default_factory=list)
+    bundles: list[list[dict]] = field(default_factory=list)
+    strategy: str = "separate"
+
+
+def accelerator_options(kind: str | None, gpu: int) -> dict:
+    """The actor's share of its bundle's accelerator: 0.9 of a single GPU (forks fit
+    beside it), all of several."""
+    if not kind or not gpu:
+        return {}
+    share = MAIN_SINGLE_GPU_SHARE if gpu == 1 else float(gpu)
+    return {"num_gpus": share} if kind == "GPU" else {"resources": {kind: share}}
+
+
+class ActorStarter:
+    """Mixin of RayLauncher: the cluster's accelerator, a worker's bundle and its actor
+    (uses ``self.ray``, ``self.reserve_memory``, ``self.trial_secret``)."""
+
+    def accelerator_kind(self) -> str | None:
+        """``GPU`` if the cluster has GPUs, else ``NPU`` if it has NPUs, else None."""
+        resources = self.ray.cluster_resources()
+        for kind in ("GPU", "NPU"):
+            if resources.get(kind, 0) > 0:
+                return kind
+        return None
+
+    def _bundle(self, spec, kind: str | None) -> dict[str, float]:
+        bundle: dict[str, float] = {}
+        if spec.cpu:
+            bundle["CPU"] = float(spec.cpu)
+        if spec.gpu and kind:
+            bundle[kind] = float(spec.gpu)
+        if self.reserve_memory and spec.mem:
+            bundle["memory"] = float(spec.mem * 1024**3)
+        return bundle or {"CPU": 0.001}
+
+    def _start_mains(
+        self, request: LaunchRequest, record: _Role, places: list, kind: str | None, first: int = 0
+    ) -> None:
+        """The actors of replicas ``first``.. of ``request``, each at its place (group,
+        bundle index), added to the role's record as they start."""
+        job = request.job
+        for i, (spec, env) in enumerate(zip(job.tasks, request.envs, strict=True)):
+            pg, bundle_index = places[i]
+            replica = self._start_main(
+                job.role, first + i, spec, env, pg, bundle_index, kind, request.log_dir
+            )
+            with self._lock:
+                record.replicas.append(replica)
+
+    def _start_main(
+        self,
+        role: str,
+        index: int,
+        spec: Any,
+        env: dict[str, str],
+        pg: Any,
+        bundle_index: int,
+        kind: str | None,
+        log_dir: str,
+        suffix: str = "",
+    ) -> _Replica:
+        env = dict(env)
+        if spec.gpu == 0:
+            env.setdefault("CUDA_VISIBLE_DEVICES", "")
+        prefix = name_prefix(env[E.EXPERIMENT], env[E.TRIAL])
+        try:
+            return self._start_actor(
+                role=role,
+                index=index,
+                name=f"{prefix}:{role}:{index}{suffix}",
+                env=env,
+                pg=pg,
+                bundle_index=bundle_index,
+                num_cpus=float(spec.cpu),
+                options=accelerator_options(kind, spec.gpu),
+                spec=spec,
+                kind=kind if spec.gpu else None,
+                log_dir=log_dir,
+            )
+        except Exception as exc:
+            raise WorkerCreationError(
+                f"could not create the Ray actor for {role}/{index}: {exc}"
+            ) from exc
+
+    def _start_actor(
+        self,
+        *,
+        role: str,
+        index: int,
+        name: str,
+        env: dict[str, str],
+        pg: Any,
+        bundle_index: int,
+        num_cpus: float,
+        options: dict,
+        spec: Any,
+        kind: str | None,
+        log_dir: str,
+        visible_devices: dict[str, str] | None = None,
+        parent: tuple[str, int] | None = None,
+    ) -> _Replica:
+        ray = self.ray
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        actor = (
+            _actor_class(ray)
+            .options(
+                name=name,
+                num_cpus=num_cpus,
+                max_concurrency=ACTOR_MAX_CONCURRENCY,
+                max_restarts=0,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(
+                    placement_group=pg, placement_group_bundle_index=bundle_index
+                ),
+                **options,
+            )
+            .remote(env, env.get(E.ADVERTISE_HOST), visible_devices, self.trial_secret)
+        )
+        return _Replica(
+            role=role,
+            index=index,
+            name=name,
+            actor=actor,
+            done_ref=actor.wait_forever.remote(),
+            info_ref=actor.info.remote(),
+            env=env,
+            pg=pg,
+            bundle_index=bundle_index,
+            spec=spec,
+            kind=kind,
+            log_dir=log_dir,
+            parent=parent,
+        )

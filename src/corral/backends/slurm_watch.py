@@ -1,0 +1,156 @@
+"""Watching a role's Slurm jobs: which replicas died (their exit files, else the job's
+state), why the role still waits, and a queue reason that can never clear."""
+
+from __future__ import annotations
+
+import os
+
+from corral.backends.slurm_cluster import never_clears
+from corral.backends.slurm_queue import (
+    ACTIVE,
+    ENDED,
+    PENDING,
+    JobState,
+    RoleJob,
+    _describe_code,
+    _read_exit_file,
+    _run,
+    classify_state,
+    describe_state,
+    ending_state_from_log,
+    normalize_state,
+)
+from corral.backends.slurm_steps import step_failure
+from corral.launcher import WorkerExit
+from corral.paths import exit_code_path, replica_log_path, sbatch_log_path
+
+
+class SlurmWatch:
+    """Mixin of SlurmLauncher: ``poll``, ``pending_reason`` and ``hopeless`` (uses
+    ``self._jobs``, ``self._steps``, ``self.queue``, ``self.requeue``, ``self._lock``)."""
+
+    def _states(self) -> dict[str, JobState]:
+        with self._lock:
+            ids = [j.job_id for jobs in self._jobs.values() for j in jobs if j.indices]
+        return self.queue.states(ids) if ids else {}
+
+    def _live_jobs(self, role: str) -> tuple[list[RoleJob], dict[str, JobState]]:
+        """The role's jobs that still hold replicas, and what Slurm says of them."""
+        with self._lock:
+            jobs = [j for j in self._jobs.get(role, ()) if j.indices]
+        return jobs, (self._states() if jobs else {})
+
+    def poll(self, role: str) -> dict[int, WorkerExit]:
+        with self._lock:
+            jobs = [(j, list(j.indices)) for j in self._jobs.get(role, ())]
+        dead: dict[int, WorkerExit] = {}
+        states: dict[str, JobState] | None = None
+        for job, indices in jobs:
+            if not indices:
+                continue
+            mine: dict[int, WorkerExit] = {}
+            for index in indices:
+                code = _read_exit_file(exit_code_path(job.log_dir, role, index, job.job_id))
+                if code is not None:
+                    mine[index] = WorkerExit(
+                        _describe_code(code), code, replica_log_path(job.log_dir, role, index)
+                    )
+            if len(mine) < len(indices):
+                if states is None:
+                    states = self._states()
+                self._job_ended(role, job, indices, states, mine)
+            if mine and self.requeue:
+                why = self._preemption(role, job)
+                if why:
+                    for index in indices:
+                        path = replica_log_path(job.log_dir, role, index)
+                        mine[index] = WorkerExit(why, None, path, preempted=True)
+            dead.update(mine)
+        for (step_role, index), proc in list(self._steps.items()):
+            if step_role != role or index in dead:
+                continue
+            why = step_failure(proc)
+            if why is not None:
+                job = next((j for j, _ in jobs if index in j.indices), None)
+                if job is None or not os.path.exists(
+                    exit_code_path(job.log_dir, role, index, job.job_id)
+                ):
+                    path = replica_log_path(job.log_dir, role, index) if job else None
+                    dead[index] = WorkerExit(why, proc.returncode, path)
+        return dead
+
+    def _job_ended(
+        self,
+        role: str,
+        job: RoleJob,
+        indices: list[int],
+        states: dict[str, JobState],
+        dead: dict[int, WorkerExit],
+    ) -> None:
+        """Add to ``dead`` the replicas of ``job`` that died with the whole job."""
+        state = states.get(job.job_id) or JobState("UNKNOWN")
+        kind = classify_state(state.state)
+        if kind == ACTIVE:
+            job.seen_active = True
+        if not (kind == ENDED or (kind == PENDING and job.seen_active)):
+            return
+        if kind == PENDING and self.requeue:
+            job.seen_active = False  # requeued: it will run again
+            reason = (
+                f"Slurm job {job.job_id} was preempted and requeued ({state.reason or '?'}); "
+                "its workers come back when Slurm starts it again (Scheduler.wait_role)"
+            )
+            for index in indices:
+                path = replica_log_path(job.log_dir, role, index)
+                dead.setdefault(index, WorkerExit(reason, None, path, preempted=True))
+            return
+        name = state.state
+        if state.completing:
+            from corral.logs import tail
+
+            name = (
+                ending_state_from_log(tail(sbatch_log_path(job.log_dir, role), 50), job.job_id)
+                or "COMPLETING"
+            )
+        reason = describe_state(job.job_id, name)
+        if kind == PENDING:
+            reason += " after its workers had started"
+        for index in indices:
+            if index not in dead:
+                path = replica_log_path(job.log_dir, role, index)
+                if not os.path.exists(path):
+                    path = sbatch_log_path(job.log_dir, role)
+                dead[index] = WorkerExit(reason, state.exit_code, path)
+
+    def pending_reason(self, role: str) -> str | None:
+        jobs, states = self._live_jobs(role)
+        if not jobs:
+            return None
+        for job in jobs:  # a queued job first: that is what the role waits for
+            state = states.get(job.job_id) or JobState("UNKNOWN")
+            if normalize_state(state.state) == "PENDING":
+                return f"Slurm job {job.job_id}: PENDING ({state.reason})"
+        job = jobs[-1]
+        state = states.get(job.job_id) or JobState("UNKNOWN")
+        name = normalize_state(state.state)
+        if name == "RUNNING":
+            return (
+                f"Slurm job {job.job_id}: RUNNING on {state.nodes or '?'} but not every worker "
+                f"registered (see {sbatch_log_path(job.log_dir, role)})"
+            )
+        return describe_state(job.job_id, state.state, state.reason)
+
+    def hopeless(self, role: str) -> str | None:
+        """A queue reason that can never clear: the job is cancelled and this says why."""
+        jobs, states = self._live_jobs(role)
+        if not jobs:
+            return None
+        for job in jobs:
+            state = states.get(job.job_id)
+            if state is None or normalize_state(state.state) != "PENDING":
+                continue
+            why = never_clears(state.reason, self._inventory)
+            if why:
+                _run(["scancel", job.job_id])
+                return f"Slurm job {job.job_id} is PENDING ({why}); it was cancelled"
+        return None
