@@ -204,3 +204,25 @@ def test_on_a_pipelined_connection_the_next_request_does_not_prove_delivery(runt
         sock.sendall(_pipelined_request(_call("echo", 2), _rid()))
         reader.read_head()  # the ACK was read before this request
     assert first in runtime.cache._delivered
+
+
+def test_an_ack_for_a_request_this_connection_never_carried_proves_nothing(runtime):  # noqa: F811
+    """A delivery proof counts only on the connection that carried the (signed) request:
+    an ACK naming another connection's request id, or sent before any signed request,
+    leaves that reply in the worker's cache."""
+    host, port = runtime.test_address.rsplit(":", 1)
+    rid = _rid()
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        reader = SocketReader(sock)
+        sock.sendall(_pipelined_request(_call("blob", 2 * MiB), rid))
+        head = reader.read_head()
+        reader.read_body(head.content_length)
+        with socket.create_connection((host, int(port)), timeout=30) as other:
+            other.sendall(ack(b"ACK", rid))  # unauthenticated, another connection
+            other_reader = SocketReader(other)
+            other.sendall(_pipelined_request(_call("echo", 1), _rid()))
+            other_reader.read_head()  # the ACK was read before this request
+        assert rid not in runtime.cache._delivered
+        sock.sendall(ack(b"ACK", rid) + _pipelined_request(_call("echo", 2), _rid()))
+        reader.read_head()
+    assert rid in runtime.cache._delivered

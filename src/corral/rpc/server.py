@@ -51,6 +51,8 @@ MAX_CONNECTIONS = 512
 MAX_UNAUTHENTICATED = 64
 _FD_ERRORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 _ACKS = ("ACK", "NAK")
+#: request ids a pipelined connection remembers for their ACK (the client ACKs at once)
+ACKABLE = 4096
 
 
 @dataclass
@@ -190,6 +192,7 @@ class RPCServer:
         answered: str | None = None
         held: list = []  # a reply's segment, kept until the client has mapped it
         held_by_id: dict[str, tuple] = {}  # the same on a pipelined connection
+        carried: OrderedDict[str, None] = OrderedDict()  # signed requests an ACK may name
         pipelined = False
         wlock = threading.Lock()  # one reply at a time on the socket
         peer: int | None = None  # the client's pid once it offered shared memory
@@ -201,9 +204,10 @@ class RPCServer:
                     return
                 acked = msg.headers.get(REQUEST_ID_HEADER) if msg.method in _ACKS else None
                 if acked is not None:  # pipelined: the client read (or not) that reply
-                    self._acknowledged(msg.method, acked, held_by_id)
-                    if msg.method == "NAK":  # it cannot map our segments: stop sending them
-                        peer = None
+                    if carried.pop(acked, 0) is None:  # only a request this connection carried
+                        self._acknowledged(msg.method, acked, held_by_id)
+                        if msg.method == "NAK":  # it cannot map our segments: stop sending them
+                            peer = None
                     continue
                 if msg.method in _ACKS:  # the client mapped (or failed to map) it
                     if msg.method == "ACK" and answered and self._delivered is not None:
@@ -238,6 +242,10 @@ class RPCServer:
                 if PIPELINE_HEADER in msg.headers:
                     pipelined = True  # from now on no request proves an earlier delivery
                 rid = msg.headers.get(REQUEST_ID_HEADER) if pipelined else None
+                if rid is not None:
+                    carried[rid] = None
+                    if len(carried) > ACKABLE:  # small replies are never ACKed: forget them
+                        carried.popitem(last=False)
                 wanted = msg.headers.get(IDENTITY_HEADER)
                 if wanted and self.identity and wanted != self.identity:
                     text = f"this is {self.identity}, not {wanted}: the address is stale"
