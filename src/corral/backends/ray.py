@@ -56,6 +56,7 @@ from corral.backends.options import RayOptions
 from corral.backends.ray_elastic import RayElastic
 from corral.backends.ray_fork import RayForks
 from corral.backends.ray_groups import PlacementGroups, group_specs
+from corral.backends.ray_nodes import NodeWatch
 from corral.backends.ray_placement import infeasible, node_totals, remove_trial_leftovers
 from corral.backends.ray_requeue import NODE_LOST, NodeLossRequeue, RayNodeLoss, node_lost
 from corral.backends.ray_start import (
@@ -133,6 +134,7 @@ class RayLauncher(
         self._forks: dict[str, _Role] = {}
         self._lock = threading.RLock()
         self.ray = None
+        self._nodes: NodeWatch | None = None  # drained nodes, dead raylets (ray_nodes)
         if dry_run:
             return
         self.ray = ray = _ray()
@@ -268,6 +270,9 @@ class RayLauncher(
                     f"Ray actor {r.name} is gone: ray.shutdown() was called in this process"
                 )
         elif live:
+            self._raylets_lost(live)
+            live = [r for r in live if r.exit is None]
+        if live and ray.is_initialized():
             ready, _ = ray.wait([r.done_ref for r in live], num_returns=len(live), timeout=0)
             ready_ids = {ref.hex() for ref in ready}
             for r in live:
@@ -281,6 +286,23 @@ class RayLauncher(
         if self.requeue:
             dead.update(self._node_loss.still_lost(ray, role))
         return dead
+
+    def _node_watch(self) -> NodeWatch:
+        if self._nodes is None:
+            self._nodes = NodeWatch(self.ray)
+        return self._nodes
+
+    def _raylets_lost(self, live: list[_Replica]) -> None:
+        """Warn replicas on draining nodes; end those whose raylet died (with
+        ``requeue=True`` that is a lost node: preempted, brought back)."""
+        for i, exit_ in self._node_watch().check(live).items():
+            r = live[i]
+            exit_.preempted = self.requeue
+            exit_.reason += NODE_LOST if self.requeue else ""
+            with self._lock:
+                first, r.exit = r.exit is None, r.exit or exit_
+            if first and exit_.preempted and r.parent is None:
+                self._bring_back(r)
 
     def _exit_of(self, replica: _Replica) -> WorkerExit:
         ray = self.ray

@@ -118,6 +118,16 @@ class RayWorkerActor:
         self._stop_now("stopped by the scheduler")
         return True
 
+    def preempt_warning(self, reason: str) -> list[str]:
+        """Ray drains this node (corral.backends.ray_drain): ``on_preempt(reason)`` on
+        every engine that has it; returns the problems."""
+        problems = self.runtime.engines.notify("on_preempt", reason)
+        who = self.runtime.settings.worker_id
+        print(f"corral worker {who}: {reason}: on_preempt", flush=True)
+        for problem in problems:
+            print(f"corral worker {who}: {problem}", flush=True)
+        return problems
+
     def _stop_now(self, reason: str) -> None:
         """Stop the runtime once: engines, children and server; then drain the tee."""
         with self._stop_lock:
