@@ -7,7 +7,9 @@ Long-job faults (benchmarks/faults_long.py): a death noticed by the health monit
 call in flight, a request that can never fit, a second live controller, a rerun after a
 frozen controller, a chatty worker on a full log disk (baseline: the same call on a
 writable disk), the open-file limit (local), and on Slurm a restart inside the allocation,
-a slurmctld outage and a preemption (requeue). docs/reliability.md tabulates one run.
+a slurmctld outage and a preemption (requeue); on Ray a node loss, a drain (time to
+``on_preempt``) and a raylet death (benchmarks/faults_ray.py; baseline: ``close()`` of a
+healthy worker). docs/reliability.md tabulates one run.
 
     python benchmarks/faults.py [--backends local,ray,slurm] [--out benchmarks/results/faults.json]
 """
@@ -26,6 +28,7 @@ import threading
 import time
 
 import faults_long as L  # noqa: N812  (benchmarks/ is on sys.path when run as a script)
+from faults_ray import ray_node_faults
 
 from corral import BaseExperimentConfig, Job, SchedulingSpec, make_scheduler
 from corral.errors import WorkerFailedError, WorkerTimeoutError
@@ -153,14 +156,15 @@ def run(backend: str, root: str, repeats: int) -> dict:
         "chatty_2MB_call_full_log_disk_s": round(med(chatty_full), 3),
         "chatty_2MB_call_writable_log_s (baseline)": round(med(chatty_ok), 3),
     }
-    if backend in ("local", "slurm"):
-        attach = L.reattach(make, backend, root, f"attach{os.getpid()}")
-        out["reattach_after_controller_sigkill_s"] = round(attach["s"], 3)
-        out["reattach_workers_lost_before_attach"] = attach["lost_before_attach"]
+    attach = L.reattach(make, backend, root, f"attach{os.getpid()}")  # Ray: detached actors
+    out["reattach_after_controller_sigkill_s"] = round(attach["s"], 3)
+    out["reattach_workers_lost_before_attach"] = attach["lost_before_attach"]
     if backend == "ray" and RAY_CLUSTER:
         lost = L.ray_node_loss(make, RAY_CLUSTER[0].cluster, 4)
         out["ray_node_loss_to_preempted_error_s"] = round(lost["preempted_error_s"], 3)
         out["ray_node_back_wait_role_s"] = round(lost["back_after_node_joins_s"], 3)
+        faults = ray_node_faults(make, RAY_CLUSTER[0].cluster, 4)
+        out.update({f"ray_{k}": round(v, 3) for k, v in faults.items()})
     if backend == "local":
         out["fd_limit_refused_s (60 workers, ulimit -n 200)"] = round(L.fd_limit_refusal(root), 4)
     if backend == "slurm":

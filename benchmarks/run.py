@@ -38,6 +38,7 @@ BACKENDS = {
     "slurm": "bench_slurm",
     "scale": "bench_scale",
     "data": "bench_data",
+    "netns": "bench_netns",  # root only: stand-in hosts with rate-limited links
 }
 
 

@@ -48,6 +48,7 @@ install() {
         command -v munged >/dev/null || need_apt+=(munge)
         command -v etcd >/dev/null || need_apt+=(etcd-server etcd-client)
         command -v chromium >/dev/null || need_apt+=(chromium)  # the dashboard's browser tests
+        command -v ip >/dev/null && command -v tc >/dev/null || need_apt+=(iproute2)  # netns bench tests
     fi
     if ((${#need_apt[@]})); then
         command -v apt-get >/dev/null || {

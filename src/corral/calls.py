@@ -49,6 +49,13 @@ class CallOptions:
     def resolve(
         cls, rpc_meta: Any, http_timeout: Any, max_retries: Any, retry_delay: Any
     ) -> CallOptions:
+        if (
+            rpc_meta is None
+            and http_timeout is None
+            and max_retries is None
+            and retry_delay is None
+        ):
+            return _DEFAULT_OPTIONS  # the common case: nothing to check
         meta = rpc_meta or {}
         if not isinstance(meta, dict):
             raise ConfigError("rpc_meta", rpc_meta, "use a dict or None")
@@ -65,6 +72,9 @@ class CallOptions:
         # No delay by default: a retry follows a check that the worker is alive.
         delay = 0.0 if delay is None else delay
         return cls(timeout, retries, delay, meta.get("keep"), _broadcast_flag(meta))
+
+
+_DEFAULT_OPTIONS = CallOptions(None, 2, 0.0)
 
 
 def _broadcast_flag(meta: dict) -> bool | None:

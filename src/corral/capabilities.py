@@ -55,7 +55,6 @@ def require(launcher: object, capability: type, what: str, field: str, value: ob
             + {
                 "Elastic": "use the local, ray or slurm backend",
                 "Preemptible": "use requeue=True on the slurm or ray backend",
-                "Adoptable": "use 0, or the local or slurm backend (Ray actors end with "
-                "their driver)",
+                "Adoptable": "use 0, or the local, ray or slurm backend",
             }[capability.__name__],
         )

@@ -4,6 +4,7 @@ role and wait for it after a preemption. A mixin of ``corral.scheduler.Scheduler
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -26,6 +27,7 @@ from corral.spec import (
     validate_role_name,
 )
 from corral.worker import env as E
+from corral.worker.ending import STOP_DEADLINE_ENV, check_stop_deadline
 
 
 class RoleAPI:
@@ -86,6 +88,7 @@ class RoleAPI:
         return plan(self, normalize_job(job))
 
     def _check_job(self, job: NormalizedJob) -> None:
+        check_stop_deadline(dict(os.environ), f"environment variable {STOP_DEADLINE_ENV}")
         self._table.check_new(job, self._n_gpus_per_node, self.launcher, self.backend)
 
     def _launch_role(self, job: NormalizedJob, wait: bool = True) -> list[str]:

@@ -3,8 +3,9 @@ dies; a new controller made with ``attach=True`` takes the run over (calls, clos
 ``corral ps/stop`` work on it from another shell meanwhile. Without the opt-in, attaching
 is refused and the workers exit with their controller (fail-fast, the default).
 
-Local and Slurm only: Ray actors end with their driver, so Ray refuses the option
-(tests/ray/test_long_jobs.py)."""
+On Ray the workers are then detached actors on detached placement groups, on the test's
+Ray cluster, which outlives the first controller's driver (tests/ray/test_long_jobs.py
+checks the cleanup when no controller comes back)."""
 
 from __future__ import annotations
 
@@ -20,21 +21,6 @@ import pytest
 from corral import ConfigError
 from tests.conformance.harness import pid_alive
 from tests.conformance.test_run_identity import end_controller, start_controller, wait_gone
-from tests.conftest import BACKENDS
-
-KEEPING = [b for b in BACKENDS if b != "ray"]
-if not KEEPING:  # a Ray-only run: said here, not as an "empty parameter set"
-    pytest.skip(
-        "re-attach is for local and Slurm; Ray refuses outlive_controller "
-        "(tests/ray/test_long_jobs.py checks that)",
-        allow_module_level=True,
-    )
-
-
-@pytest.fixture(params=KEEPING)
-def keeping(request):
-    """A backend whose workers can outlive their controller."""
-    return request.getfixturevalue(f"{request.param}_backend")
 
 
 def _cli(backend, *args: str) -> str:
@@ -64,20 +50,20 @@ def _kill_controller_and_outwait_its_lease(proc) -> None:
     time.sleep(5.0 + 2.0)  # past the lease timeout (5 s): fail-fast workers would be gone
 
 
-def test_a_new_controller_attaches_to_workers_that_outlive_their_controller(keeping):
-    experiment, trial = f"attach-{keeping.name}", f"a{uuid.uuid4().hex[:6]}"
-    proc, first = start_controller(keeping, experiment, trial, outlive=120)
+def test_a_new_controller_attaches_to_workers_that_outlive_their_controller(backend):
+    experiment, trial = f"attach-{backend.name}", f"a{uuid.uuid4().hex[:6]}"
+    proc, first = start_controller(backend, experiment, trial, outlive=120)
     sched = None
     try:
         _kill_controller_and_outwait_its_lease(proc)
         gone = [p for p in first["pids"] if not pid_alive(p)]
         assert not gone, f"workers did not outlive: {gone} of {first}"
-        rows = [row for row in _cli(keeping, "ps").splitlines() if trial in row]
+        rows = [row for row in _cli(backend, "ps").splitlines() if trial in row]
         assert any("(controller)" in row and "NOT RENEWED" in row for row in rows), rows
         for wid in ("orphan/0", "orphan/1"):  # listed and answering, from another process
             assert any(wid in r and "unreachable" not in r and "dead" not in r for r in rows)
         deaths: list[str] = []
-        sched = keeping.scheduler(
+        sched = backend.scheduler(
             experiment=experiment,
             trial=trial,
             attach=True,
@@ -89,7 +75,7 @@ def test_a_new_controller_attaches_to_workers_that_outlive_their_controller(keep
         assert sorted(adopted) == sorted(first["pids"])
         assert sched.health("orphan/1")  # a signed call with the run's secret
         # the backend adopted the processes: a death is seen like any other
-        keeping.kill_worker(sched.get_workers("orphan")[1])
+        backend.kill_worker(sched.get_workers("orphan")[1])
         deadline = time.monotonic() + 30
         while "orphan/1" not in deaths and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -97,43 +83,43 @@ def test_a_new_controller_attaches_to_workers_that_outlive_their_controller(keep
         sched.close()
         sched = None
         assert wait_gone(first["pids"], timeout=30) == []
-        assert keeping.leftovers(experiment, trial) == []
+        assert backend.leftovers(experiment, trial) == []
     finally:
         if sched is not None:
             sched.close()
         end_controller(proc)
-        _cli(keeping, "stop", experiment, trial)
+        _cli(backend, "stop", experiment, trial)
         _kill_left(first["pids"])
 
 
-def test_corral_stop_from_another_shell_stops_workers_that_outlive_their_controller(keeping):
-    experiment, trial = f"attach-{keeping.name}", f"s{uuid.uuid4().hex[:6]}"
-    proc, first = start_controller(keeping, experiment, trial, outlive=120)
+def test_corral_stop_from_another_shell_stops_workers_that_outlive_their_controller(backend):
+    experiment, trial = f"attach-{backend.name}", f"s{uuid.uuid4().hex[:6]}"
+    proc, first = start_controller(backend, experiment, trial, outlive=120)
     try:
         _kill_controller_and_outwait_its_lease(proc)
         assert all(pid_alive(p) for p in first["pids"])
-        _cli(keeping, "stop", experiment, trial)
+        _cli(backend, "stop", experiment, trial)
         assert wait_gone(first["pids"], timeout=30) == []
         deadline = time.monotonic() + 60  # Slurm jobs end after their tasks (COMPLETING)
-        while keeping.leftovers(experiment, trial) and time.monotonic() < deadline:
+        while backend.leftovers(experiment, trial) and time.monotonic() < deadline:
             time.sleep(0.5)
-        assert keeping.leftovers(experiment, trial) == []
+        assert backend.leftovers(experiment, trial) == []
     finally:
         end_controller(proc)
         _kill_left(first["pids"])
 
 
-def test_attach_is_refused_when_the_run_did_not_ask_its_workers_to_outlive_it(keeping):
-    experiment, trial = f"attach-{keeping.name}", f"r{uuid.uuid4().hex[:6]}"
-    proc, first = start_controller(keeping, experiment, trial)
+def test_attach_is_refused_when_the_run_did_not_ask_its_workers_to_outlive_it(backend):
+    experiment, trial = f"attach-{backend.name}", f"r{uuid.uuid4().hex[:6]}"
+    proc, first = start_controller(backend, experiment, trial)
     try:
         proc.send_signal(signal.SIGKILL)
         proc.wait(30)
         with pytest.raises(ConfigError) as info:
-            keeping.scheduler(experiment=experiment, trial=trial, attach=True)
+            backend.scheduler(experiment=experiment, trial=trial, attach=True)
         assert "outlive_controller=0" in str(info.value) and first["run_id"] in str(info.value)
         assert wait_gone(first["pids"], timeout=30) == []  # fail-fast: they left by themselves
     finally:
         end_controller(proc)
-        _cli(keeping, "stop", experiment, trial)
+        _cli(backend, "stop", experiment, trial)
         _kill_left(first["pids"])

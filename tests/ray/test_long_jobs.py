@@ -3,15 +3,37 @@ why while it waits, and starts once they are free. (GPUs are declared, not physi
 
 from __future__ import annotations
 
+import asyncio
+import os
+import signal
 import threading
 import time
+import uuid
 
 import pytest
 
 from tests.conformance.backend_ray import GPUS_PER_NODE, ray_cluster  # noqa: F401
+from tests.conformance.test_run_identity import end_controller, start_controller, wait_gone
 from tests.ray.test_ray_backend import gpu_job, make  # noqa: F401
 
 pytestmark = pytest.mark.ray
+ECHO = "corral.testing.engines.EchoEngine"
+
+
+def drain_for_preemption(node_id: str, deadline_s: int) -> None:
+    """What Ray's autoscaler and `ray drain-node --reason DRAIN_NODE_REASON_PREEMPTION`
+    do: ask the GCS to drain the node, with the time left before it is killed."""
+    import ray
+    from ray.core.generated import autoscaler_pb2
+
+    gcs = ray._private.worker.global_worker.gcs_client
+    accepted, why = gcs.drain_node(
+        node_id,
+        autoscaler_pb2.DrainNodeReason.Value("DRAIN_NODE_REASON_PREEMPTION"),
+        "corral test: spot instance reclaimed",
+        int((time.time() + deadline_s) * 1000),
+    )
+    assert accepted, why
 
 
 def test_waiting_for_busy_gpus_shows_the_pending_placement_then_starts(make):  # noqa: F811
@@ -41,22 +63,46 @@ def test_waiting_for_busy_gpus_shows_the_pending_placement_then_starts(make):  #
     assert "PENDING" in waiting and "GPU 1" in waiting, waiting
 
 
-def test_outlive_controller_is_refused_because_ray_actors_end_with_their_driver(make):  # noqa: F811
+def test_outlive_controller_is_refused_on_a_runtime_that_ends_with_this_process():
     from corral import ConfigError
+    from corral.backends.ray import RayLauncher
+    from corral.spec import normalize_job
 
+    launcher = RayLauncher(dry_run=True)
+    launcher.own_cluster, launcher.outlive = True, 60.0  # as after ray.init("local")
     with pytest.raises(ConfigError) as info:
-        make(outlive_controller=60)
+        launcher.check(normalize_job(gpu_job("w", 1, gpu=0)))
     message = str(info.value)
-    assert "outlive_controller" in message and "60" in message
-    assert "local or slurm backend" in message
+    assert "outlive_controller" in message and "60" in message and "RAY_ADDRESS" in message
+
+
+def test_detached_workers_whose_grace_runs_out_exit_and_remove_their_groups(
+    ray_backend,
+    ray_cluster,  # noqa: F811
+):
+    experiment, trial = "ray-grace", uuid.uuid4().hex[:8]
+    proc, first = start_controller(ray_backend, experiment, trial, lease_timeout=1, outlive=1)
+    try:
+        assert ray_cluster.leftovers(experiment, trial), "the run made no detached actors"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+        assert wait_gone(first["pids"], timeout=30) == []
+        deadline = time.monotonic() + 15
+        while ray_cluster.leftovers(experiment, trial) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert ray_cluster.leftovers(experiment, trial) == []
+    finally:
+        end_controller(proc)
 
 
 def test_a_worker_lost_with_its_node_is_preempted_and_comes_back_with_wait_role(
     ray_cluster,  # noqa: F811
     make,  # noqa: F811
+    tmp_path,
 ):
-    """Node loss with ``requeue=True``: calls raise WorkerPreemptedError, Ray places the
-    bundle again on a new node, ``wait_role`` returns the worker with a new generation."""
+    """Node loss with ``requeue=True``: a drain of the node first reaches the engine's
+    ``on_preempt``; then calls raise WorkerPreemptedError, Ray places the bundle again on
+    a new node, ``wait_role`` returns the worker with a new generation."""
     from corral import WorkerPreemptedError
 
     cluster = ray_cluster.cluster
@@ -68,6 +114,18 @@ def test_a_worker_lost_with_its_node_is_preempted_and_comes_back_with_wait_role(
         sched = make(requeue=True)
         sched.create_workers(gpu_job("learner", 1, gpu=1))
         old = sched.get_workers("learner")[0]
+        asyncio.run(sched.create_engine("learner/0", ECHO, "e"))
+        marker = str(tmp_path / "preempted")
+        sched.call_engine("learner/0", "mark_preempt", "e", marker)
+        # Ray drains the node first (as its autoscaler / `ray drain-node` do before a
+        # preemption): the engine hears on_preempt while its node still runs
+        drain_for_preemption(added[0].node_id, deadline_s=60)
+        deadline = time.monotonic() + 30
+        while not os.path.exists(marker):
+            assert time.monotonic() < deadline, "on_preempt was not called on a drain"
+            time.sleep(0.1)
+        assert open(marker).read().startswith(f"Ray is draining node {added[0].node_id[:12]}")
+        assert "killed in about" in open(marker).read()
         cluster.remove_node(added.pop())
         error = None
         deadline = time.monotonic() + 60
@@ -92,3 +150,60 @@ def test_a_worker_lost_with_its_node_is_preempted_and_comes_back_with_wait_role(
         for node in added:
             cluster.remove_node(node)
         cluster.wait_for_nodes()
+
+
+def test_a_raylet_death_is_named_at_once_close_is_prompt_and_no_worker_is_left(
+    ray_cluster,  # noqa: F811
+    make,  # noqa: F811
+):
+    """Only the raylet of one node is SIGKILLed (its other processes live on). Ray marks
+    such a node dead only after its health checks give up (~15 s); corral asks the raylet
+    itself: the call and the death callback name the raylet, close() does not wait for
+    what Ray can no longer stop, and the worker process is gone (checked by pid)."""
+    from corral import WorkerFailedError
+    from tests.conformance.test_run_identity import wait_gone
+
+    cluster = ray_cluster.cluster
+    hog = make()  # the session's two nodes are full: the worker can only use the extra node
+    hog.create_workers(gpu_job("hog", 2, gpu=GPUS_PER_NODE))
+    node = cluster.add_node(num_cpus=2, num_gpus=GPUS_PER_NODE)
+    pid = None
+    try:
+        cluster.wait_for_nodes()
+        deaths: list = []
+        sched = make(on_worker_death=lambda wid, exit_: deaths.append(exit_.reason))
+        sched.create_workers(gpu_job("w", 1, gpu=1))
+        asyncio.run(sched.create_engine("w/0", ECHO, "e"))
+        pid = sched.get_workers("w")[0].pid
+        raylet = node.all_processes["raylet"][0].process
+        others = [
+            p.process for kind, procs in node.all_processes.items() if kind != "raylet"
+            for p in procs
+        ]  # fmt: skip
+        os.kill(raylet.pid, signal.SIGKILL)
+        raylet.wait()  # reaped, as init does on a real node (else Ray sees a zombie alive)
+        assert all(p.poll() is None for p in others), "only the raylet was to die"
+        deadline = time.monotonic() + 30
+        with pytest.raises(WorkerFailedError) as info:
+            while time.monotonic() < deadline:
+                sched.call_engine("w/0", "echo", "e", 1, rpc_meta={"timeout": 5})
+                time.sleep(0.1)
+        assert "lost its node's raylet" in str(info.value), str(info.value)
+        while not deaths and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert deaths and "raylet" in deaths[0], deaths
+        sched.close()  # (the fixture checks Ray's tables once the node is marked dead)
+        assert wait_gone([pid], timeout=10) == [], "the worker process outlived close()"
+    finally:
+        if pid:
+            _kill_if_alive(pid)
+        hog.close()
+        cluster.remove_node(node)
+        cluster.wait_for_nodes()  # until Ray marks the node dead (its health checks)
+
+
+def _kill_if_alive(pid: int) -> None:
+    from corral.procs import pid_alive
+
+    if pid_alive(pid):
+        os.kill(pid, signal.SIGKILL)

@@ -4,6 +4,7 @@ chunks read across a frame's parts, bounded waits, and pulls whose upstream fail
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -190,3 +191,25 @@ def test_memory_is_reused_only_when_no_view_of_it_is_left():
         reader._retire(kept)  # a view is alive: never pooled
     assert reader.stats()["relay_idle"] == 0
     del kept_view
+
+
+def test_pooled_memory_outlives_the_gap_between_two_training_steps():
+    """A buffer retired 20 s ago (one weight broadcast per training step) is still pooled
+    and the next frame of its size gets it (warm pages); after POOL_IDLE it is dropped."""
+    owner, plan = _owner()
+    reader = Relays()
+    mine = reader.pull(plan, _fetcher(owner, plan["blob"], None, []))
+    del mine
+    buffer = reader._buffers.pop(plan["blob"])
+    with reader._lock:
+        reader._retire(buffer)
+        now = time.monotonic()
+        buffer.memory.last_used = now - 20.0
+        reader._trim_locked(now - relay.POOL_IDLE)  # what the sweeper does every 0.5 s
+    assert reader.stats()["relay_idle"] == 1
+    with reader._lock:
+        assert reader._memory(plan["size"]) is buffer.memory
+        reader._idle.append(buffer.memory)
+        buffer.memory.last_used = now - relay.POOL_IDLE - 1.0
+        reader._trim_locked(now - relay.POOL_IDLE)
+    assert reader.stats()["relay_idle"] == 0

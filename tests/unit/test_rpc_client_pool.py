@@ -53,8 +53,11 @@ def server():
     s.stop()
 
 
-def test_a_fan_out_of_many_calls_uses_at_most_max_connections(server):
-    client = AsyncRPCClient(SECRET, max_connections=3)
+# pipelining=False: every call takes a pooled connection of its own (what large requests
+# do); True: small calls share the pipelined connection (corral.rpc.pipeline)
+@pytest.mark.parametrize("pipelining", [False, True])
+def test_a_fan_out_of_many_calls_uses_at_most_max_connections(server, pipelining):
+    client = AsyncRPCClient(SECRET, max_connections=3, pipelining=pipelining)
 
     async def main():
         results = await asyncio.gather(
@@ -71,8 +74,9 @@ def test_a_fan_out_of_many_calls_uses_at_most_max_connections(server):
     assert open_now <= 3
 
 
-def test_cancelled_and_timed_out_calls_give_their_connection_slot_back(server):
-    client = AsyncRPCClient(SECRET, max_connections=2)
+@pytest.mark.parametrize("pipelining", [False, True])
+def test_cancelled_and_timed_out_calls_give_their_connection_slot_back(server, pipelining):
+    client = AsyncRPCClient(SECRET, max_connections=2, pipelining=pipelining)
 
     async def main():
         slow = [

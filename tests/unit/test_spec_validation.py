@@ -494,3 +494,32 @@ def test_secret_file_is_private(scheduler: LocalScheduler) -> None:
     with open(scheduler.secret_file) as fh:
         assert fh.read() == scheduler.secret
     assert len(scheduler.secret) >= 32
+
+
+@pytest.mark.parametrize("value", ["soon", "0", "-3", "inf", "nan", ""])
+def test_bad_stop_deadline_in_env_vars_is_refused_before_anything_starts(
+    scheduler: LocalScheduler, value: str
+) -> None:
+    """A worker can only fall back to 5 s on a bad value; the controller refuses it first."""
+    with pytest.raises(ConfigError) as info:
+        spec = SchedulingSpec(env_vars={"CORRAL_STOP_DEADLINE": value})
+        scheduler.create_workers(Job(role="actor", replicas=1, tasks=[spec]))
+    assert_config_error(info.value, "SchedulingSpec.env_vars['CORRAL_STOP_DEADLINE']", value)
+    assert "seconds > 0" in info.value.fix
+    assert scheduler.launcher.pids("actor") == []
+
+
+def test_bad_stop_deadline_in_the_environment_is_refused_before_anything_starts(
+    scheduler: LocalScheduler, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CORRAL_STOP_DEADLINE", "5s")
+    with pytest.raises(ConfigError) as info:
+        scheduler.create_workers(Job(role="actor", replicas=1))
+    assert_config_error(info.value, "environment variable CORRAL_STOP_DEADLINE", "5s")
+    assert scheduler.launcher.pids("actor") == []
+
+
+def test_a_good_stop_deadline_is_accepted() -> None:
+    normalize_job(
+        Job(role="a", replicas=1, tasks=[SchedulingSpec(env_vars={"CORRAL_STOP_DEADLINE": "2.5"})])
+    )

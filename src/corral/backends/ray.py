@@ -53,9 +53,11 @@ from typing import Any
 
 from corral import options as opts
 from corral.backends.options import RayOptions
+from corral.backends.ray_adopt import RayAdoption
 from corral.backends.ray_elastic import RayElastic
 from corral.backends.ray_fork import RayForks
 from corral.backends.ray_groups import PlacementGroups, group_specs
+from corral.backends.ray_nodes import NodeWatch
 from corral.backends.ray_placement import infeasible, node_totals, remove_trial_leftovers
 from corral.backends.ray_requeue import NODE_LOST, NodeLossRequeue, RayNodeLoss, node_lost
 from corral.backends.ray_start import (
@@ -64,6 +66,7 @@ from corral.backends.ray_start import (
     _Replica,
     _Role,
     accelerator_options,
+    detached_options,
 )
 from corral.backends.ray_support import (  # name_prefix, apply_quiet_env: importable here
     DEFAULT_OBJECT_STORE_MEMORY,
@@ -76,7 +79,7 @@ from corral.backends.ray_support import (  # name_prefix, apply_quiet_env: impor
     name_prefix,
 )
 from corral.backends.ray_teardown import RayTeardown
-from corral.capabilities import Elastic, Preemptible
+from corral.capabilities import Adoptable, Elastic, Preemptible
 from corral.errors import ConfigError, PlacementError, WorkerCreationError
 from corral.launcher import Launcher, LaunchRequest, WorkerExit, env_lines
 from corral.logs import replica_log_path
@@ -95,16 +98,19 @@ class RayLauncher(
     RayForks,
     RayNodeLoss,
     RayTeardown,
+    RayAdoption,
     Launcher,
     Elastic,
     Preemptible,
+    Adoptable,
 ):
     """Places workers with placement groups and runs each in a ``RayWorkerActor``.
 
     Its capabilities live in mixins, one module each: ``ray_start`` (a worker's actor on
     a bundle), ``ray_groups`` (placement groups, pending reasons), ``ray_elastic`` (grow,
     shrink), ``ray_fork`` (fork, stop_fork), ``ray_requeue`` (node loss as preemption),
-    ``ray_teardown`` (stop, close). This class launches, checks, describes, restarts
+    ``ray_teardown`` (stop, close), ``ray_adopt`` (workers that outlive the
+    controller, re-attach). This class launches, checks, describes, restarts
     and polls."""
 
     name = "ray"
@@ -127,12 +133,14 @@ class RayLauncher(
         self.startup_timeout = float(startup_timeout)
         self.reserve_memory = options.reserve_memory
         self.started_runtime = False
+        self.own_cluster = False  # a local runtime that ends with this process
         self.address = address = options.address
         init_kwargs = options.init_kwargs
         self._roles: dict[str, _Role] = {}
         self._forks: dict[str, _Role] = {}
         self._lock = threading.RLock()
         self.ray = None
+        self._nodes: NodeWatch | None = None  # drained nodes, dead raylets (ray_nodes)
         if dry_run:
             return
         self.ray = ray = _ray()
@@ -147,9 +155,11 @@ class RayLauncher(
             kwargs.update(include_dashboard=False, object_store_memory=DEFAULT_OBJECT_STORE_MEMORY)
             kwargs.update(init_kwargs or {})
             ray.init(address="local", **kwargs)
+            self.own_cluster = True
         self.started_runtime = True
 
     def check(self, job: NormalizedJob) -> None:
+        self.check_outlive()
         strategies = {t.ray_placement_strategy for t in job.tasks}
         if len(strategies) > 1:
             raise ConfigError(
@@ -207,7 +217,10 @@ class RayLauncher(
         where = self.address or "the runtime of this process, RAY_ADDRESS or a local one"
         lines = [f"# dry run (ray): {job.replicas} {job.role} actor(s) on {where}"]
         for group, group_strategy, name in group_specs(prefix, job.role, bundles, strategy):
-            lines.append(f"placement_group({group}, strategy='{group_strategy}', name='{name}')")
+            lifetime = ", lifetime='detached'" if self.outlive else ""
+            lines.append(
+                f"placement_group({group}, strategy='{group_strategy}', name='{name}'{lifetime})"
+            )
         for index, (spec, env) in enumerate(zip(job.tasks, request.envs, strict=True)):
             options = {
                 "name": f"{prefix}:{job.role}:{index}",
@@ -215,6 +228,7 @@ class RayLauncher(
                 "max_concurrency": ACTOR_MAX_CONCURRENCY,
                 "max_restarts": 0,
                 "placement_group_bundle_index": index if strategy == "shared" else 0,
+                **detached_options(self.outlive),
                 **accelerator_options(kind, spec.gpu),
             }
             if spec.gpu == 0:
@@ -268,6 +282,9 @@ class RayLauncher(
                     f"Ray actor {r.name} is gone: ray.shutdown() was called in this process"
                 )
         elif live:
+            self._raylets_lost(live)
+            live = [r for r in live if r.exit is None]
+        if live and ray.is_initialized():
             ready, _ = ray.wait([r.done_ref for r in live], num_returns=len(live), timeout=0)
             ready_ids = {ref.hex() for ref in ready}
             for r in live:
@@ -281,6 +298,23 @@ class RayLauncher(
         if self.requeue:
             dead.update(self._node_loss.still_lost(ray, role))
         return dead
+
+    def _node_watch(self) -> NodeWatch:
+        if self._nodes is None:
+            self._nodes = NodeWatch(self.ray)
+        return self._nodes
+
+    def _raylets_lost(self, live: list[_Replica]) -> None:
+        """Warn replicas on draining nodes; end those whose raylet died (with
+        ``requeue=True`` that is a lost node: preempted, brought back)."""
+        for i, exit_ in self._node_watch().check(live).items():
+            r = live[i]
+            exit_.preempted = self.requeue
+            exit_.reason += NODE_LOST if self.requeue else ""
+            with self._lock:
+                first, r.exit = r.exit is None, r.exit or exit_
+            if first and exit_.preempted and r.parent is None:
+                self._bring_back(r)
 
     def _exit_of(self, replica: _Replica) -> WorkerExit:
         ray = self.ray

@@ -63,7 +63,7 @@ class RayWorkerActor:
         secret = secret or read_secret(os.environ)
         self._tee = _start_tee(settings.log_dir, settings.role, settings.index)
         self.runtime = WorkerRuntime(
-            settings, secret, on_shutdown=lambda: self._stop_now("exited on request")
+            settings, secret, on_shutdown=lambda: self._end("exited on request")
         )
         self.runtime.start()
         if threading.current_thread() is threading.main_thread():
@@ -118,6 +118,16 @@ class RayWorkerActor:
         self._stop_now("stopped by the scheduler")
         return True
 
+    def preempt_warning(self, reason: str) -> list[str]:
+        """Ray drains this node (corral.backends.ray_drain): ``on_preempt(reason)`` on
+        every engine that has it; returns the problems."""
+        problems = self.runtime.engines.notify("on_preempt", reason)
+        who = self.runtime.settings.worker_id
+        print(f"corral worker {who}: {reason}: on_preempt", flush=True)
+        for problem in problems:
+            print(f"corral worker {who}: {problem}", flush=True)
+        return problems
+
     def _stop_now(self, reason: str) -> None:
         """Stop the runtime once: engines, children and server; then drain the tee."""
         with self._stop_lock:
@@ -141,7 +151,51 @@ class RayWorkerActor:
 
     def _controller_lost(self, why: str) -> None:
         self._stop_now(f"exited: {why}")
+        if self.runtime.settings.outlive:
+            self._release_group()
         threading.Timer(0.5, os._exit, (0,)).start()
+
+    def _end(self, reason: str) -> None:
+        """Asked to exit (``/shutdown``). A detached worker (one that outlives its
+        controller, corral.attach) also ends its process and removes its group, as
+        ``corral stop`` may have asked it with no controller left to do that."""
+        self._stop_now(reason)
+        if self.runtime.settings.outlive:
+            threading.Thread(target=self._release_group, daemon=True).start()
+            threading.Timer(1.0, os._exit, (0,)).start()
+
+    def _release_group(self) -> None:
+        """Remove this detached worker's placement group (which ends this actor): its own
+        group, or for a group shared by its role the one whose bundle 0 it holds, once the
+        role's other workers are gone (up to 10 s). Forked workers leave it to their host."""
+        if self.runtime.settings.forked:
+            return
+        import ray
+        from ray.util.placement_group import remove_placement_group
+
+        try:
+            pg = ray.util.get_current_placement_group()
+            if pg is None or (pg.bundle_count > 1 and self._info.get("bundle_index") != 0):
+                return
+            if pg.bundle_count > 1:
+                _wait_siblings_gone(ray, ray.get_runtime_context().get_actor_name() or "")
+            remove_placement_group(pg)
+        except Exception as exc:
+            print(f"corral worker: could not remove its placement group: {exc}", flush=True)
+
+
+def _wait_siblings_gone(ray: Any, name: str, timeout: float = 10.0) -> None:
+    """Until no other live actor is named like ``name`` but for its
+    index (``<prefix>:<role>:<i>``: the role's other workers)."""
+    import time
+
+    stem = name.rpartition(":")[0] + ":"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)]
+        if not any(n.startswith(stem) and n != name and n[len(stem) :].isdigit() for n in names):
+            return
+        time.sleep(0.2)
 
 
 def apply_worker_env(env: dict[str, str]) -> None:

@@ -35,12 +35,14 @@ def group_specs(
 
 
 def create_groups(
-    specs: list[tuple[list[dict], str, str]],
+    specs: list[tuple[list[dict], str, str]], detached: bool = False
 ) -> tuple[list[Any], list[list[dict]], list[tuple[Any, int]]]:
-    """The groups of ``group_specs``, their bundles, and each worker's (group, bundle)."""
+    """The groups of ``group_specs``, their bundles, and each worker's (group, bundle).
+    ``detached``: the groups outlive the driver (until removed, see corral.attach)."""
     from ray.util.placement_group import placement_group
 
-    pgs = [placement_group(b, strategy=s, name=n) for b, s, n in specs]
+    lifetime = {"lifetime": "detached"} if detached else {}
+    pgs = [placement_group(b, strategy=s, name=n, **lifetime) for b, s, n in specs]
     groups = [b for b, _, _ in specs]
     places = [(pg, i) for pg, b in zip(pgs, groups, strict=True) for i in range(len(b))]
     return pgs, groups, places
@@ -60,7 +62,7 @@ class PlacementGroups:
         bundles = [self._bundle(spec, kind) for spec in request.job.tasks]
         prefix = name_prefix(env[E.EXPERIMENT], env[E.TRIAL])
         specs = group_specs(prefix, request.job.role, bundles, record.strategy, first)
-        return kind, bundles, create_groups(specs)
+        return kind, bundles, create_groups(specs, detached=bool(self.outlive))
 
     def _wait_groups(self, job: NormalizedJob, record: _Role, bundles: list[dict]) -> None:
         ray = self.ray

@@ -14,6 +14,7 @@ from corral.worker import env as E
 MAIN_SINGLE_GPU_SHARE = 0.9
 FORK_ACCELERATOR_SHARE = 0.01
 ACTOR_MAX_CONCURRENCY = 8
+NAMESPACE = "corral"  # of the detached actors of runs that outlive their controller
 
 
 @dataclass
@@ -41,6 +42,13 @@ class _Role:
     pgs: list[Any] = field(default_factory=list)
     bundles: list[list[dict]] = field(default_factory=list)
     strategy: str = "separate"
+
+
+def detached_options(outlive: float) -> dict:
+    """Workers asked to outlive their controller (corral.attach) are detached actors in
+    corral's namespace, so that they survive the driver and a new one finds them by name;
+    otherwise (the default) they share the driver's fate."""
+    return {"lifetime": "detached", "namespace": NAMESPACE} if outlive else {}
 
 
 def accelerator_options(kind: str | None, gpu: int) -> dict:
@@ -153,6 +161,7 @@ class ActorStarter:
                 scheduling_strategy=PlacementGroupSchedulingStrategy(
                     placement_group=pg, placement_group_bundle_index=bundle_index
                 ),
+                **detached_options(self.outlive),
                 **options,
             )
             .remote(env, env.get(E.ADVERTISE_HOST), visible_devices, self.trial_secret)

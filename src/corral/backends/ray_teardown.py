@@ -42,6 +42,9 @@ class RayTeardown:
             return  # the runtime is gone, and its actors and groups with it
         from ray.util.placement_group import remove_placement_group
 
+        nodes = self._node_watch()
+        orphaned = [r for r in replicas if nodes.lost(r)]  # Ray can neither stop nor ping
+        replicas = [r for r in replicas if r not in orphaned]
         live = [r for r in replicas if r.exit is None]
         stops = []
         for r in live:
@@ -70,12 +73,20 @@ class RayTeardown:
                 remove_placement_group(pg)
             except Exception:
                 pass
+        for r in orphaned:
+            try:
+                ray.kill(r.actor, no_restart=True)  # the GCS forgets it once the node is dead
+            except Exception:
+                pass
         deadline = time.monotonic() + GONE_TIMEOUT_SECONDS
         self._wait_actors_dead(replicas, deadline)
         for r in replicas:
             if r.exit is None:
                 r.exit = WorkerExit(f"Ray actor {r.name} stopped by the scheduler")
-        self._wait_groups_gone(pgs, deadline)
+        nodes.end_orphans(orphaned)
+        # a dead raylet's node seems to hold its groups' resources until Ray marks it dead
+        lost_groups = {id(r.pg) for r in orphaned}
+        self._wait_groups_gone([pg for pg in pgs if id(pg) not in lost_groups], deadline)
         while pids and time.monotonic() < deadline:
             pids = [p for p in pids if pid_alive(p)]
             if pids:

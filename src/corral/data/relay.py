@@ -48,8 +48,10 @@ DEPTH = int(os.environ.get("CORRAL_RELAY_DEPTH", "3"))
 MIN_BYTES = int(os.environ.get("CORRAL_RELAY_MIN_BYTES", str(8 << 20)))
 #: seconds a reader keeps its buffer after its last use, for later readers
 LINGER = float(os.environ.get("CORRAL_RELAY_LINGER", "3"))
-#: seconds a retired buffer's memory waits for the next frame
-POOL_IDLE = 10.0
+#: seconds a retired buffer's memory waits for the next frame: long enough for the next
+#: weight broadcast of a training step, whose pages are then warm (a fresh 256 MiB buffer
+#: costs ~0.2-0.3 CPU s of page faults and zeroing per reader, a warm one none)
+POOL_IDLE = float(os.environ.get("CORRAL_RELAY_POOL_IDLE", "60"))
 #: seconds a relay waits for a chunk it has not received yet before saying so
 WAIT = float(os.environ.get("CORRAL_RELAY_WAIT", "30"))
 #: seconds a relay waits for the buffer of a frame it was just named upstream of

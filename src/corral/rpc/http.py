@@ -19,6 +19,8 @@ LARGE_BODY = 1 << 20
 SPARE_BUFFERS = 2
 REQUEST_ID_HEADER = "x-corral-request-id"
 IDENTITY_HEADER = "x-corral-worker"
+#: on a request: the client pipelines this connection (replies name their request ids)
+PIPELINE_HEADER = "x-corral-pipeline"
 FRAME_TYPE = "application/x-corral-frame"
 _SMALL = 64 * 1024
 REASONS = {

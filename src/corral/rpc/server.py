@@ -1,5 +1,11 @@
 """The worker's RPC server: one thread per keep-alive connection, authenticated first.
 
+A connection is either one request at a time (the client sends its next request after it
+has read the last reply: that next request proves delivery) or *pipelined* (requests carry
+``x-corral-pipeline``): the client sends requests without waiting, replies go out as they
+are ready, each naming its request id, and the client proves delivery of a large reply or a
+segment with an ``ACK``/``NAK`` line naming the request id (``rpc.pipeline.ack``).
+
 Every request head must carry a valid signature made with the trial secret (see
 ``corral.auth``); one without gets 401 before its body is read, and the connection is
 closed. The server bounds what an unauthenticated peer can hold: a connection must send a
@@ -27,6 +33,7 @@ from corral.errors import ProtocolError
 from corral.rpc import shm
 from corral.rpc.http import (
     IDENTITY_HEADER,
+    PIPELINE_HEADER,
     REASONS,
     REQUEST_ID_HEADER,
     Message,
@@ -43,6 +50,9 @@ BODY_IDLE_TIMEOUT = 60.0
 MAX_CONNECTIONS = 512
 MAX_UNAUTHENTICATED = 64
 _FD_ERRORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+_ACKS = ("ACK", "NAK")
+#: request ids a pipelined connection remembers for their ACK (the client ACKs at once)
+ACKABLE = 4096
 
 
 @dataclass
@@ -57,8 +67,8 @@ class Reply:
 class Deferred:
     """A reply made on another thread: the handler returns it, the server calls
     ``start(send)`` and goes on reading the connection; ``send(reply)`` is then called
-    exactly once, on that other thread, and writes the reply. Only for keep-alive
-    requests: the client sends its next request after it has read this reply."""
+    exactly once, on that other thread, and writes the reply (under the connection's write
+    lock). Only for keep-alive requests."""
 
     __slots__ = ("start",)
 
@@ -101,6 +111,7 @@ class RPCServer:
         self._sock = socket.create_server((host, port), backlog=512, reuse_port=False)
         self.port: int = self._sock.getsockname()[1]
         self._closed = threading.Event()
+        self.stopping = False  # the same as _closed, read once per request (cheaper)
         self._conns: set[socket.socket] = set()
         self._waiting: OrderedDict[socket.socket, None] = OrderedDict()  # no request yet
         self._lock = threading.Lock()
@@ -112,6 +123,7 @@ class RPCServer:
         return self
 
     def stop(self) -> None:
+        self.stopping = True
         self._closed.set()
         try:
             self._sock.shutdown(socket.SHUT_RDWR)
@@ -179,19 +191,31 @@ class RPCServer:
         reader = SocketReader(conn, kernel_timeouts=True)
         answered: str | None = None
         held: list = []  # a reply's segment, kept until the client has mapped it
+        held_by_id: dict[str, tuple] = {}  # the same on a pipelined connection
+        carried: OrderedDict[str, None] = OrderedDict()  # signed requests an ACK may name
+        pipelined = False
+        wlock = threading.Lock()  # one reply at a time on the socket
         peer: int | None = None  # the client's pid once it offered shared memory
         idle = self.head_timeout  # a new connection must send its first head promptly
         try:
-            while not self._closed.is_set():
+            while not self.stopping:
                 msg = reader.read_head(idle, self.head_timeout)
                 if msg is None or not msg.method:
                     return
-                if msg.method in ("ACK", "NAK"):  # the client mapped (or failed to map) it
+                acked = msg.headers.get(REQUEST_ID_HEADER) if msg.method in _ACKS else None
+                if acked is not None:  # pipelined: the client read (or not) that reply
+                    if carried.pop(acked, 0) is None:  # only a request this connection carried
+                        self._acknowledged(msg.method, acked, held_by_id)
+                        if msg.method == "NAK":  # it cannot map our segments: stop sending them
+                            peer = None
+                    continue
+                if msg.method in _ACKS:  # the client mapped (or failed to map) it
                     if msg.method == "ACK" and answered and self._delivered is not None:
                         self._delivered(answered)  # proof it has the whole reply
                     if msg.method == "NAK":  # it will ask again with the same id
-                        for seg, peer in held:
-                            shm.POOL.returned([seg.name], peer)
+                        for seg, owner in held:
+                            shm.POOL.returned([seg.name], owner)
+                        peer = None  # and it cannot map our segments: stop sending them
                     answered = None
                     held.clear()
                     continue
@@ -210,19 +234,34 @@ class RPCServer:
                     shm.signed_headers(msg.headers),
                 )
                 if why is not None:
-                    self._refuse(conn, why)
+                    self._refuse(conn, why, wlock)
                     return
                 with self._lock:
                     self._waiting.pop(conn, None)
                 idle = self.idle_timeout
+                if PIPELINE_HEADER in msg.headers:
+                    pipelined = True  # from now on no request proves an earlier delivery
+                rid = msg.headers.get(REQUEST_ID_HEADER) if pipelined else None
+                if rid is not None:
+                    carried[rid] = None
+                    if len(carried) > ACKABLE:  # small replies are never ACKed: forget them
+                        carried.popitem(last=False)
                 wanted = msg.headers.get(IDENTITY_HEADER)
                 if wanted and self.identity and wanted != self.identity:
                     text = f"this is {self.identity}, not {wanted}: the address is stale"
-                    self._reply(conn, Reply(409, [text.encode()], "text/plain"), False, nonce=nonce)
+                    with wlock:
+                        self._reply(
+                            conn, Reply(409, [text.encode()], "text/plain"), False,
+                            nonce=nonce, request_id=rid,
+                        )  # fmt: skip
                     return
                 if length > self._max_body:
                     text = f"body over {self._max_body} bytes".encode()
-                    self._reply(conn, Reply(413, [text], "text/plain"), False, nonce=nonce)
+                    with wlock:
+                        self._reply(
+                            conn, Reply(413, [text], "text/plain"), False, nonce=nonce,
+                            request_id=rid,
+                        )  # fmt: skip
                     return
                 offered = shm.OFFER_HEADER in msg.headers
                 if offered:
@@ -234,39 +273,45 @@ class RPCServer:
                         msg.body = shm.open_segment(descriptor, self._max_body)
                     except ProtocolError as exc:
                         refused = Reply(400, [str(exc).encode()], "text/plain")
-                        self._reply(conn, refused, msg.keep_alive, refused=True, nonce=nonce)
+                        with wlock:
+                            self._reply(
+                                conn, refused, msg.keep_alive, refused=True, nonce=nonce,
+                                request_id=rid,
+                            )  # fmt: skip
                         continue
                 else:
                     if length > len(reader.pending):  # else it is here already
                         reader.set_timeout(BODY_IDLE_TIMEOUT)
                     msg.body = reader.read_body(length)
                     if not self._verifier.keys.body_matches(digest, msg.body):
-                        self._refuse(conn, "body does not match its signed digest")
+                        self._refuse(conn, "body does not match its signed digest", wlock)
                         return
                 msg.peer = peer
                 reply = self._handler(msg)
                 msg.body = bytearray()
-                if isinstance(reply, Deferred):
-                    # held before it is sent: the client's ACK may come at once
-                    hold = lambda seg, p=peer: held.append((seg, p))  # noqa: E731
-                    reply.start(
-                        lambda r, c=conn, p=peer, o=offered, h=hold, n=nonce: self._send_later(
-                            c, r, p, o, h, n
-                        )
-                    )
+                # a segment is held before its reply is sent: the client's ACK may come at once
+                if rid is not None:
+                    hold = lambda seg, p=peer, r=rid: held_by_id.__setitem__(r, (seg, p))  # noqa: E731
                 else:
-                    segment = self._reply(
-                        conn, reply, msg.keep_alive, peer, announce=offered, nonce=nonce
-                    )
-                    if segment is not None:
-                        held.append((segment, peer))
+                    hold = lambda seg, p=peer: held.append((seg, p))  # noqa: E731
+                if isinstance(reply, Deferred):
+                    sender = _Sender(self, conn, wlock, peer, offered, hold, nonce, rid)
+                    reply.start(sender.send)
+                else:
+                    with wlock:
+                        self._reply(
+                            conn, reply, msg.keep_alive, peer, announce=offered, hold=hold,
+                            nonce=nonce, request_id=rid,
+                        )  # fmt: skip
                 reply = None  # sent: do not pin its buffers while the connection idles
-                answered = msg.headers.get(REQUEST_ID_HEADER)
+                if not pipelined:
+                    answered = msg.headers.get(REQUEST_ID_HEADER)
                 if not msg.keep_alive:
                     return
         except ProtocolError as exc:
             try:
-                self._reply(conn, Reply(400, [str(exc).encode()], "text/plain"), False)
+                with wlock:
+                    self._reply(conn, Reply(400, [str(exc).encode()], "text/plain"), False)
             except OSError:
                 pass
         except OSError:  # includes timeouts: the connection is dropped
@@ -275,22 +320,21 @@ class RPCServer:
             self._forget(conn)
             conn.close()
 
-    def _refuse(self, conn: socket.socket, why: str) -> None:
+    def _refuse(self, conn: socket.socket, why: str, wlock: threading.Lock) -> None:
         text = f"request not authenticated ({why}); sign it with the trial secret"
-        self._reply(conn, Reply(401, [text.encode()], "text/plain"), False)
+        with wlock:
+            self._reply(conn, Reply(401, [text.encode()], "text/plain"), False)
 
-    def _send_later(
-        self, conn: socket.socket, reply: Reply, peer: int | None, offered: bool, hold, nonce: str
-    ) -> None:
-        """Write a deferred reply (on the engine thread); if that fails, end the connection
-        (its own thread then sees it)."""
-        try:
-            self._reply(conn, reply, True, peer, announce=offered, hold=hold, nonce=nonce)
-        except OSError:
-            try:
-                conn.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+    def _acknowledged(self, method: str, request_id: str, held_by_id: dict) -> None:
+        """A pipelined client's ``ACK``/``NAK`` for the reply to ``request_id``: ACK proves
+        it has the whole reply (and the segment, if any, may be reused); NAK returns the
+        segment (the client will ask again with the same id)."""
+        entry = held_by_id.pop(request_id, None)
+        if method == "ACK":
+            if self._delivered is not None:
+                self._delivered(request_id)
+        elif entry is not None:
+            shm.POOL.returned([entry[0].name], entry[1])
 
     def _reply(
         self,
@@ -302,11 +346,15 @@ class RPCServer:
         announce: bool = False,
         hold=None,
         nonce: str = "",
+        request_id: str | None = None,
     ) -> shm.Segment | None:
-        """Send ``reply``; a large one to a local peer goes in a segment, which is returned
-        so that the caller holds it until the client acknowledges it (``hold(segment)``, if
-        given, is called with it before anything is sent)."""
+        """Send ``reply`` (the caller holds the connection's write lock); a large one to a
+        local peer goes in a segment, and ``hold(segment)`` is called with it before
+        anything is sent, so that the caller keeps it until the client acknowledges it.
+        ``request_id``: named in the reply (a pipelined connection)."""
         headers = {"Content-Type": reply.content_type}
+        if request_id is not None:
+            headers[REQUEST_ID_HEADER] = request_id
         if not keep_alive:
             headers["Connection"] = "close"
         if refused:
@@ -335,6 +383,27 @@ class RPCServer:
             )
         send_message(conn, status_line, headers, parts)
         return segment
+
+
+class _Sender:
+    """Writes one deferred reply from the thread that made it; if that fails, the
+    connection is ended (its own thread then sees it)."""
+
+    __slots__ = ("server", "conn", "lock", "peer", "offered", "hold", "nonce", "request_id")
+
+    def __init__(self, server, conn, lock, peer, offered, hold, nonce, request_id):
+        self.server, self.conn, self.lock, self.peer = server, conn, lock, peer
+        self.offered, self.hold, self.nonce, self.request_id = offered, hold, nonce, request_id
+
+    def send(self, reply: Reply) -> None:
+        try:
+            with self.lock:
+                self.server._reply(
+                    self.conn, reply, True, self.peer, announce=self.offered, hold=self.hold,
+                    nonce=self.nonce, request_id=self.request_id,
+                )  # fmt: skip
+        except OSError:
+            _shutdown(self.conn)
 
 
 def local_peer(msg: Message) -> int | None:

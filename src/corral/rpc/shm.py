@@ -40,6 +40,7 @@ NAK = b"NAK /shm HTTP/1.1\r\nContent-Length: 0\r\n\r\n"
 RELEASED_HEADER = "x-corral-shm-released"
 #: every shared-memory header, in the order the request and reply signatures cover them
 SIGNED_HEADERS = (SEGMENT_HEADER, OFFER_HEADER, LOCAL_HEADER, RELEASED_HEADER, REFUSED_HEADER)
+_SIGNED_SET = frozenset(SIGNED_HEADERS)
 _PREFIX = "corral-"
 _GRAIN = 2 << 20
 IDLE_SECONDS = 5.0
@@ -70,6 +71,8 @@ def signed_headers(headers) -> str:
     """The shared-memory headers of one message as the text its signature covers (``""``
     when it has none). Lines cannot occur inside a header value, so no value can pass for
     another header's."""
+    if headers.keys().isdisjoint(_SIGNED_SET):  # the common case, without a generator
+        return ""
     return "\n".join(f"{n}: {headers[n]}" for n in SIGNED_HEADERS if n in headers)
 
 

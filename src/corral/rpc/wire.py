@@ -41,6 +41,9 @@ _PREFIX = struct.Struct("<4sII")
 MAX_HEADER_BYTES = 16 * 1024 * 1024
 MAX_BUFFERS = 1 << 16
 TAG = "$t"
+_TAG_BYTES = TAG.encode()
+_JSON = json.JSONEncoder(separators=(",", ":"), allow_nan=False)  # made once, not per frame
+_JSON_DECODE = json.JSONDecoder().decode
 _NUMPY_KINDS = set("biufc?mM")
 _PLAIN = (type(None), bool, int, str)
 _MODULE_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
@@ -72,11 +75,18 @@ class _Encoder:
         if kind is str or kind is int or kind is bool or obj is None:
             return obj
         if kind is dict and TAG not in obj:
-            for key in obj:
+            out = {}
+            for key, value in obj.items():  # scalars copied without a call per value
                 if type(key) is not str:
                     break
+                t = type(value)
+                out[key] = (
+                    value
+                    if t is str or t is int or t is bool or value is None
+                    else self.encode(value)
+                )
             else:
-                return {k: self.encode(v) for k, v in obj.items()}
+                return out
         elif kind is list:
             return [self.encode(x) for x in obj]
         if isinstance(obj, enum.Enum):
@@ -160,7 +170,7 @@ def _is_torch_tensor(obj: Any) -> bool:
 def encode(obj: Any) -> list[memoryview | bytes]:
     """Encode ``obj`` into frame parts: write them in order (``sendmsg`` / ``writelines``)."""
     enc = _Encoder()
-    header = json.dumps(enc.encode(obj), separators=(",", ":"), allow_nan=False).encode()
+    header = _JSON.encode(enc.encode(obj)).encode()
     if len(header) > MAX_HEADER_BYTES:
         raise ProtocolError(f"frame header of {len(header)} bytes exceeds {MAX_HEADER_BYTES}")
     if len(enc.buffers) > MAX_BUFFERS:
@@ -212,9 +222,11 @@ def decode(
     if pos != view.nbytes:
         raise ProtocolError(f"frame has {view.nbytes - pos} trailing bytes")
     try:
-        tree = json.loads(header)
+        tree = _JSON_DECODE(header.decode("utf-8"))  # what json.loads does, without its checks
     except (ValueError, RecursionError) as exc:
         raise ProtocolError(f"frame header is not valid JSON: {exc}") from None
+    if not buffers and _TAG_BYTES not in header:
+        return tree  # plain JSON (no tagged node, no buffer): nothing to rebuild
     try:
         return _Decoder(buffers, refs, import_types).decode(tree)
     except ProtocolError:

@@ -26,6 +26,10 @@ class EchoEngine:
         self.calls += 1
         return value
 
+    def blob(self, nbytes: int) -> bytes:
+        """``nbytes`` bytes: a large reply to a small request."""
+        return bytes(nbytes)
+
     def add(self, a: Any, b: Any) -> Any:
         return a + b
 

@@ -20,13 +20,36 @@ STOP_DEADLINE_SECONDS = 5.0
 STOP_DEADLINE_ENV = "CORRAL_STOP_DEADLINE"
 
 
+def parse_stop_deadline(raw: str) -> float:
+    """Seconds from a ``CORRAL_STOP_DEADLINE`` value; ValueError unless a finite number > 0."""
+    value = float(raw)
+    if not 0 < value < float("inf"):
+        raise ValueError(f"{raw!r} is not a number of seconds > 0")
+    return value
+
+
+def check_stop_deadline(env: dict[str, str], field_name: str) -> None:
+    """ConfigError naming ``field_name`` when ``env`` sets a bad ``CORRAL_STOP_DEADLINE``:
+    the controller checks before any worker starts (the worker itself can only fall back)."""
+    from corral.errors import ConfigError
+
+    raw = env.get(STOP_DEADLINE_ENV)
+    if raw is None:
+        return
+    try:
+        parse_stop_deadline(raw)
+    except ValueError:
+        raise ConfigError(
+            field_name, raw, f"use a number of seconds > 0 (default {STOP_DEADLINE_SECONDS:g})"
+        ) from None
+
+
 def stop_deadline(env: dict[str, str] | None = None) -> float:
     raw = (env if env is not None else os.environ).get(STOP_DEADLINE_ENV, "")
     try:
-        value = float(raw) if raw else STOP_DEADLINE_SECONDS
+        return parse_stop_deadline(raw) if raw else STOP_DEADLINE_SECONDS
     except ValueError:
-        value = STOP_DEADLINE_SECONDS
-    return value if value > 0 else STOP_DEADLINE_SECONDS
+        return STOP_DEADLINE_SECONDS
 
 
 def _say(text: str) -> None:

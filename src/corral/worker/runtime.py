@@ -10,7 +10,7 @@ import socket
 import sys
 import threading
 import time
-from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from corral import keys
@@ -21,9 +21,8 @@ from corral.data.routes import DataRoutes
 from corral.discovery import make_name_resolve
 from corral.discovery.signed import SignedNameResolve
 from corral.errors import ProtocolError
-from corral.procs import pid_alive
 from corral.rpc import wire
-from corral.rpc.http import REQUEST_ID_HEADER, Message
+from corral.rpc.http import PIPELINE_HEADER, REQUEST_ID_HEADER, Message
 from corral.rpc.server import Deferred, Reply, RPCServer
 from corral.worker import env as E
 from corral.worker.broadcast import parse_flag
@@ -33,77 +32,19 @@ from corral.worker.env import WorkerSettings, advertise_host, node_name, read_se
 from corral.worker.fork import ForkManager
 from corral.worker.latch import StopLatch
 from corral.worker.replies import EngineCallReply, failure, ok, uses_refs
+from corral.worker.result_cache import (  # noqa: F401  (names importable from here too)
+    DELIVERED_IDS,
+    LARGE_REPLY_BYTES,
+    RESULT_CACHE_BYTES,
+    RESULT_CACHE_ENTRIES,
+    ResultCache,
+)
+from corral.worker.watch import ControllerWatch, _lease_fields  # noqa: F401
 
-RESULT_CACHE_ENTRIES = 256
-RESULT_CACHE_BYTES = 128 << 20
-LARGE_REPLY_BYTES = 1 << 20
-DELIVERED_IDS = 4096
+#: threads for the requests of pipelined connections that are not plain engine calls (as
+#: many as a client used to have connections open to one worker, and then some)
+SLOW_THREADS = 32
 _PR_SET_PDEATHSIG = 1
-
-
-class ResultCache:
-    """Replies by request id, so a retried request is answered without running twice.
-
-    Bounded by entry count and bytes; the newest reply is always kept whatever its size,
-    since a retry follows its failed attempt within seconds. A large reply is dropped as
-    soon as its delivery is proven (the client's next request on the same connection);
-    its id stays behind so a late duplicate is refused instead of run again."""
-
-    def __init__(self) -> None:
-        self._done: OrderedDict[str, Reply] = OrderedDict()
-        self._delivered: OrderedDict[str, None] = OrderedDict()
-        self._running: dict[str, threading.Event | None] = {}
-        self._bytes = 0
-        self._lock = threading.Lock()
-
-    def begin(self, request_id: str) -> Reply | None:
-        """None if the caller should run the request; else the earlier reply."""
-        while True:
-            with self._lock:
-                if request_id in self._done:
-                    return self._done[request_id]
-                if request_id in self._delivered:
-                    return failure(
-                        410,
-                        ProtocolError(
-                            f"request {request_id} was answered and its reply delivered already; "
-                            "send a new request id to run the method again"
-                        ),
-                    )
-                if request_id not in self._running:
-                    # no Event until a duplicate has to wait for it (rare; saves one per call)
-                    self._running[request_id] = None
-                    return None
-                event = self._running[request_id]
-                if event is None:
-                    event = self._running[request_id] = threading.Event()
-            event.wait()
-
-    def delivered(self, request_id: str) -> None:
-        """The client has read the whole reply: drop it if it is large."""
-        with self._lock:
-            old = self._done.get(request_id)
-            if old is None or wire.frame_size(old.parts) < LARGE_REPLY_BYTES:
-                return
-            del self._done[request_id]
-            self._bytes -= wire.frame_size(old.parts)
-            self._delivered[request_id] = None
-            while len(self._delivered) > DELIVERED_IDS:
-                self._delivered.popitem(last=False)
-
-    def finish(self, request_id: str, reply: Reply) -> None:
-        size = wire.frame_size(reply.parts)
-        with self._lock:
-            self._done[request_id] = reply
-            self._bytes += size
-            while len(self._done) > 1 and (
-                len(self._done) > RESULT_CACHE_ENTRIES or self._bytes > RESULT_CACHE_BYTES
-            ):
-                _, old = self._done.popitem(last=False)
-                self._bytes -= wire.frame_size(old.parts)
-            event = self._running.pop(request_id)
-        if event is not None:
-            event.set()
 
 
 class WorkerRuntime:
@@ -119,6 +60,8 @@ class WorkerRuntime:
         self.engines = EngineHost()
         self.forks = ForkManager(settings, self.name_resolve, secret)
         self.cache = ResultCache()
+        # requests of pipelined connections that do not go to the engine thread
+        self._slow = ThreadPoolExecutor(SLOW_THREADS, thread_name_prefix="corral-call")
         self.stopped = threading.Event()
         self.shutdown_requested = False
         """Set by ``POST /shutdown``: the SIGTERM that follows is corral's own."""
@@ -217,6 +160,7 @@ class WorkerRuntime:
             except Exception:
                 pass
             self.server.stop()
+            self._slow.shutdown(wait=False, cancel_futures=True)
 
     # dispatch --------------------------------------------------------------
     def handle(self, msg: Message) -> Reply:
@@ -246,14 +190,20 @@ class WorkerRuntime:
             if cached is not None:
                 return cached
         try:
-            if msg.path == "/call" and msg.keep_alive and not uses_refs(payload):
-                run = self._prepare_call(payload)
+            if msg.path == "/call" and msg.keep_alive:
+                run = None if uses_refs(payload) else self._prepare_call(payload)
                 if run is not None:  # a synchronous method: reply from the engine thread
                     return Deferred(
                         lambda send: self.engines.submit(
                             EngineCallReply(self, request_id, run, send)
                         )
                     )
+            if PIPELINE_HEADER in msg.headers and msg.keep_alive:  # the next must not wait
+                return Deferred(
+                    lambda send: self._slow.submit(
+                        _run_route, self, request_id, route, payload, send
+                    )
+                )
             reply = ok(route(payload))
         except Exception as exc:
             reply = failure(500, exc)
@@ -339,6 +289,18 @@ class WorkerRuntime:
         self._on_shutdown()
 
 
+def _run_route(runtime: WorkerRuntime, request_id, route, payload, send) -> None:
+    """A request that is not a plain synchronous engine call (a coroutine method, refs,
+    ``create_engine``, ``fork``...) from a pipelined connection, run on a thread of the
+    runtime's pool: the requests behind it are read and run meanwhile, as they would be on
+    connections of their own. It replies from there."""
+    try:
+        reply = ok(route(payload))
+    except Exception as exc:
+        reply = failure(500, exc)
+    send(runtime._finish(request_id, reply))
+
+
 def _find_seed(config: Any) -> int | None:
     seed = config.get("seed") if isinstance(config, dict) else getattr(config, "seed", None)
     return seed if isinstance(seed, int) and not isinstance(seed, bool) else None
@@ -381,69 +343,6 @@ def die_with_parent() -> None:
     expected = os.environ.get("CORRAL_PARENT_PID")
     if expected and os.getppid() != int(expected):
         sys.exit(f"corral worker: parent {expected} is already gone")
-
-
-class ControllerWatch:
-    """Exits the worker when its controller is gone: its pid (same host) or its lease."""
-
-    def __init__(self, runtime: WorkerRuntime, on_lost):
-        self.runtime = runtime
-        self.on_lost = on_lost
-        s = runtime.settings
-        self.key = keys.controller_key(s.experiment, s.trial)
-
-    def run(self) -> None:
-        s = self.runtime.settings
-        same_host = s.controller_pid and s.controller_host == socket.gethostname()
-        last_value, last_change = None, time.monotonic()
-        # workers asked to outlive their controller (corral.attach) wait for its lease only
-        outlive = getattr(s, "outlive", 0.0)
-        grace = outlive
-        while not self.runtime.stopped.wait(0.5):
-            if not grace and same_host and not pid_alive(s.controller_pid):
-                return self.on_lost(f"controller pid {s.controller_pid} is gone")
-            try:
-                value = self.runtime.name_resolve.get(self.key)
-            except Exception as exc:  # unreadable (store down, record forged) counts as stale
-                if time.monotonic() - last_change > s.lease_timeout + grace:
-                    return self.on_lost(_unreadable(exc, s.lease_timeout + grace))
-                continue
-            if value is None:
-                return self.on_lost("controller lease removed")
-            owner, lease_grace = _lease_fields(value)
-            grace = max(outlive, lease_grace)
-            mine = getattr(s, "run_id", "")
-            if mine and owner and owner != mine:
-                return self.on_lost(
-                    f"the trial's lease now belongs to run {owner}, not this worker's run "
-                    f"{mine} (a new controller took over the trial)"
-                )
-            if value != last_value:
-                last_value, last_change = value, time.monotonic()
-            elif time.monotonic() - last_change > s.lease_timeout + grace:
-                return self.on_lost(
-                    f"controller lease not renewed for {s.lease_timeout + grace:.0f}s"
-                    + (f" (lease timeout + {grace:g}s grace to re-attach)" if grace else "")
-                )
-
-
-def _unreadable(exc: Exception, seconds: float) -> str:
-    return f"controller lease unreadable for {seconds:.0f}s ({type(exc).__name__}: {exc})"
-
-
-def _lease_fields(raw: str) -> tuple[str, float]:
-    """The run id and the re-attach grace period written in a controller lease."""
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        return "", 0.0
-    if not isinstance(value, dict):
-        return "", 0.0
-    try:
-        grace = max(0.0, float(value.get("grace", 0.0) or 0.0))
-    except (TypeError, ValueError):
-        grace = 0.0
-    return str(value.get("run_id", "")), grace
 
 
 def main(argv: list[str] | None = None) -> None:

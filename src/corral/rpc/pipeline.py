@@ -1,0 +1,153 @@
+"""A pipelined connection for the asyncio client: many small calls in flight at once.
+
+The async client sends small ``/call`` requests to a worker over one such connection
+without waiting for earlier replies (each request carries ``x-corral-pipeline``). Requests
+made in the same event-loop turn leave in one ``send``; the worker answers each as soon as
+it is ready, naming its request id, and one ``recv`` brings back as many replies as have
+arrived. Each reply head is checked (signature bound to its own request's nonce, size
+limit) before its body is taken, exactly as on a one-at-a-time connection. A reply whose
+body came in a shared-memory segment, or was large, is acknowledged with an ``ACK``/``NAK``
+line naming its request id: that is the worker's proof of delivery (on a one-at-a-time
+connection the next request is the proof; here it proves nothing).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from corral.errors import ProtocolError
+from corral.rpc.http import MAX_HEAD_BYTES, REQUEST_ID_HEADER, Message, parse_head
+
+#: the header every request on a pipelined connection carries (value ignored)
+PIPELINE_LINE = "x-corral-pipeline: 1\r\n"
+
+
+def ack(method: bytes, request_id: str) -> bytes:
+    """``ACK`` (the reply to ``request_id`` was read whole) or ``NAK`` (its segment could
+    not be mapped: the worker takes it back) on a pipelined connection."""
+    return b"%s /shm HTTP/1.1\r\n%s: %s\r\nContent-Length: 0\r\n\r\n" % (
+        method,
+        REQUEST_ID_HEADER.encode(),
+        request_id.encode("latin-1"),
+    )
+
+
+class Pipe(asyncio.Protocol):
+    """One connection, many requests in flight, replies matched by request id.
+
+    ``check(msg, nonce)`` is called with each reply head and its request's nonce before
+    the body is read; it returns the body digest, or raises to refuse the reply (the
+    connection is then closed and every other call on it fails with ConnectionError, to
+    be retried). ``check_body(digest, body)`` raises if the body is not the one signed."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, check, check_body, max_reply: int):
+        self.loop = loop
+        self.transport: asyncio.Transport | None = None
+        self.pending: dict[str, tuple[asyncio.Future, str]] = {}
+        self.offered = False  # has the shared-memory offer gone out on this connection?
+        self.closed: BaseException | None = None
+        self._check, self._check_body, self._max_reply = check, check_body, max_reply
+        self._buf = bytearray()
+        self._out: list[bytes] = []
+        self._head: tuple[Message, int, Any, str] | None = None  # reply whose body is due
+
+    # ------------------------------------------------------------------ sending
+    def send(self, data: bytes) -> None:
+        """Queue ``data``; everything queued in this event-loop turn leaves in one write."""
+        if not self._out:
+            self.loop.call_soon(self._flush)
+        self._out.append(data)
+
+    def _flush(self) -> None:
+        out, self._out = self._out, []
+        if self.closed is None and self.transport is not None:
+            self.transport.write(out[0] if len(out) == 1 else b"".join(out))
+
+    def expect(self, request_id: str, nonce: str) -> asyncio.Future:
+        """A future for the reply to ``request_id`` (set to the reply Message)."""
+        future = self.loop.create_future()
+        self.pending[request_id] = (future, nonce)
+        return future
+
+    def forget(self, request_id: str) -> None:
+        """A call given up (cancelled, timed out): its reply is dropped when it comes."""
+        self.pending.pop(request_id, None)
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+    # ------------------------------------------------------------------ receiving
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        buf = self._buf
+        buf += data
+        try:
+            while True:
+                if self._head is None:
+                    end = buf.find(b"\r\n\r\n")
+                    if end < 0:
+                        if len(buf) > MAX_HEAD_BYTES:
+                            raise ProtocolError(f"reply head longer than {MAX_HEAD_BYTES} bytes")
+                        return
+                    msg = parse_head(bytes(buf[:end]))
+                    del buf[: end + 4]
+                    rid = msg.headers.get(REQUEST_ID_HEADER)
+                    if rid is None and self.pending:  # a peer that does not pipeline: in order
+                        rid = next(iter(self.pending))
+                    entry = self.pending.pop(rid, None)
+                    if entry is None:  # a reply to a call given up: drop it
+                        if msg.content_length > self._max_reply:
+                            raise ProtocolError("an unclaimed reply is over the size limit")
+                        self._head = (msg, msg.content_length, None, "")
+                    else:
+                        future, nonce = entry
+                        try:
+                            digest = self._check(msg, nonce)
+                        except BaseException as exc:  # refused before its body is read
+                            if not future.done():
+                                future.set_exception(exc)
+                            self._fail(ConnectionResetError(f"{exc.__class__.__name__}: {exc}"))
+                            return
+                        self._head = (msg, msg.content_length, future, digest)
+                msg, length, future, digest = self._head
+                if len(buf) < length:
+                    return
+                self._head = None
+                body = buf[:length]
+                del buf[:length]
+                if future is None:
+                    if "x-corral-shm" in msg.headers:  # its segment goes back to the worker
+                        self.send(ack(b"NAK", msg.headers.get(REQUEST_ID_HEADER, "")))
+                    continue
+                if future.done():
+                    continue
+                try:
+                    self._check_body(digest, body)
+                except BaseException as exc:
+                    future.set_exception(exc)
+                    self._fail(ConnectionResetError(f"{exc.__class__.__name__}: {exc}"))
+                    return
+                msg.body = body
+                future.set_result(msg)
+        except ProtocolError as exc:
+            self._fail(exc)
+
+    def _fail(self, exc: BaseException) -> None:
+        """The connection is unusable: every call still waiting on it fails with ``exc``."""
+        if self.closed is None:
+            self.closed = exc
+        pending, self.pending = self.pending, {}
+        for future, _nonce in pending.values():
+            if not future.done():
+                future.set_exception(
+                    exc if isinstance(exc, OSError) else ConnectionResetError(str(exc))
+                )
+        if self.transport is not None:
+            self.transport.close()
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self._fail(exc or ConnectionResetError("the worker closed the connection"))

@@ -1,0 +1,81 @@
+"""The worker's replies by request id: a retried request is answered, not run again."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+
+from corral.errors import ProtocolError
+from corral.rpc import wire
+from corral.rpc.server import Reply
+from corral.worker.replies import failure
+
+RESULT_CACHE_ENTRIES = 256
+RESULT_CACHE_BYTES = 128 << 20
+LARGE_REPLY_BYTES = 1 << 20
+DELIVERED_IDS = 4096
+
+
+class ResultCache:
+    """Replies by request id, so a retried request is answered without running twice.
+
+    Bounded by entry count and bytes; the newest reply is always kept whatever its size,
+    since a retry follows its failed attempt within seconds. A large reply is dropped as
+    soon as its delivery is proven (the client's next request on the same connection);
+    its id stays behind so a late duplicate is refused instead of run again."""
+
+    def __init__(self) -> None:
+        self._done: OrderedDict[str, Reply] = OrderedDict()
+        self._delivered: OrderedDict[str, None] = OrderedDict()
+        self._running: dict[str, threading.Event | None] = {}
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def begin(self, request_id: str) -> Reply | None:
+        """None if the caller should run the request; else the earlier reply."""
+        while True:
+            with self._lock:
+                if request_id in self._done:
+                    return self._done[request_id]
+                if request_id in self._delivered:
+                    return failure(
+                        410,
+                        ProtocolError(
+                            f"request {request_id} was answered and its reply delivered already; "
+                            "send a new request id to run the method again"
+                        ),
+                    )
+                if request_id not in self._running:
+                    # no Event until a duplicate has to wait for it (rare; saves one per call)
+                    self._running[request_id] = None
+                    return None
+                event = self._running[request_id]
+                if event is None:
+                    event = self._running[request_id] = threading.Event()
+            event.wait()
+
+    def delivered(self, request_id: str) -> None:
+        """The client has read the whole reply: drop it if it is large."""
+        with self._lock:
+            old = self._done.get(request_id)
+            if old is None or wire.frame_size(old.parts) < LARGE_REPLY_BYTES:
+                return
+            del self._done[request_id]
+            self._bytes -= wire.frame_size(old.parts)
+            self._delivered[request_id] = None
+            while len(self._delivered) > DELIVERED_IDS:
+                self._delivered.popitem(last=False)
+
+    def finish(self, request_id: str, reply: Reply) -> None:
+        size = wire.frame_size(reply.parts)
+        with self._lock:
+            self._done[request_id] = reply
+            self._bytes += size
+            while len(self._done) > 1 and (
+                len(self._done) > RESULT_CACHE_ENTRIES or self._bytes > RESULT_CACHE_BYTES
+            ):
+                _, old = self._done.popitem(last=False)
+                self._bytes -= wire.frame_size(old.parts)
+            event = self._running.pop(request_id)
+        if event is not None:
+            event.set()
