@@ -57,8 +57,7 @@ def assert_no_leaks(sched, *live: str) -> None:
         assert stats["relay_buffers"] == 0, f"{wid} still keeps relay buffers {stats}"
         assert stats["mapped"] == 0, f"{wid} still maps {stats['mapped']} segment(s)"
         assert stats["relay_sources"] == 0, f"{wid} still holds {stats}"
-    shm.POOL.trim()
-    assert shm.mapped_segments() == 0, "the controller still maps shared-memory segments"
+    assert _segments_gone_here(), f"the controller still maps segments: {_segments_here()}"
 
 
 def test_keep_returns_refs_anywhere_in_a_nested_result(sched):
@@ -259,15 +258,44 @@ def test_no_segment_survives_sigkill_of_either_side(sched, backend):
     worker = sched.get_workers("a")[0]
     assert shm.mapped_segments(worker.pid) >= 1
     backend.kill_worker(worker, signal.SIGKILL)
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30
     while pid_alive(worker.pid) and time.monotonic() < deadline:
         time.sleep(0.05)
+    # the pool frees a segment lent to a reader once that reader is dead: say so if the
+    # owner is still running, rather than count its segment as a leak below
+    assert not pid_alive(worker.pid), f"worker pid {worker.pid} still runs 30 s after SIGKILL"
     assert float(back.sum()) == 4 * MiB  # our mapping outlives the owner...
     del back
-    gc.collect()
-    shm.POOL.trim()
-    assert shm.mapped_segments() == 0  # ...and goes with it; memfds have no name to leak
-    assert not [n for n in os.listdir("/dev/shm") if n.startswith("corral")]
+    assert _segments_gone_here(), _segments_here()  # ...and goes with it
+    assert not [n for n in os.listdir("/dev/shm") if n.startswith("corral")]  # no names
+
+
+def _segments_gone_here(timeout: float = 10.0) -> bool:
+    """Drop our idle and dead readers' segments until this process maps or holds none
+    (bounded: a reference that outlives the call, e.g. in another thread, goes soon)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        gc.collect()
+        shm.POOL.trim()
+        if shm.mapped_segments() == 0 or time.monotonic() > deadline:
+            return shm.mapped_segments() == 0
+        time.sleep(0.05)
+
+
+def _segments_here() -> str:
+    """What this process still maps or holds of corral segments, and the pool's view."""
+    with open("/proc/self/maps") as fh:
+        maps = [line.split()[-2] for line in fh if "/memfd:corral-" in line]
+    fds = []
+    for entry in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{entry}")
+        except OSError:
+            continue
+        if target.startswith("/memfd:corral-"):
+            fds.append(target)
+    busy = {name: sorted(seg.readers) for name, seg in shm.POOL.busy.items()}
+    return f"mapped {maps}, open fds {fds}, pool {shm.POOL.counts()} lent to pids {busy}"
 
 
 def _no_segment_survives_sigkill_between_workers(sched, backend) -> None:
