@@ -21,6 +21,13 @@ from corral.scheduler import Scheduler
 from corral.spec import Worker
 
 
+def sigint_not_ignored() -> None:
+    """``preexec_fn`` for a child that a test stops with SIGINT (Ctrl-C): a shell that runs
+    the suite as a background job starts it with SIGINT ignored, which the child would
+    inherit (and Python then installs no KeyboardInterrupt handler)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def require_service(name: str, why: str) -> None:
     """Skip on a developer machine without the service; fail loudly in CI."""
     if os.environ.get("CI"):

@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from tests.conformance.harness import pid_alive
+from tests.conformance.harness import pid_alive, sigint_not_ignored
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "controller_script.py")
 
@@ -42,6 +42,7 @@ def test_stopped_controller_leaves_no_worker_within_ten_seconds(backend, sig):
         stderr=subprocess.PIPE,
         text=True,
         env=env,
+        preexec_fn=sigint_not_ignored,
     )
     try:
         line = proc.stdout.readline()

@@ -15,6 +15,7 @@ import pytest
 from corral import Job
 from corral.observe.dashboard import Dashboard
 from corral.observe.source import TrialSource
+from tests.conformance.harness import sigint_not_ignored
 from tests.observe.helpers import wait_stats
 
 ENGINE = "corral.testing.engines.EchoEngine"
@@ -170,7 +171,7 @@ def test_corral_dashboard_command_prints_a_working_address(local_backend, trial)
     proc = subprocess.Popen(
         [sys.executable, "-m", "corral.cli", "--fileroot", local_backend.fileroot,
          "dashboard", sched.experiment_name, sched.trial_name, "--port", "0"],
-        stdout=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE, text=True, preexec_fn=sigint_not_ignored,
     )  # fmt: skip
     try:
         first = proc.stdout.readline().strip()
