@@ -33,6 +33,8 @@ import shutil
 import subprocess
 from collections.abc import Callable
 
+from corral.procs import pid_alive
+
 #: every name this module creates: ``cr<pid in base 36>_<3 hex>`` then what it is (``b``
 #: the bridge, ``v<i>``/``p<i>`` the two ends of host i's link, ``n<i>`` its namespace)
 PREFIX = "cr"
@@ -210,17 +212,7 @@ class Topology:
         self.teardown()
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def stale(names: list[str], alive: Callable[[int], bool] = _alive) -> list[str]:
+def stale(names: list[str], alive: Callable[[int], bool] = pid_alive) -> list[str]:
     """Names made by ``new_tag`` whose creating process no longer exists."""
     return [n for n in names if (pid := tag_pid(n)) is not None and not alive(pid)]
 
