@@ -32,19 +32,11 @@ from faults_ray import ray_node_faults
 
 from corral import BaseExperimentConfig, Job, SchedulingSpec, make_scheduler
 from corral.errors import WorkerFailedError, WorkerTimeoutError
+from corral.procs import pid_alive
 
 ECHO = "corral.testing.engines.EchoEngine"
 HERE = os.path.dirname(os.path.abspath(__file__))
 CONTROLLER = os.path.join(os.path.dirname(HERE), "tests", "conformance", "controller_script.py")
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split(") ", 1)[1][0] != "Z"
-    except (OSError, IndexError):
-        return False
 
 
 RAY_CLUSTER: list = []  # the tests' Ray cluster (nodes can be added and removed)
@@ -112,7 +104,7 @@ def controller_death(backend: str, root: str, trial: str) -> float:
     proc.kill()
     proc.wait()
     t = time.monotonic()
-    while any(alive(p) for p in pids):
+    while any(pid_alive(p) for p in pids):
         if time.monotonic() - t > 30:
             return float("inf")
         time.sleep(0.02)

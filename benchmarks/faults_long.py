@@ -20,6 +20,7 @@ import time
 
 from corral import Job, PlacementError, SchedulingSpec, TrialInUseError
 from corral.errors import WorkerFailedError, WorkerPreemptedError
+from corral.procs import pid_alive
 
 ECHO = "corral.testing.engines.EchoEngine"
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -136,16 +137,11 @@ def rerun_after_dead_controller(make, backend: str, root: str, trial: str) -> di
         proc.send_signal(signal.SIGCONT)
         proc.kill()
         proc.wait()
-    return {"s": took, "removed": removed, "old_pids_left": sum(_alive(p) for p in first["pids"])}
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split(") ", 1)[1][0] != "Z"
-    except (OSError, IndexError):
-        return False
+    return {
+        "s": took,
+        "removed": removed,
+        "old_pids_left": sum(pid_alive(p) for p in first["pids"]),
+    }
 
 
 def fd_limit_refusal(root: str) -> float:
@@ -249,7 +245,7 @@ def reattach(make, backend: str, root: str, trial: str) -> dict:
     proc.kill()
     proc.wait()
     time.sleep(2.5)  # past the lease timeout (1 s): fail-fast workers would have left
-    lost = sum(not _alive(p) for p in first["pids"])
+    lost = sum(not pid_alive(p) for p in first["pids"])
     t = time.monotonic()
     sched = make(trial, lease_timeout=1.0, attach=True)
     try:

@@ -114,3 +114,27 @@ def test_request_ids_are_unique_and_differ_in_a_forked_child():
     os.waitpid(pid, 0)
     mine = new_request_id()
     assert child_id[:16] != mine[:16], "a forked child must not reuse the parent's id prefix"
+
+
+@pytest.mark.parametrize("pipelining", [False, True])
+def test_a_refused_connection_is_a_worker_unreachable_error_naming_the_address(pipelining):
+    """Both ways of connecting (the pooled connection and the pipelined one) report a
+    refused connect the same way."""
+    import socket
+
+    from corral.rpc.client import WorkerUnreachableError
+
+    with socket.socket() as probe:  # a port with nobody listening on it
+        probe.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{probe.getsockname()[1]}"
+    client = AsyncRPCClient(SECRET, pipelining=pipelining)
+
+    async def call():
+        return await client.request(address, "/echo", {"n": 1}, timeout=5)
+
+    try:
+        with pytest.raises(WorkerUnreachableError) as err:
+            asyncio.run(call())
+        assert address in str(err.value)
+    finally:
+        client.close()

@@ -7,7 +7,9 @@ take a connection of their own from a bounded pool (``rpc.pool``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 from corral.auth import RequestSigner, TrialKeys
@@ -30,6 +32,18 @@ from corral.rpc.protocol import (
     sign_headers,
     split_address,
 )
+
+
+@contextlib.contextmanager
+def _connect_errors(address: str) -> Iterator[None]:
+    """A failed connect as the caller's errors: TimeoutError naming the address and the
+    limit, WorkerUnreachableError for anything the socket raised."""
+    try:
+        yield
+    except TimeoutError:
+        raise TimeoutError(f"could not connect to {address} within {CONNECT_TIMEOUT}s") from None
+    except OSError as exc:
+        raise WorkerUnreachableError(address, exc) from None
 
 
 class AsyncRPCClient:
@@ -205,14 +219,8 @@ class AsyncRPCClient:
         """One call on a connection of its own (taken from the pool, given back after)."""
         retried = False
         while True:
-            try:
+            with _connect_errors(address):
                 conn, reused = await pool.acquire(lambda: self._open(address))
-            except TimeoutError:
-                raise TimeoutError(
-                    f"could not connect to {address} within {CONNECT_TIMEOUT}s"
-                ) from None
-            except OSError as exc:
-                raise WorkerUnreachableError(address, exc) from None
             reader, writer = conn
             frame, nonce = self._frame(address, path, parts, request_id, identity, writer)
             try:
@@ -286,14 +294,8 @@ class AsyncRPCClient:
         if opening is None:
             opening = pool.pipe_opening = asyncio.ensure_future(self._connect_pipe(address))
             opening.add_done_callback(pool.pipe_opened)
-        try:
+        with _connect_errors(address):
             return await asyncio.shield(opening)
-        except TimeoutError:
-            raise TimeoutError(
-                f"could not connect to {address} within {CONNECT_TIMEOUT}s"
-            ) from None
-        except OSError as exc:
-            raise WorkerUnreachableError(address, exc) from None
 
     async def _connect_pipe(self, address: str) -> Pipe:
         host, port = split_address(address)

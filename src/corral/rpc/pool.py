@@ -36,12 +36,7 @@ class _LoopPool:
         if pipe is None:
             return
         if dead_loop:
-            sock = getattr(pipe.transport, "_sock", None)  # selector transports (CPython)
-            if sock is not None:
-                try:
-                    sock.close()
-                except OSError:
-                    pass
+            close_dead_transport(pipe)
         else:
             pipe.close()
 
@@ -101,10 +96,11 @@ class _LoopPool:
             pass
 
 
-def close_dead_transport(writer: asyncio.StreamWriter) -> None:
-    """Close the socket of a transport whose loop is closed (``writer.close()`` would need
-    the loop). Without this the socket waits for the garbage collector's cycle pass."""
-    sock = getattr(writer.transport, "_sock", None)  # selector transports (CPython)
+def close_dead_transport(owner: asyncio.StreamWriter | Any) -> None:
+    """Close the socket of ``owner.transport`` (a stream writer or a pipe) whose loop is
+    closed (``close()`` would need the loop). Without this the socket waits for the
+    garbage collector's cycle pass."""
+    sock = getattr(owner.transport, "_sock", None)  # selector transports (CPython)
     if sock is not None:
         try:
             sock.close()
