@@ -8,6 +8,7 @@ only its log directory (``TrialPaths.at(log_dir)``); both name a file the same w
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 
 from corral.errors import ConfigError
@@ -164,6 +165,18 @@ def merged_log_path(log_dir: str) -> str:
 
 def exit_code_path(log_dir: str, role: str, index: int, job_id: str | None = None) -> str:
     return TrialPaths.at(log_dir).exit_file(role, index, job_id)
+
+
+def replica_exit_files(log_dir: str, role: str, index: int) -> list[str]:
+    """Every exit file replica ``index`` of ``role`` has: ``<index>.exit`` and
+    ``<index>.<job>.exit`` of any job."""
+    role_dir = os.path.dirname(exit_code_path(log_dir, role, index))
+    pattern = re.compile(rf"{index}(\.\d+)?\.exit")
+    try:
+        names = os.listdir(role_dir)
+    except FileNotFoundError:
+        return []
+    return [os.path.join(role_dir, n) for n in names if pattern.fullmatch(n)]
 
 
 def sbatch_log_path(log_dir: str, role: str) -> str:

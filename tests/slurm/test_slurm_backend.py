@@ -228,6 +228,30 @@ def test_scancel_from_outside_gives_worker_failed_naming_cancelled(make):
 
 
 @pytest.mark.slurm
+def test_exit_files_left_under_reused_job_ids_do_not_fail_a_new_role(make):
+    """Slurm reuses job ids (a cold-started controller counts from FirstJobId again), so
+    an earlier run of the same trial may have left ``<index>.<id>.exit`` under the id the
+    new job gets; that file must not make the new replica look dead before it starts."""
+    sched = make()
+    probe = subprocess.run(
+        ["sbatch", "--parsable", "--hold", "-J", "corral-test-probe", "-o", "/dev/null",
+         "--wrap", "true"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip().split(";")[0]  # fmt: skip
+    subprocess.run(["scancel", probe], check=True)
+    role_dir = sched.log_dir / "reused"
+    role_dir.mkdir(parents=True)
+    for job_id in range(int(probe) + 1, int(probe) + 40):  # the ids the next jobs get
+        (role_dir / f"0.{job_id}.exit").write_text("0\n")
+    (role_dir / "0.exit").write_text("0\n")
+    (wid,) = sched.create_workers(Job(role="reused", replicas=1))
+    assert int(sched.launcher_jobs["reused"]) in range(int(probe) + 1, int(probe) + 40)
+    asyncio.run(sched.create_engine(wid, ECHO, "e"))
+    assert sched.call_engine(wid, "echo", "e", 7) == 7
+    assert sched.get_workers("reused")[0].id == wid
+
+
+@pytest.mark.slurm
 def test_request_beyond_free_gpus_pends_and_times_out_with_slurm_reason(make, lab, tmp_path):
     if lab < 1:
         pytest.skip("needs lab nodes with GPUs")

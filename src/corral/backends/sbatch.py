@@ -177,7 +177,8 @@ def render_task_script(params: SbatchParams) -> str:
         f"corral_log={_q(role_dir)}/${{corral_index}}.log",
         f"corral_exit={_q(role_dir)}/${{corral_index}}${{SLURM_JOB_ID:+.$SLURM_JOB_ID}}.exit",
         f"mkdir -p {_q(role_dir)}",
-        'rm -f "$corral_exit"',
+        # the job id may be one an earlier run used: none of its files speak for this job
+        'rm -f "$corral_exit" "$corral_exit.pid" "$corral_exit.rc"',
     ]
     if restartable:  # where this replica runs, for a restart on the same node and GPUs
         lines.append(

@@ -69,7 +69,7 @@ from corral.config import cluster_field
 from corral.dryrun import job_of
 from corral.errors import ConfigError, PlacementError
 from corral.launcher import Launcher, LaunchRequest
-from corral.paths import TrialPaths, check_dir, exit_code_path
+from corral.paths import TrialPaths, check_dir, exit_code_path, replica_exit_files
 from corral.safedirs import make_private_subdir, write_private
 from corral.scheduler import Scheduler
 from corral.spec import NormalizedJob, normalize_job
@@ -204,10 +204,22 @@ class SlurmLauncher(
 
     @staticmethod
     def _forget_exit(log_dir: str, role: str, index: int, job_id: str | None = None) -> None:
-        try:
-            os.unlink(exit_code_path(log_dir, role, index, job_id))
-        except FileNotFoundError:
-            pass
+        """Remove the exit file of replica ``index`` in job ``job_id``; without a job id,
+        every exit file the replica has (of any job), before a new job is submitted.
+
+        Slurm reuses job ids (a controller cold start begins again at FirstJobId, ids wrap
+        at MaxJobId), so a file an earlier run of the same trial left under the id the new
+        job gets would make the new replica look dead before it starts."""
+        paths = (
+            [exit_code_path(log_dir, role, index, job_id)]
+            if job_id
+            else replica_exit_files(log_dir, role, index)
+        )
+        for path in paths:
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
 
     def launch(self, request: LaunchRequest) -> None:
         job = request.job

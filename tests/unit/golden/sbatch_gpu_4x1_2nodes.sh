@@ -43,7 +43,7 @@ corral_prefix="[rollout/${corral_index}] "
 corral_log=/shared/corral/demo/run1/logs/rollout/${corral_index}.log
 corral_exit=/shared/corral/demo/run1/logs/rollout/${corral_index}${SLURM_JOB_ID:+.$SLURM_JOB_ID}.exit
 mkdir -p /shared/corral/demo/run1/logs/rollout
-rm -f "$corral_exit"
+rm -f "$corral_exit" "$corral_exit.pid" "$corral_exit.rc"
 exec 3> >(sed -u "s|^|${corral_prefix}|" >> /shared/corral/demo/run1/logs/rollout.log)
 corral_sed=$!
 corral_pidf="$corral_exit.pid"
