@@ -229,12 +229,19 @@ class ReplayGuard:
         return None
 
 
+_MEMO_BYTES = 4096
+
+
 class RequestVerifier:
     """The server side of request signatures."""
 
     def __init__(self, keys: TrialKeys, guard: ReplayGuard | None = None):
         self.keys = keys
         self.guard = guard or ReplayGuard()
+        # the last small reply body signed and its digest: most replies share one body
+        # (``{"ok": true, "result": null}``); bytes are immutable, and the memo holds the
+        # object, so ``is`` cannot match another body
+        self._memo: tuple[object, str] = (None, "")
 
     def verify_head(
         self, header: str | None, method: str, path: str, request_id: str, identity: str,
@@ -256,8 +263,21 @@ class RequestVerifier:
     def sign_reply(
         self, status: int, nonce: str, content_type: str, parts: list, segment: str = ""
     ) -> str:
-        length = sum(p.nbytes if isinstance(p, memoryview) else len(p) for p in parts)
-        digest = self.keys.body_digest(parts, length)
+        if len(parts) == 1 and type(parts[0]) is bytes:  # one immutable part: maybe the last
+            body = parts[0]
+            length = len(body)
+            memo = self._memo
+            if memo[0] is body:
+                digest = memo[1]
+            else:
+                digest = self.keys.body_digest(parts, length)
+                if length <= _MEMO_BYTES:
+                    self._memo = (body, digest)
+        else:
+            length = 0
+            for p in parts:
+                length += p.nbytes if type(p) is memoryview else len(p)
+            digest = self.keys.body_digest(parts, length)
         fields = _reply_fields(status, nonce, content_type, length, digest, segment)
         sig = self.keys.sign(self.keys.reply, fields)
         return f"{VERSION} {digest} {sig}"

@@ -194,12 +194,17 @@ def send_message(
     sock: socket.socket, start_line: str, headers: dict[str, str], parts: list
 ) -> None:
     """Send a head and body parts; small messages go out in one syscall."""
-    length = sum(p.nbytes if isinstance(p, memoryview) else len(p) for p in parts)
+    length = 0
+    for p in parts:
+        length += p.nbytes if type(p) is memoryview else len(p)
     data = render_head(start_line, headers, length)
     if length <= _SMALL:
-        sock.sendall(
-            b"".join([data, *(bytes(p) if isinstance(p, memoryview) else p for p in parts)])
-        )
+        if len(parts) == 1 and type(parts[0]) is bytes:
+            sock.sendall(data + parts[0])
+        else:
+            sock.sendall(
+                b"".join([data, *(bytes(p) if type(p) is memoryview else p for p in parts)])
+            )
         return
     sock.sendall(data)
     for part in parts:

@@ -51,6 +51,7 @@ MAX_CONNECTIONS = 512
 MAX_UNAUTHENTICATED = 64
 _FD_ERRORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 _ACKS = ("ACK", "NAK")
+_STATUS_LINES = {code: f"HTTP/1.1 {code} {reason}" for code, reason in REASONS.items()}
 #: request ids a pipelined connection remembers for their ACK (the client ACKs at once)
 ACKABLE = 4096
 
@@ -197,6 +198,7 @@ class RPCServer:
         wlock = threading.Lock()  # one reply at a time on the socket
         peer: int | None = None  # the client's pid once it offered shared memory
         idle = self.head_timeout  # a new connection must send its first head promptly
+        first = True
         try:
             while not self.stopping:
                 msg = reader.read_head(idle, self.head_timeout)
@@ -236,8 +238,10 @@ class RPCServer:
                 if why is not None:
                     self._refuse(conn, why, wlock)
                     return
-                with self._lock:
-                    self._waiting.pop(conn, None)
+                if first:  # it is no longer a connection that has yet to say anything
+                    first = False
+                    with self._lock:
+                        self._waiting.pop(conn, None)
                 idle = self.idle_timeout
                 if PIPELINE_HEADER in msg.headers:
                     pipelined = True  # from now on no request proves an earlier delivery
@@ -359,7 +363,7 @@ class RPCServer:
             headers["Connection"] = "close"
         if refused:
             headers[shm.REFUSED_HEADER] = "1"
-        status_line = f"HTTP/1.1 {reply.status} {REASONS.get(reply.status, 'Status')}"
+        status_line = _STATUS_LINES.get(reply.status) or f"HTTP/1.1 {reply.status} Status"
         parts, segment = reply.parts, None
         if local is not None:
             if announce:  # answers the offer: the client now knows we share a host

@@ -185,7 +185,10 @@ def encode(obj: Any) -> list[memoryview | bytes]:
 
 
 def frame_size(parts: list[memoryview | bytes]) -> int:
-    return sum(p.nbytes if isinstance(p, memoryview) else len(p) for p in parts)
+    total = 0
+    for p in parts:
+        total += p.nbytes if type(p) is memoryview else len(p)
+    return total
 
 
 def encode_bytes(obj: Any) -> bytes:

@@ -60,6 +60,21 @@ def resolve_import_path(path: str) -> Any:
 
 # corral's own modules that may define engines; the rest of corral is machinery.
 _CORRAL_ENGINE_MODULES = ("corral.testing", "corral.demo")
+_COROUTINE_FUNCTIONS: dict[Any, bool] = {}
+
+
+def is_coroutine_method(fn: Any) -> bool:
+    """``inspect.iscoroutinefunction(fn)``, remembered per function (a bound method's
+    ``__func__``): asking ``inspect`` costs more than a small engine call itself."""
+    key = getattr(fn, "__func__", None)
+    if key is None:
+        return inspect.iscoroutinefunction(fn)
+    known = _COROUTINE_FUNCTIONS.get(key)
+    if known is None:
+        if len(_COROUTINE_FUNCTIONS) >= 4096:  # functions made on the fly: stay bounded
+            _COROUTINE_FUNCTIONS.clear()
+        known = _COROUTINE_FUNCTIONS[key] = inspect.iscoroutinefunction(fn)
+    return known
 
 
 def _top(module: str) -> str:
@@ -258,7 +273,7 @@ class EngineHost:
         coroutine method (``call`` runs those on the event loop). Raises what ``call``
         raises for an unknown engine or method. ``broadcast``: see :meth:`call`."""
         engine, fn = self._method(name, method)
-        if inspect.iscoroutinefunction(fn):
+        if is_coroutine_method(fn):
             return None
         return lambda: self._run_sync(engine, name, method, fn, broadcast, args, kwargs)
 
@@ -293,7 +308,7 @@ class EngineHost:
         ``rpc_meta["broadcast"]``; None: AReaL's default) first replaces the arguments with
         the engine's data-parallel head's (corral.worker.broadcast)."""
         engine, fn = self._method(name, method)
-        if not inspect.iscoroutinefunction(fn):
+        if not is_coroutine_method(fn):
             return self._on_engine_thread(
                 self._run_sync, engine, name, method, fn, broadcast, args, kwargs
             )

@@ -10,12 +10,12 @@ from corral.rpc import wire
 from corral.rpc.http import FRAME_TYPE
 from corral.rpc.server import Reply
 
-_OK_NONE = tuple(wire.encode({"ok": True, "result": None}))  # bytes: safe to share
+_OK_NONE = b"".join(wire.encode({"ok": True, "result": None}))  # bytes: safe to share
 
 
 def ok(result: Any = None) -> Reply:
     if result is None:  # many engine methods return nothing: no encoding per call
-        return Reply(200, list(_OK_NONE), FRAME_TYPE)
+        return Reply(200, [_OK_NONE], FRAME_TYPE)
     return Reply(200, wire.encode({"ok": True, "result": result}), FRAME_TYPE)
 
 
