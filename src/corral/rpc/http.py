@@ -10,7 +10,6 @@ import socket
 import struct
 import sys
 import time
-from dataclasses import dataclass, field
 
 from corral.errors import ProtocolError
 
@@ -30,18 +29,23 @@ REASONS = {
 }  # fmt: skip
 
 
-@dataclass
 class Message:
     """A parsed request (``method``/``path``) or response (``status``)."""
 
-    start_line: str
-    headers: dict[str, str]
-    body: bytearray = field(default_factory=bytearray)
-    method: str = ""
-    path: str = ""
-    status: int = 0
-    #: (server side) the client's pid when it runs on this host and reads shared memory
-    peer: int | None = None
+    __slots__ = ("start_line", "headers", "body", "method", "path", "status", "peer")
+
+    def __init__(self, start_line: str, headers: dict[str, str], body=None) -> None:
+        self.start_line = start_line
+        self.headers = headers
+        self.body = bytearray() if body is None else body
+        self.method = ""
+        self.path = ""
+        self.status = 0
+        #: (server side) the client's pid when it runs on this host and reads shared memory
+        self.peer: int | None = None
+
+    def __repr__(self) -> str:
+        return f"Message({self.start_line!r}, {len(self.headers)} headers)"
 
     @property
     def content_length(self) -> int:
@@ -55,22 +59,22 @@ class Message:
         return self.headers.get("connection", "").lower() != "close"
 
 
-def parse_head(raw: bytes) -> Message:
+def parse_head(raw: bytes | bytearray) -> Message:
     """Parse a request or status line and its headers (without the blank line)."""
-    lines = raw.decode("latin-1").split("\r\n")
+    first, *lines = raw.decode("latin-1").split("\r\n")
     headers: dict[str, str] = {}
-    for line in lines[1:]:
+    for line in lines:
         name, sep, value = line.partition(":")
         if not sep:
             raise ProtocolError(f"malformed HTTP header line {line[:80]!r}")
         headers[name.strip().lower()] = value.strip()
-    msg = Message(start_line=lines[0], headers=headers)
-    parts = lines[0].split(" ", 2)
+    msg = Message(first, headers)
+    parts = first.split(" ", 2)
     if len(parts) < 2:
-        raise ProtocolError(f"malformed HTTP start line {lines[0][:80]!r}")
+        raise ProtocolError(f"malformed HTTP start line {first[:80]!r}")
     if parts[0].startswith("HTTP/"):
         if not parts[1].isdigit():
-            raise ProtocolError(f"malformed HTTP status line {lines[0][:80]!r}")
+            raise ProtocolError(f"malformed HTTP status line {first[:80]!r}")
         msg.status = int(parts[1])
     else:
         msg.method, msg.path = parts[0], parts[1]

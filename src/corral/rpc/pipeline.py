@@ -93,7 +93,7 @@ class Pipe(asyncio.Protocol):
                         if len(buf) > MAX_HEAD_BYTES:
                             raise ProtocolError(f"reply head longer than {MAX_HEAD_BYTES} bytes")
                         return
-                    msg = parse_head(bytes(buf[:end]))
+                    msg = parse_head(buf[:end])
                     del buf[: end + 4]
                     rid = msg.headers.get(REQUEST_ID_HEADER)
                     if rid is None and self.pending:  # a peer that does not pipeline: in order

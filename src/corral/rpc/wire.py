@@ -213,7 +213,7 @@ def decode(
     table_end = offset + 8 * n_buffers
     if table_end + header_len > view.nbytes:
         raise ProtocolError("frame is truncated before the end of its header")
-    lengths = struct.unpack_from(f"<{n_buffers}Q", view, offset)
+    lengths = struct.unpack_from(f"<{n_buffers}Q", view, offset) if n_buffers else ()
     header = bytes(view[table_end : table_end + header_len])
     pos = table_end + header_len
     buffers = []
