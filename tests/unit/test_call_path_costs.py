@@ -63,6 +63,32 @@ def test_an_altered_signed_head_is_refused() -> None:
     assert "wrong signature" in other.verify_head(header2, *args)[0]
 
 
+def test_remembered_body_matches_only_the_same_bytes_under_the_same_digest() -> None:
+    keys = TrialKeys(SECRET)
+    body = wire.encode_bytes({"ok": True, "result": None})
+    digest = keys.body_digest([body], len(body))
+    other = body[:-1] + b"0"
+    assert keys.body_matches(digest, body)
+    assert keys.body_matches(digest, bytearray(body))  # remembered: the same bytes again
+    assert keys.body_matches(digest, memoryview(body))
+    assert not keys.body_matches(digest, other)  # another body under the remembered digest
+    assert not keys.body_matches(keys.body_digest([other], len(other)), body)
+    assert not keys.body_matches("sha256=" + "0" * 64, body)
+    assert keys.body_matches(keys.body_digest([other], len(other)), other)
+    assert not keys.body_matches(digest, other)
+
+
+def test_reply_signature_of_a_remembered_body_is_the_signature_of_that_body() -> None:
+    keys = TrialKeys(SECRET)
+    verifier, signer = RequestVerifier(keys), RequestSigner(keys)
+    first, second = b"CRL1 one body", b"CRL1 two body"
+    for body in (first, first, second, first):
+        head = verifier.sign_reply(200, "n-1", "t", [body])
+        digest = signer.verify_reply_head("a:1", head, 200, "n-1", "t", len(body))
+        assert digest == keys.body_digest([body], len(body))
+        assert keys.body_matches(digest, body)
+
+
 # ---------------------------------------------------------------- result cache
 def test_result_cache_makes_no_event_unless_a_duplicate_waits() -> None:
     cache = ResultCache()
@@ -200,3 +226,26 @@ def test_server_drops_a_connection_idle_after_a_request_and_serves_before(quick_
         assert _closed_by_server(sock)  # then idle: closed after idle_timeout
     finally:
         sock.close()
+
+
+# ---------------------------------------------------------------- engine methods
+def test_coroutine_method_check_is_remembered_per_function_and_stays_right() -> None:
+    import functools
+
+    from corral.worker import engines
+
+    class Engine:
+        def sync(self) -> int:
+            return 1
+
+        async def coro(self) -> int:
+            return 2
+
+    a, b = Engine(), Engine()
+    for _ in range(2):  # the second round answers from the cache
+        assert engines.is_coroutine_method(a.sync) is False
+        assert engines.is_coroutine_method(b.coro) is True
+        assert engines.is_coroutine_method(a.coro) is True
+    assert Engine.sync in engines._COROUTINE_FUNCTIONS
+    assert engines.is_coroutine_method(functools.partial(a.sync)) is False  # not cached
+    assert engines.is_coroutine_method(lambda: None) is False
