@@ -230,7 +230,9 @@ class ReplayGuard:
                 limit = now - 2 * self.max_skew
                 self._clients = {k: v for k, v in self._clients.items() if v[2] >= limit}
                 self._next_sweep = now + self.max_skew
-            state = self._clients.setdefault(client, [0, set(), now])
+            state = self._clients.get(client)
+            if state is None:
+                state = self._clients[client] = [0, set(), now]
             high, seen = state[0], state[1]
             if count <= high - self.window or count in seen:
                 return "nonce seen before: a replayed request"

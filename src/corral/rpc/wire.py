@@ -43,6 +43,24 @@ MAX_BUFFERS = 1 << 16
 TAG = "$t"
 _TAG_BYTES = TAG.encode()
 _JSON = json.JSONEncoder(separators=(",", ":"), allow_nan=False)  # made once, not per frame
+
+
+def _json_encoder():
+    """``_JSON.encode`` without its per-call set-up: the C encoder ``JSONEncoder.encode``
+    builds on every call, built once. No circular-reference markers: the tree comes from
+    ``_Encoder``, which fails on a cycle (RecursionError) before JSON sees it. Falls back
+    to ``_JSON.encode`` where the C accelerator is missing."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:
+        return _JSON.encode
+    c_encode = make(
+        None, _JSON.default, json.encoder.encode_basestring_ascii, None, ":", ",",
+        False, False, False,
+    )  # fmt: skip
+    return lambda tree: "".join(c_encode(tree, 0))
+
+
+_JSON_ENCODE = _json_encoder()
 _JSON_DECODE = json.JSONDecoder().decode
 _NUMPY_KINDS = set("biufc?mM")
 _PLAIN = (type(None), bool, int, str)
@@ -170,13 +188,15 @@ def _is_torch_tensor(obj: Any) -> bool:
 def encode(obj: Any) -> list[memoryview | bytes]:
     """Encode ``obj`` into frame parts: write them in order (``sendmsg`` / ``writelines``)."""
     enc = _Encoder()
-    header = _JSON.encode(enc.encode(obj)).encode()
+    header = _JSON_ENCODE(enc.encode(obj)).encode()
     if len(header) > MAX_HEADER_BYTES:
         raise ProtocolError(f"frame header of {len(header)} bytes exceeds {MAX_HEADER_BYTES}")
     if len(enc.buffers) > MAX_BUFFERS:
         raise ProtocolError(
             f"a frame holds at most {MAX_BUFFERS} arrays/buffers, not {len(enc.buffers)}"
         )
+    if not enc.buffers:
+        return [_PREFIX.pack(MAGIC, len(header), 0), header]
     lengths = [v.nbytes for v in enc.buffers]
     prefix = _PREFIX.pack(MAGIC, len(header), len(lengths)) + struct.pack(
         f"<{len(lengths)}Q", *lengths
