@@ -383,6 +383,7 @@ def bench_fanout(sched, ids: list[str], ports: list[int], plan: Plan) -> list[Ro
         baseline=median(raw_rates),
         baseline_label=f"asyncio, 1 raw connection to each of {len(ports)} echo servers",
         higher_is_better=True,
+        targets=[Target("ratio", "<=", 3.0, "<= 3x raw asyncio")],
         samples={"corral": rounded(rates, 1), "baseline": rounded(raw_rates, 1)},
         extra={
             "first_gather_calls_per_s": round(n / first, 1),
