@@ -32,6 +32,7 @@ import time
 from collections.abc import Iterable
 
 from corral.errors import AuthenticationError
+from corral.rpc.wire import frame_size
 
 AUTH_HEADER = "x-corral-auth"
 VERSION = "v1"
@@ -59,9 +60,11 @@ class TrialKeys:
         self.body = _derive(raw, b"body")
         self.record = _derive(raw, b"record")
         self._aes = None
-        # the last small body ``body_matches`` accepted: replies and requests often repeat
-        # one body (``{"ok": true, "result": null}``); a byte-for-byte equal body under the
-        # same digest matches without hashing it again
+        # Most replies share one body (``{"ok": true, "result": null}``): the last small
+        # one-part body digested (held, and bytes are immutable, so ``is`` cannot match
+        # another body) and the last small body that matched its digest (a byte-for-byte
+        # equal body under the same digest matches without hashing it again).
+        self._signed: tuple[object, str] = (None, "")
         self._matched: tuple[bytes, str] = (b"", "")
         # HMAC objects keyed once: ``sign`` copies one instead of re-keying per message
         # (the key schedule is half the cost of signing a small head)
@@ -82,6 +85,14 @@ class TrialKeys:
     def body_digest(self, parts: list, length: int) -> str:
         """The digest a head carries for a body made of ``parts`` (``length`` bytes)."""
         if length < LARGE_BODY:
+            single = parts[0] if len(parts) == 1 and type(parts[0]) is bytes else None
+            if single is not None and length <= _MEMO_BYTES:
+                signed = self._signed  # the last small one-part body digested, by identity
+                if signed[0] is single:
+                    return signed[1]
+                digest = "sha256=" + hashlib.sha256(single).hexdigest()
+                self._signed = (single, digest)
+                return digest
             h = hashlib.sha256()
             for part in parts:
                 h.update(part)
@@ -251,10 +262,6 @@ class RequestVerifier:
     def __init__(self, keys: TrialKeys, guard: ReplayGuard | None = None):
         self.keys = keys
         self.guard = guard or ReplayGuard()
-        # the last small reply body signed and its digest: most replies share one body
-        # (``{"ok": true, "result": null}``); bytes are immutable, and the memo holds the
-        # object, so ``is`` cannot match another body
-        self._memo: tuple[object, str] = (None, "")
 
     def verify_head(
         self, header: str | None, method: str, path: str, request_id: str, identity: str,
@@ -276,21 +283,8 @@ class RequestVerifier:
     def sign_reply(
         self, status: int, nonce: str, content_type: str, parts: list, segment: str = ""
     ) -> str:
-        if len(parts) == 1 and type(parts[0]) is bytes:  # one immutable part: maybe the last
-            body = parts[0]
-            length = len(body)
-            memo = self._memo
-            if memo[0] is body:
-                digest = memo[1]
-            else:
-                digest = self.keys.body_digest(parts, length)
-                if length <= _MEMO_BYTES:
-                    self._memo = (body, digest)
-        else:
-            length = 0
-            for p in parts:
-                length += p.nbytes if type(p) is memoryview else len(p)
-            digest = self.keys.body_digest(parts, length)
+        length = frame_size(parts)
+        digest = self.keys.body_digest(parts, length)
         fields = _reply_fields(status, nonce, content_type, length, digest, segment)
         sig = self.keys.sign(self.keys.reply, fields)
         return f"{VERSION} {digest} {sig}"

@@ -12,6 +12,7 @@ import sys
 import time
 
 from corral.errors import ProtocolError
+from corral.rpc.wire import frame_size
 
 MAX_HEAD_BYTES = 64 * 1024
 LARGE_BODY = 1 << 20
@@ -198,9 +199,7 @@ def send_message(
     sock: socket.socket, start_line: str, headers: dict[str, str], parts: list
 ) -> None:
     """Send a head and body parts; small messages go out in one syscall."""
-    length = 0
-    for p in parts:
-        length += p.nbytes if type(p) is memoryview else len(p)
+    length = frame_size(parts)
     data = render_head(start_line, headers, length)
     if length <= _SMALL:
         if len(parts) == 1 and type(parts[0]) is bytes:

@@ -29,6 +29,7 @@ import weakref
 from collections import OrderedDict
 
 from corral.errors import ProtocolError
+from corral.rpc.wire import frame_size
 
 MIN_BYTES = 1 << 20
 OFFER_HEADER = "x-corral-shm-ok"
@@ -106,7 +107,7 @@ class Segment:
     def from_parts(cls, parts: list, reader: int | None = None) -> Segment:
         """A pooled segment holding the frame ``parts``, lent to process ``reader``; with
         ``reader=None`` it is held for the ref store (``POOL.unhold`` when it is freed)."""
-        size = sum(p.nbytes if isinstance(p, memoryview) else len(p) for p in parts)
+        size = frame_size(parts)
         seg = POOL.take(size)
         seg.write(parts, size)
         if reader is None:
@@ -301,12 +302,7 @@ NOTIFY = None
 
 def wants_segment(parts: list, local: bool) -> bool:
     """Whether a body of ``parts`` goes through shared memory (1 MiB or more, local peer)."""
-    if not local:
-        return False
-    total = 0
-    for part in parts:
-        total += part.nbytes if type(part) is memoryview else len(part)
-    return total >= MIN_BYTES
+    return local and frame_size(parts) >= MIN_BYTES
 
 
 def in_segment(buffer) -> bool:
