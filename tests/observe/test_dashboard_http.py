@@ -9,6 +9,7 @@ import json
 import socket
 import time
 import uuid
+from types import SimpleNamespace
 
 import pytest
 
@@ -184,6 +185,42 @@ def test_corral_dashboard_command_prints_a_working_address(local_backend, trial)
         with pytest.raises(urllib.error.HTTPError) as err:
             urllib.request.urlopen(f"{base}api/trials", timeout=10)
         assert err.value.code == 401
+    finally:
+        os.kill(proc.pid, signal.SIGINT)
+        assert proc.wait(timeout=10) == 130
+        proc.stdout.close()
+
+
+@pytest.mark.parametrize("named", [False, True], ids=["all-trials", "one-trial"])
+def test_corral_dashboard_refuses_an_empty_token(local_backend, trial, named):
+    """Every request needs the token: an empty ``corral_dash_<port>=`` cookie or
+    ``?token=`` is no login, whether or not the command was given a trial (whose secret it
+    then also accepts; without one it has no second secret, not an empty one)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    sched, _ = trial
+    names = [sched.experiment_name, sched.trial_name] if named else []
+    env = {k: v for k, v in os.environ.items() if k != "CORRAL_DASHBOARD_TOKEN"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "corral.cli", "--fileroot", local_backend.fileroot,
+         "dashboard", *names, "--port", "0"],
+        stdout=subprocess.PIPE, text=True, env=env, preexec_fn=sigint_not_ignored,
+    )  # fmt: skip
+    try:
+        first = proc.stdout.readline().strip()
+        assert first.startswith("corral dashboard: http://127.0.0.1:"), first
+        base, token = first.split(": ", 1)[1].split("?token=")
+        port = int(base.rstrip("/").rsplit(":", 1)[1])
+        server = SimpleNamespace(port=port)  # what _get needs
+
+        for path in ("/api/trials", "/api/trials?token=", "/"):
+            _, r = _get(server, path, cookie=f"corral_dash_{port}=")
+            assert r.status == 401, (path, r.status)
+        _, r = _get(server, "/api/trials", cookie=f"corral_dash_{port}={token}")
+        assert r.status == 200  # the real token still logs in
     finally:
         os.kill(proc.pid, signal.SIGINT)
         assert proc.wait(timeout=10) == 130
