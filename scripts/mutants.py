@@ -431,6 +431,6 @@ MUTANTS: list[Mutant] = [
     M("retries-delay-ignored", "calls.py",
       "            if attempt and retry_delay:\n                time.sleep(",
       "            if False:\n                time.sleep(",
-      "tests/areal_compat/test_rollout_calls.py -k kinds",
-      why="retry_delay is never waited (equivalent for tests: see docs/testing.md)"),
+      "tests/faults/test_restart_and_connections.py -k counts_attempts",
+      why="retry_delay is never waited before a retry"),
 ]  # fmt: skip

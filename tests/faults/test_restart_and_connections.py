@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import time
 
 import numpy as np
 import pytest
@@ -62,7 +63,8 @@ def test_retry_after_a_cut_request_runs_the_method_once(sched):
 def test_max_retries_counts_attempts(sched, monkeypatch, mode):
     """AReaL's ``max_retries=N`` is the number of attempts, not of retries after the first:
     with every request cut before the worker has it all, the call is sent N times, then
-    fails naming the worker and the count. (Counted where the scheduler hands the call to
+    fails naming the worker and the count; ``retry_delay`` is waited before each retry,
+    doubling. (Counted where the scheduler hands the call to
     the RPC client: the sync client's own redial of a pooled connection is not an attempt.
     The health probes between attempts are small and pass the proxy.)"""
     (wid,) = sched.create_workers(Job(role="tries", replicas=1))
@@ -78,16 +80,28 @@ def test_max_retries_counts_attempts(sched, monkeypatch, mode):
         return real(self, address, path, *args, **kwargs)
 
     monkeypatch.setattr(client_class, "request", counted)
+    delay, waits = 0.0123, []  # retry_delay: waited before each retry, doubling
+    real_sleep = time.sleep if mode == "sync" else asyncio.sleep
+
+    def sleep(seconds, *args):
+        if seconds in (delay, 2 * delay):
+            waits.append(seconds)
+        return real_sleep(seconds, *args)
+
+    monkeypatch.setattr(time if mode == "sync" else asyncio, "sleep", sleep)
     big = np.ones(4 << 20, dtype=np.float32)
     proxy = CuttingProxy((w.ip, w.port), cut_after=1 << 20, cuts=1000)
     try:
         _through_proxy(sched, wid, proxy)
         with pytest.raises(WorkerConnectionError, match="tries/0") as info:
             if mode == "sync":
-                sched.call_engine(wid, "echo", "e", big, max_retries=3)
+                sched.call_engine(wid, "echo", "e", big, max_retries=3, retry_delay=delay)
             else:
-                asyncio.run(sched.async_call_engine(wid, "echo", "e", big, max_retries=3))
+                asyncio.run(
+                    sched.async_call_engine(wid, "echo", "e", big, max_retries=3, retry_delay=delay)
+                )
         assert len(sent) == 3, f"{len(sent)} attempts for max_retries=3"
+        assert waits == [delay, 2 * delay]  # before the second and the third
         assert len(set(sent)) == 1  # one request id: the attempts are one call
         assert "broke 3 time(s)" in str(info.value)
         assert proxy.cut >= 3  # every attempt was cut on the wire
