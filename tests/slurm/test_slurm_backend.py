@@ -36,6 +36,7 @@ from corral.backends.slurm import (
     render_dry_run,
     state_is_final,
 )
+from corral.paths import exit_code_path
 from tests.conformance.backend_slurm import (
     lab_gpus_per_node,
     slurm_conf,
@@ -244,12 +245,21 @@ def test_scancel_from_outside_gives_worker_failed_naming_cancelled(make):
     assert error is not None, "scancel from outside went unnoticed"
     assert error.worker_id == wid
     assert f"Slurm job {job_id} CANCELLED" in str(error), str(error)
+    # the worker's exit file is there (it holds the code of its own stop): Slurm's
+    # ending, not that code, still names why it went, whenever the backend looks
+    exit_file = exit_code_path(str(sched.log_dir), "victim", 0, job_id)
+    deadline = time.monotonic() + 20
+    while not os.path.exists(exit_file) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert os.path.exists(exit_file), "the batch script wrote no exit file"
+    (exit_,) = sched.launcher.poll("victim").values()
+    assert exit_.reason == f"Slurm job {job_id} CANCELLED", exit_.reason
     # once Slurm has taken the job away, the reason is Slurm's state
     deadline = time.monotonic() + 20
     while not _squeue_state(job_id).startswith("CANCELLED") and time.monotonic() < deadline:
         time.sleep(0.2)
     for exit_ in sched.launcher.poll("victim").values():
-        assert exit_.log_path
+        assert exit_.log_path and exit_.reason == f"Slurm job {job_id} CANCELLED"
     assert error.log_path
 
 
