@@ -131,6 +131,26 @@ def test_attach_to_a_run_whose_controller_lives_is_refused_even_if_it_outlives(b
         _kill_left(first["pids"])
 
 
+def test_attach_after_the_grace_period_is_refused_naming_it(backend):
+    """Workers outlive their controller only for ``outlive_controller`` seconds past the
+    lease timeout: attaching later is refused with that reason (they have exited), not
+    tried on workers that are gone."""
+    experiment, trial = f"attach-{backend.name}", f"g{uuid.uuid4().hex[:6]}"
+    proc, first = start_controller(backend, experiment, trial, outlive=2)
+    try:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+        time.sleep(5.0 + 2.0 + 2.0)  # past the lease timeout (5 s) + grace (2 s) + 1 s
+        with pytest.raises(ConfigError) as info:
+            backend.scheduler(experiment=experiment, trial=trial, attach=True)
+        assert "past its grace period" in str(info.value) and first["run_id"] in str(info.value)
+        assert wait_gone(first["pids"], timeout=30) == []  # they left by themselves
+    finally:
+        end_controller(proc)
+        _cli(backend, "stop", experiment, trial)
+        _kill_left(first["pids"])
+
+
 def test_attach_is_refused_when_the_run_did_not_ask_its_workers_to_outlive_it(backend):
     experiment, trial = f"attach-{backend.name}", f"r{uuid.uuid4().hex[:6]}"
     proc, first = start_controller(backend, experiment, trial)
