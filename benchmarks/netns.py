@@ -76,7 +76,8 @@ def _base36(n: int) -> str:
 
 def new_tag(pid: int | None = None) -> str:
     """``cr<pid, base 36>_<3 hex>``: unique per run, says which process made it, and short
-    enough for interface names (15 characters with ``v99``)."""
+    enough for interface names (15 characters with ``v99``). The hex comes from the OS, not
+    from ``random``: pytest-randomly reseeds that alike before every test."""
     return f"{PREFIX}{_base36(os.getpid() if pid is None else pid)}_{secrets.randbits(12):03x}"
 
 
