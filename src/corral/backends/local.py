@@ -241,6 +241,7 @@ class LocalScheduler(Scheduler):
 
     backend = "local"
 
+    @opts.config_first
     def __init__(
         self,
         gpu_devices: list[int] | None = None,
@@ -265,6 +266,7 @@ class LocalScheduler(Scheduler):
         opts.check_exp_config(exp_config)
         if gpu_devices is None:
             gpu_devices = cluster_field(exp_config, "gpu_devices")
+        declared = kwargs.get("n_gpus_per_node") is not None
         super().__init__(
             exp_config,
             launcher=LocalLauncher(gpu_devices, gpu_sharing),
@@ -280,6 +282,8 @@ class LocalScheduler(Scheduler):
             etcd3_addr=etcd3_addr,
             **kwargs,
         )
+        if not declared:  # AReaL: this machine is the node and its GPUs are gpu_devices
+            self._n_gpus_per_node = len(self.launcher.devices)
 
     @property
     def gpu_devices(self) -> list[int]:

@@ -368,6 +368,7 @@ class RayScheduler(Scheduler):
 
     backend = "ray"
 
+    @opts.config_first
     def __init__(
         self,
         startup_timeout: float | None = None,
