@@ -60,4 +60,5 @@ def fork_via_worker(
         host=reply.get("host", target.host),
         backend_id=target.backend_id,
         forked=True,
+        foreign=bool(reply.get("foreign", False)),
     )

@@ -138,6 +138,7 @@ class RoleAPI:
         pairs = list(zip(workers, envs, strict=True))
         if only is not None:
             pairs = [pairs[i] for i in only]
+        pairs = [(w, env) for w, env in pairs if not w.foreign]  # corral.foreign: its own API
         self._io.run(self._calls.acall_all([(w, "/set_env", {"env": env}) for w, env in pairs]))
 
     def scale(self, role: str, replicas: int) -> list[str]:

@@ -14,13 +14,15 @@ from corral import options as opts
 from corral.capabilities import Adoptable, Elastic
 from corral.config import cluster_field
 from corral.errors import ConfigError, GPURequestError, SchedulerError
+from corral.foreign import ServedAt
 from corral.launcher import Launcher, LaunchRequest, WorkerExit, env_lines
 from corral.logs import LogPump, replica_log_path
 from corral.procs import AdoptedProcess, describe_returncode, spawn, stop_process_groups
 from corral.scheduler import Scheduler
 from corral.spec import NormalizedJob, SchedulingSpec
 from corral.worker import env as E
-from corral.worker.args import args_from_env, command_argv, free_port
+from corral.worker.args import args_from_env, command_argv, free_ports
+from corral.worker.env import advertise_host
 
 GPU_SHARING = ("exclusive", "round_robin")
 log = logging.getLogger("corral")
@@ -57,9 +59,11 @@ class LocalLauncher(Launcher, Elastic, Adoptable):
         self._procs: dict[str, list] = {}
         self._gpus: dict[str, list[list[int]]] = {}
         self._specs: dict[str, tuple] = {}
+        self._served: dict[tuple[str, int], ServedAt] = {}  # worker commands' --port
         self._log_dir = ""
         self._pump = LogPump(on_error=lambda text: self.progress(text))
         self._lock = threading.Lock()
+        self.host = socket.gethostname()
 
     def check(self, job: NormalizedJob) -> None:
         need = job.total_gpus
@@ -132,7 +136,14 @@ class LocalLauncher(Launcher, Elastic, Adoptable):
 
     def _start(self, role: str, index: int, spec, env: dict[str, str], devices: list[int]):
         env = self._process_env(env, devices)
-        argv = command_argv(spec.cmd) + args_from_env(env, port=free_port() if spec.cmd else 0)
+        ports = free_ports(max(spec.port_count, 1)) if spec.cmd else [0]
+        argv = command_argv(spec.cmd) + args_from_env(env, port=ports[0])
+        proc = self._spawn(role, index, argv, env)
+        if spec.cmd:
+            self._served[(role, index)] = ServedAt(advertise_host(), ports, self.host, proc.pid)
+        return proc
+
+    def _spawn(self, role: str, index: int, argv: list[str], env: dict[str, str]):
         if self.outlive:  # outlives the controller (corral.attach): writes its own log
             path = replica_log_path(self._log_dir, role, index)
             os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
@@ -209,6 +220,8 @@ class LocalLauncher(Launcher, Elastic, Adoptable):
 
     def stop(self, role: str, reverse: bool = False) -> None:
         procs = self._procs.pop(role, [])
+        for index in range(len(procs)):
+            self._served.pop((role, index), None)
         if reverse:
             for proc in reversed(procs):
                 stop_process_groups([proc])
@@ -219,6 +232,9 @@ class LocalLauncher(Launcher, Elastic, Adoptable):
                 if self.sharing == "exclusive":
                     self._free.extend(devices)
             self._free.sort()
+
+    def served_at(self, role: str, index: int) -> ServedAt | None:
+        return self._served.get((role, index))
 
     def pids(self, role: str) -> list[int]:
         return [p.pid for p in self._procs.get(role, [])]
