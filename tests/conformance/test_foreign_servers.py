@@ -20,7 +20,9 @@ from corral import (
     EngineCreationError,
     Job,
     SchedulingSpec,
+    WorkerCreationError,
     WorkerFailedError,
+    WorkerTimeoutError,
     keys,
 )
 from corral.logs import replica_log_path
@@ -112,3 +114,42 @@ def test_a_spec_cmd_foreign_server_is_ready_by_its_health_endpoint(sched):
         sched.get_workers("srv")
     sched.delete_workers("srv")
     wait_until(lambda: not pid_alive(servers[1].pid), "the server stopped with its role")
+
+
+def processes_of(trial: str, role: str) -> list[int]:
+    """Pids of this machine's processes started with ``--trial-name trial --role role``
+    (AReaL's arguments), whatever their parent."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                argv = fh.read().split(b"\0")
+        except OSError:
+            continue
+        pairs = set(zip(argv, argv[1:], strict=False))
+        if (b"--trial-name", trial.encode()) in pairs and (b"--role", role.encode()) in pairs:
+            found.append(int(entry))
+    return found
+
+
+def test_a_failed_fork_retires_every_process_it_started(backend):
+    """One forked process never gets ready (as under load): fork_workers fails, and the
+    processes it did start are stopped with it, not left running (issue 24, defect 7)."""
+    sched = backend.scheduler(startup_timeout=8)
+    try:
+        stall = SchedulingSpec(env_vars={"FOREIGN_SERVER_STALL_INDEX": "1"})
+        sched.create_workers(Job(role="gen", replicas=3, tasks=[stall]))
+        with pytest.raises((WorkerCreationError, WorkerTimeoutError)):
+            sched.fork_workers("proxy", "gen", command=SERVER)
+        assert "proxy" not in sched.roles
+        trial = sched.trial_name
+        wait_until(lambda: not processes_of(trial, "proxy"), "no proxy process left", 15.0)
+        # the role can be forked again: nothing of the failed attempt is in the way
+        gen = sched.get_workers("gen")
+        assert all(pid_alive(w.pid) for w in gen)
+    finally:
+        sched.close()
+    assert processes_of(trial, "proxy") == []
+    assert backend.leftovers(sched.experiment_name, trial) == []

@@ -2,7 +2,8 @@
 serves its own small HTTP API (as AReaL's proxy rollout server does) and never registers
 with corral. ``GET /health`` answers 200 once it serves; ``GET /args`` answers the
 arguments it was started with; it prints one line when it serves (for log capture) and
-exits on SIGTERM. ``FOREIGN_SERVER_DELAY`` (seconds) delays serving.
+exits on SIGTERM. ``FOREIGN_SERVER_DELAY`` (seconds) delays serving; the replica whose
+``--worker-index`` is ``FOREIGN_SERVER_STALL_INDEX`` never serves (a fork that times out).
 
     python -m corral.testing.foreign_server --port P --experiment-name E --trial-name T \\
         --role R --worker-index I [--host H] [--name-resolve-type K ...]
@@ -36,6 +37,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse(sys.argv[1:] if argv is None else argv)
     time.sleep(float(os.environ.get("FOREIGN_SERVER_DELAY", "0")))
+    if os.environ.get("FOREIGN_SERVER_STALL_INDEX") == str(args.worker_index):
+        print(f"foreign server {args.role}/{args.worker_index} stalls", flush=True)
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+        while True:
+            time.sleep(3600)
     seen = json.dumps(vars(args)).encode()
 
     class Handler(BaseHTTPRequestHandler):

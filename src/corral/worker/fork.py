@@ -44,6 +44,7 @@ class ForkManager:
         self._secret = secret
         self.name_resolve = name_resolve
         self.children: dict[str, Child] = {}
+        self._starting: dict[str, bool] = {}  # child id -> cancelled before it was spawned
         self._lock = threading.Lock()
         self._pump = LogPump()
 
@@ -63,8 +64,18 @@ class ForkManager:
             )
         child_id = f"{role}/{index}"
         with self._lock:
-            if child_id in self.children:
+            if child_id in self.children or child_id in self._starting:
                 raise WorkerCreationError(f"this worker already forked {child_id}")
+            self._starting[child_id] = False
+        try:
+            return self._fork(child_id, role, index, module, env, timeout)
+        finally:
+            with self._lock:
+                self._starting.pop(child_id, None)
+
+    def _fork(
+        self, child_id: str, role: str, index: int, module: str, env: dict, timeout: float
+    ) -> dict:
         child_env = dict(os.environ)
         child_env.update({str(k): str(v) for k, v in env.items()})
         child_env.update({
@@ -105,6 +116,10 @@ class ForkManager:
                 pass  # the child is gone already; reported below
         with self._lock:
             self.children[child_id] = Child(role, index, proc)
+            cancelled = self._starting.get(child_id, False)
+        if cancelled:  # kill() came while it was being spawned: its caller gave up
+            self.kill(child_id)
+            raise WorkerCreationError(f"forked worker {child_id} was stopped while starting")
         # a foreign server (corral.foreign) is ready when it answers GET /health on --port
         foreign = None if own else {
             "address": f"{advertise_host()}:{port}", "worker_ports": [str(port)],
@@ -188,8 +203,11 @@ class ForkManager:
             log.warning("could not record the death of forked worker %s: %s", child_id, exc)
 
     def kill(self, child_id: str, grace: float = 3.0) -> bool:
+        """Stop child ``child_id``; one still being spawned is stopped once it is."""
         with self._lock:
             child = self.children.pop(child_id, None)
+            if child is None and child_id in self._starting:
+                self._starting[child_id] = True
         if child is None:
             return False
         stop_process_groups([child.proc], grace)
