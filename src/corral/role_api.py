@@ -112,7 +112,8 @@ class RoleAPI:
                 import resource
 
                 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-                raise too_many_files(f"role {job.role!r}", job.replicas * 5, soft, hard) from exc
+                needed = job.replicas * self.launcher.fds_per_worker
+                raise too_many_files(f"role {job.role!r}", needed, soft, hard) from exc
             raise
         return [f"{job.role}/{i}" for i in range(job.replicas)]
 

@@ -37,7 +37,9 @@ def detect_gpu_devices() -> list[int]:
 
 class LocalLauncher(Launcher, Elastic, Adoptable):
     name = "local"
-    fds_per_worker = 5  # output pipe, three log files, a connection
+    # its output pipe and the connection of a call fan-out; log files are shared by all
+    # workers, at most 16 open (corral.logs.OpenFiles): within fdlimit.MARGIN
+    fds_per_worker = 2
 
     def __init__(self, gpu_devices: list[int] | None = None, gpu_sharing: str = "exclusive"):
         devices = detect_gpu_devices() if gpu_devices is None else list(gpu_devices)
