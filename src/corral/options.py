@@ -15,7 +15,7 @@ from typing import Any
 from corral.config import ClusterSpecConfig, NameResolveConfig, cluster_field
 from corral.errors import ConfigError
 
-NAME_RESOLVE_KINDS = ("nfs", "etcd3", "memory")
+NAME_RESOLVE_KINDS = ("nfs", "etcd3", "memory", "ray")
 
 
 def looks_like_config(value: Any) -> bool:
