@@ -7,7 +7,6 @@ import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from corral.foreign import ServedAt
 from corral.spec import NormalizedJob, Worker
 
 
@@ -111,12 +110,6 @@ class Launcher(abc.ABC):
     def stop_fork(self, worker: Worker, via_worker: Callable[[], None]) -> None:
         """Stop a worker that ``fork`` made (``via_worker``: ask its host worker)."""
         via_worker()
-
-    def served_at(self, role: str, index: int) -> ServedAt | None:
-        """Where a worker command of this replica was told to serve (``--port``), for the
-        readiness probe of a foreign server (corral.foreign); None: the worker picks its
-        own port and registers."""
-        return None
 
     def rendezvous_master(self, role: str, workers: list[Worker]) -> tuple[str, int] | None:
         """Where does rank 0 listen for torch.distributed? Default: its first reserved

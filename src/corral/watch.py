@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from corral import keys
+from corral.capabilities import ServesCommands
 from corral.discovery.base import NameResolve
 from corral.errors import (
     CorralError,
@@ -64,6 +65,8 @@ class Watch:
     def read_foreign(self, role: str, index: int) -> Worker | None:
         """The replica as a foreign server, if its command answers GET /health on the port
         it was given (corral.foreign); None for a corral worker or one not up yet."""
+        if not isinstance(self.launcher, ServesCommands):
+            return None
         at = self.launcher.served_at(role, index)
         if at is None or not answers_health(at.ip, at.ports[0]):
             return None

@@ -11,7 +11,7 @@ import threading
 from typing import Any
 
 from corral import options as opts
-from corral.capabilities import Adoptable, Elastic
+from corral.capabilities import Adoptable, Elastic, ServesCommands
 from corral.config import cluster_field
 from corral.errors import ConfigError, GPURequestError, SchedulerError
 from corral.foreign import ServedAt
@@ -35,7 +35,7 @@ def detect_gpu_devices() -> list[int]:
     return sorted(int(p.removeprefix("/dev/nvidia")) for p in glob.glob("/dev/nvidia[0-9]*"))
 
 
-class LocalLauncher(Launcher, Elastic, Adoptable):
+class LocalLauncher(Launcher, Elastic, Adoptable, ServesCommands):
     name = "local"
     # its output pipe and the connection of a call fan-out; log files are shared by all
     # workers, at most 16 open (corral.logs.OpenFiles): within fdlimit.MARGIN

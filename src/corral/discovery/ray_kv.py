@@ -63,9 +63,8 @@ class RayNameResolve(NameResolve):
     """Keys and values in the GCS key-value store of one Ray cluster."""
 
     def __init__(self, address: str | None = None):
-        from corral.backends.ray_support import apply_quiet_env
-
-        apply_quiet_env()
+        for name in ("RAY_USAGE_STATS_ENABLED", "RAY_enable_metrics_collection"):
+            os.environ.setdefault(name, "0")  # as the Ray backend does (ray_support)
         try:
             from ray._raylet import GcsClient
         except ImportError as exc:
