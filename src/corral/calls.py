@@ -270,6 +270,7 @@ class Caller:
             except Exception as exc:
                 log.debug("%s on %s: %s", path, worker.id, exc)
 
+        workers = [w for w in workers if not w.foreign]  # its own API (corral.foreign)
         try:
             await asyncio.gather(*(quietly(w, "/destroy_engines", 5.0) for w in workers))
             await asyncio.gather(*(quietly(w, "/shutdown", 2.0) for w in workers))
@@ -287,6 +288,8 @@ class Caller:
         self, worker: Worker, path: str, timeout: float, what: str, identity: bool = True
     ) -> None:
         """A best-effort request during teardown: failures are logged, never raised."""
+        if worker.foreign:
+            return  # its own API (corral.foreign)
         try:
             self.client.request(
                 worker.address,

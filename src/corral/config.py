@@ -21,7 +21,8 @@ SCHEDULER_TYPES = backend_names()
 @dataclass
 class NameResolveConfig:
     """``nfs``: files under ``nfs_record_root`` (default ``<fileroot>/name_resolve``);
-    ``etcd3``: an etcd server at ``etcd3_addr``; ``memory``: in-process, for unit tests."""
+    ``etcd3``: an etcd server at ``etcd3_addr``; ``ray``: the key-value store of the Ray
+    cluster's GCS (corral.discovery.ray_kv); ``memory``: in-process, for unit tests."""
 
     type: str = "nfs"
     nfs_record_root: str | None = None

@@ -112,7 +112,8 @@ class RoleAPI:
                 import resource
 
                 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-                raise too_many_files(f"role {job.role!r}", job.replicas * 5, soft, hard) from exc
+                needed = job.replicas * self.launcher.fds_per_worker
+                raise too_many_files(f"role {job.role!r}", needed, soft, hard) from exc
             raise
         return [f"{job.role}/{i}" for i in range(job.replicas)]
 
@@ -138,6 +139,7 @@ class RoleAPI:
         pairs = list(zip(workers, envs, strict=True))
         if only is not None:
             pairs = [pairs[i] for i in only]
+        pairs = [(w, env) for w, env in pairs if not w.foreign]  # corral.foreign: its own API
         self._io.run(self._calls.acall_all([(w, "/set_env", {"env": env}) for w, env in pairs]))
 
     def scale(self, role: str, replicas: int) -> list[str]:

@@ -125,6 +125,8 @@ class Worker:
     backend_id: str | None = None
     forked: bool = False
     generation: str = ""
+    foreign: bool = False
+    """A foreign server (its own HTTP API, ready by GET /health; see corral.foreign)."""
 
     def __post_init__(self) -> None:
         role, _, index = self.id.rpartition("/")

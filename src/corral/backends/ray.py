@@ -115,6 +115,9 @@ class RayLauncher(
 
     name = "ray"
     shares_filesystem = False
+    # the connection of a call fan-out, and the gRPC channel Ray opens to the actor's
+    # process (measured: tests/conformance/test_fd_budget.py)
+    fds_per_worker = 2
 
     def __init__(
         self,
@@ -368,6 +371,7 @@ class RayScheduler(Scheduler):
 
     backend = "ray"
 
+    @opts.config_first
     def __init__(
         self,
         startup_timeout: float | None = None,

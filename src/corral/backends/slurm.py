@@ -267,6 +267,7 @@ class SlurmScheduler(Scheduler):
 
     backend = "slurm"
 
+    @opts.config_first
     def __init__(
         self,
         n_gpus_per_node: int | None = None,
