@@ -36,7 +36,11 @@ class ShardEngine:
         return self.worker_id
 
     def shapes(self, *args: Any, **kwargs: Any) -> dict:
-        seen = {"worker": self.worker_id, "args": [shape_of(a) for a in args], "kwargs": shape_of(kwargs)}
+        seen = {
+            "worker": self.worker_id,
+            "args": [shape_of(a) for a in args],
+            "kwargs": shape_of(kwargs),
+        }
         self.got.append(seen)
         return seen
 
