@@ -133,11 +133,35 @@ class WeightEngine:
         return dist.is_initialized()
 
     # the benchmark's other ways ---------------------------------------------------
+    def send(self, group: str) -> int:
+        """Broadcast the state dict from group rank 0 (no digest: the benchmark's way)."""
+        from corral.groups import process_group
+
+        process_group(group).broadcast_state_dict(self.state, src=0)
+        return sum(v.numel() * 4 for v in self.state.values())
+
+    def receive(self, group: str) -> int:
+        """Receive a state dict into new tensors (written: every page is in), drop it."""
+        from corral.groups import process_group
+
+        got = process_group(group).broadcast_state_dict(None, src=0)
+        return sum(v.numel() * v.element_size() for v in got.values())
+
+    def state_nbytes(self) -> int:
+        return sum(v.numel() * v.element_size() for v in self.state.values())
+
+    def touch(self, value: Any) -> int:
+        """Read one element of every 4 KiB page of an array (a consumer's page-ins)."""
+        flat = np.asarray(value).reshape(-1).view(np.uint8)
+        return int(flat[::4096].sum() >= 0) * int(flat.nbytes)
+
     def state_array(self) -> np.ndarray:
-        """The state dict as one flat fp32 array (kept by ref, or returned)."""
+        """The state dict as one flat fp32 array (kept by ref, or returned); made once."""
         import torch
 
-        return torch.cat([self.state[k] for k in sorted(self.state)]).numpy()
+        if getattr(self, "_flat", None) is None:
+            self._flat = torch.cat([self.state[k] for k in sorted(self.state)]).numpy()
+        return self._flat
 
     def load_array(self, flat: Any) -> int:
         """Take the weights from one flat array (what the ref and controller ways send)."""
