@@ -10,9 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from corral import ConfigError, ProcessGroupError, WorkerFailedError
+from corral import ConfigError, ProcessGroupError, WorkerFailedError, shards
 from corral import dispatch as D
-from corral import shards
 from corral.data.ref import PLANES, Ref
 from corral.groups import process_group
 from corral.groups.controller import GroupPorts, GroupTable
@@ -94,9 +93,7 @@ def test_a_failed_shard_frees_every_ref_made_for_the_dispatch_and_raises_the_dea
 
         ports = D.DispatchPorts(lambda role: ["t/0", "t/1", "t/2"], acall, arequest)
         with pytest.raises(WorkerFailedError, match="t/1"):
-            asyncio.run(
-                D.dispatch(ports, "t", "m", None, (_ref("batch"),), {}, collect="refs")
-            )
+            asyncio.run(D.dispatch(ports, "t", "m", None, (_ref("batch"),), {}, collect="refs"))
         assert sorted(plane.freed) == ["out-t/0", "out-t/2", "s0", "s1", "s2"]
     finally:
         PLANES.pop("unit/dispatch", None)
