@@ -24,6 +24,7 @@ Importing this module costs nothing; torch is imported when a group is built.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from corral.errors import ProcessGroupError
@@ -71,8 +72,16 @@ class ProcessGroup:
     def broadcast(self, tensors: Any, src: int = 0) -> Any:
         """Broadcast, in place, a tensor, a list of tensors or a dict of them (by sorted
         key) from group rank ``src``; every member passes tensors of the same shapes and
-        dtypes. Returns ``tensors``."""
+        dtypes. Returns ``tensors``. Gloo groups of 3 or more relay the bytes down a
+        pipelined chain (``corral.groups.chain``: about one transfer, not one per
+        receiver); NCCL uses its own broadcast."""
         items = _tensor_list(tensors)
+        if self.backend == "gloo" and self.world_size > 2:
+            from corral.groups import chain
+
+            size = int(os.environ.get("CORRAL_CHAIN_CHUNK", chain.CHUNK))
+            chain.broadcast(self.group, self.rank, self.world_size, items, src, size)
+            return tensors
         dist = self._dist()
         for tensor in items:
             dist.broadcast(tensor, group=self.group, group_src=src)
