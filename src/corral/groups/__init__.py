@@ -25,6 +25,7 @@ Importing this module costs nothing; torch is imported when a group is built.
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Any
 
 from corral.errors import ProcessGroupError
@@ -90,7 +91,9 @@ class ProcessGroup:
     def broadcast_object(self, obj: Any, src: int = 0) -> Any:
         """A picklable object from rank ``src`` (others pass anything, e.g. None)."""
         box = [obj]
-        self._dist().broadcast_object_list(box, group=self.group, group_src=src)
+        with warnings.catch_warnings():  # torch warns that the group is a bare backend
+            warnings.filterwarnings("ignore", message="You are using a Backend")
+            self._dist().broadcast_object_list(box, group=self.group, group_src=src)
         return box[0]
 
     def broadcast_state_dict(self, state_dict: dict | None = None, src: int = 0) -> dict:
