@@ -27,6 +27,7 @@ from corral.errors import (
     GPUAllocationError,
     PlacementError,
     PortAllocationError,
+    ProcessGroupError,
     RefError,
     RefLostError,
     ResourceLimitError,
@@ -64,5 +65,5 @@ __all__ = [
     "EngineCallError", "SchedulingStrategyType", "WorkerConfigurationError",
     "WorkerConnectionError", "PortAllocationError", "GPUAllocationError", "RPCConnectionError",
     "EngineCallError", "TrialInUseError", "PlacementError", "ResourceLimitError", "WorkerPreemptedError",
-    "Ref", "RefError", "RefLostError",
+    "Ref", "RefError", "RefLostError", "ProcessGroupError",
 ]  # fmt: skip

@@ -373,3 +373,8 @@ class RefLostError(RefError):
 
     def __reduce__(self):
         return (type(self), (self.args[0] if self.args else "", self.owner))
+
+
+class ProcessGroupError(CorralError):
+    """A cross-role process group (``Scheduler.create_process_group``) could not be made,
+    found or used; names the group, the members concerned and what to do."""

@@ -21,11 +21,13 @@ from corral.data.routes import DataRoutes
 from corral.discovery import make_name_resolve
 from corral.discovery.signed import SignedNameResolve
 from corral.errors import ProtocolError
+from corral.groups.member import GroupMember
 from corral.rpc import wire
 from corral.rpc.http import PIPELINE_HEADER, REQUEST_ID_HEADER, Message
 from corral.rpc.server import Deferred, Reply, RPCServer
 from corral.worker import env as E
 from corral.worker.broadcast import parse_flag
+from corral.worker.dp_layout import layout
 from corral.worker.ending import arm_stop_watchdog
 from corral.worker.engines import EngineHost
 from corral.worker.env import WorkerSettings, advertise_host, node_name, read_secret
@@ -94,6 +96,7 @@ class WorkerRuntime:
         self.refs = RefResolver(
             self.store, settings.experiment, settings.trial, self.name_resolve, secret, self.relays
         )
+        self.groups = GroupMember(settings.worker_id, advertised)  # cross-role groups
         self._routes = {
             ("GET", "/health"): self._health,
             ("POST", "/create_engine"): self._create_engine,
@@ -106,6 +109,11 @@ class WorkerRuntime:
             ("POST", "/shutdown"): self._shutdown,
             ("POST", "/data/free"): self.data.free,
             ("POST", "/data/stats"): self.data.stats,
+            ("POST", "/data/split"): self.data.split,
+            ("POST", "/dp_layout"): self._dp_layout,
+            ("POST", "/group/open"): self.groups.open,
+            ("POST", "/group/join"): self.groups.join,
+            ("POST", "/group/destroy"): self.groups.destroy,
         }
 
     # lifecycle -------------------------------------------------------------
@@ -248,6 +256,10 @@ class WorkerRuntime:
         result = self.engines.call(name, p["method"], args, kwargs, broadcast)
         keep = data_store.parse_keep(p.get("keep"))
         return result if keep is None else self.store.keep_tree(result, keep)
+
+    def _dp_layout(self, p: dict) -> dict:
+        name = p.get("engine_name") or self.settings.worker_id
+        return layout(self.engines.get(name), name)
 
     def _set_env(self, p: dict) -> None:
         env = p.get("env", {})
