@@ -177,8 +177,7 @@ class Trainer:
         return flat_params(self.model)
 
     def send_weights(self, group: str) -> float:
-        """Weight sync: trainer rank 0 broadcasts its weights to the group (the other
-        trainers take part in the collective and keep their own, equal, weights)."""
+        """Weight sync: trainer rank 0 (group rank 0) broadcasts its weights to the group."""
         from corral.groups import process_group
 
         t = time.perf_counter()

@@ -7,7 +7,7 @@ Which corral call each part of the step uses (docs/from-toy-to-real.md):
   rollout results left as refs, so each helper fetches its neighbour's batch itself;
 * scored batch -> trainers: ``dispatch(mode="split")`` by DP rank, results concatenated;
 * new weights trainer rank 0 -> every rollout worker: a broadcast in the process group
-  ``create_process_group("weights", roles=["trainer", "rollout"])`` sets up.
+  ``create_process_group("weights", roles=["trainer/0", "rollout"])`` sets up.
 
 ``train.flow=by_hand`` runs the same step with plain ``async_call_engine`` per worker and
 the weights as a ``corral.Ref`` (the way to write it without the verbs).
@@ -28,6 +28,7 @@ from examples.grpo_tiny.task import make_prompts
 
 E = "examples.grpo_tiny.engines"
 GROUP = "weights"
+TRAINER = "trainer"
 
 
 @dataclass
@@ -88,7 +89,7 @@ class GRPOJob:
 
         asyncio.run(create())
         if t.flow == "verbs":
-            self.sched.create_process_group(GROUP, roles=["trainer", "rollout"])
+            self.sched.create_process_group(GROUP, roles=[f"{TRAINER}/0", "rollout"])
 
     async def step(self, n: int) -> StepStats:
         """One GRPO step: generate, score, train, sync weights; timed phase by phase."""
@@ -132,7 +133,9 @@ class GRPOJob:
         """Trainer rank 0's weights to every rollout worker."""
         if self.cfg.train.flow == "verbs":
             await asyncio.gather(
-                self.sched.async_dispatch("trainer", "send_weights", "trainer", GROUP, mode="all"),
+                self.sched.async_dispatch(
+                    "trainer", "send_weights", "trainer", GROUP, mode="rank0"
+                ),
                 self.sched.async_dispatch(
                     "rollout", "receive_weights", "policy", GROUP, version, mode="all"
                 ),
