@@ -39,6 +39,7 @@ BACKENDS = {
     "scale": "bench_scale",
     "data": "bench_data",
     "netns": "bench_netns",  # root only: stand-in hosts with rate-limited links
+    "grpo": "bench_grpo",  # examples/grpo_tiny: corral's share of a real RL step
 }
 
 

@@ -163,7 +163,7 @@ class Trainer:
             loss.backward()  # DDP all-reduces (averages) the gradients over the trainers
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
             self.opt.step()
-            losses.append(float(loss))
+            losses.append(float(loss.detach()))
             clipped.append(frac)
         self.version += 1
         return {
