@@ -47,8 +47,8 @@ def _is_array(value: Any) -> bool:
 
 
 def is_splittable(value: Any) -> bool:
-    """A value split by rows (a list, an array, a tensor or a Ref)."""
-    return isinstance(value, list | Ref) or _is_array(value)
+    """A value split by rows (a list, an array or tensor of 1 dim or more, a Ref)."""
+    return isinstance(value, list | Ref) or (_is_array(value) and len(value.shape) > 0)
 
 
 def _rows(value: Any, where: str) -> int:
@@ -58,10 +58,6 @@ def _rows(value: Any, where: str) -> int:
         return value.shape[0]
     if isinstance(value, list):
         return len(value)
-    if not value.shape:
-        raise ConfigError(
-            where, f"a 0-dim {type(value).__name__}", "pass an array of at least one dimension"
-        )
     return int(value.shape[0])
 
 

@@ -128,8 +128,16 @@ class GroupTable:
                 timeout + ANSWER_MARGIN,
             )
 
-        answers = await asyncio.gather(*(join(r) for r in range(size)), return_exceptions=True)
-        failed = [(ids[r], a) for r, a in enumerate(answers) if isinstance(a, BaseException)]
+        tasks = [asyncio.ensure_future(join(r)) for r in range(size)]
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        for task in tasks:  # one failed: the group cannot form, stop waiting for the rest
+            task.cancel()
+        answers = await asyncio.gather(*tasks, return_exceptions=True)
+        failed = [
+            (ids[r], a)
+            for r, a in enumerate(answers)
+            if isinstance(a, BaseException) and not isinstance(a, asyncio.CancelledError)
+        ]
         if failed:
             await self._drop(name, ids)
             raise _first_failure(name, failed)
