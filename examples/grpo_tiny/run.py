@@ -130,7 +130,8 @@ def main(argv: list[str]) -> RunResult:
         job = GRPOJob(sched, cfg)
         job.start()
         startup = time.monotonic() - t0
-        say(f"  .. workers and engines ready in {startup:.1f} s")
+        pids = " ".join(f"{w.id}={w.pid}" for r in job.ids for w in sched.get_workers(r))
+        say(f"  .. workers and engines ready in {startup:.1f} s; pids {pids}")
         result = RunResult(train(job, cfg.train.steps), startup, params)
     except KeyboardInterrupt:
         say("\n  .. interrupted: stopping every worker")

@@ -7,10 +7,19 @@ placement groups, Slurm jobs, name-resolve entries)."""
 from __future__ import annotations
 
 import math
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
 
 from examples.grpo_tiny.config import GRPOTinyConfig, check
 from examples.grpo_tiny.job import GRPOJob
 from examples.grpo_tiny.run import train
+from tests.conformance.harness import pid_alive, sigint_not_ignored
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 STEPS = 3
 
@@ -47,3 +56,49 @@ def test_grpo_steps_train_and_sync_weights_to_every_rollout_worker(sched):
     assert after["trainer"][1] == after["trainer"][0]
     # ... and every rollout worker holds exactly the trainer's weights after the sync
     assert after["rollout"] == [after["trainer"][0]] * len(after["rollout"]), after
+
+
+def test_ctrl_c_during_a_step_stops_every_worker(backend, tmp_path):
+    """The example script, interrupted (SIGINT) once it has printed its second step."""
+    trial = f"ctrlc{uuid.uuid4().hex[:6]}"
+    exp = f"grpo-{backend.name}"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            os.path.join(ROOT, "examples", "grpo_tiny", "run.py"),
+            f"scheduler.type={backend.name}",
+            f"cluster.fileroot={backend.fileroot}",
+            f"experiment_name={exp}",
+            f"trial_name={trial}",
+            "model.size=tiny",
+            "train.steps=500",
+            f"output.png={tmp_path / 'curve.png'}",
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, **backend.controller_env},
+        preexec_fn=sigint_not_ignored,
+    )
+    out, pids = [], []
+    try:
+        for line in proc.stdout:
+            out.append(line)
+            if "pids " in line:
+                pids = [int(p.split("=")[1]) for p in line.split("pids ")[1].split()]
+            if "step   2/500" in line:
+                break
+        assert len(pids) == 6 and all(pid_alive(p) for p in pids), "".join(out)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        rest, _ = proc.communicate(timeout=120)
+    text = "".join(out) + rest
+    assert proc.returncode == 130, text
+    assert "interrupted: stopping every worker" in text and "all workers stopped" in text
+    assert not (tmp_path / "curve.png").exists()
+    deadline = time.monotonic() + 10
+    while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert [p for p in pids if pid_alive(p)] == []
+    assert backend.leftovers(exp, trial) == []
