@@ -52,6 +52,7 @@ class Policy:
         self.group = group
         self.temperature = temperature
         self.version = 0
+        self.inbox: torch.Tensor | None = None
         torch.manual_seed(seed + 1000 * (1 + int(os.environ.get("RANK", "0"))))
 
     def generate(self, prompts: np.ndarray) -> dict:
@@ -91,9 +92,10 @@ class Policy:
         from corral.groups import process_group
 
         t = time.perf_counter()
-        flat = flat_params(self.model)
-        process_group(group).broadcast([flat], src=0)
-        load_flat(self.model, flat)
+        if self.inbox is None:  # one receive buffer, reused every step
+            self.inbox = flat_params(self.model)
+        process_group(group).broadcast([self.inbox], src=0)
+        load_flat(self.model, self.inbox)
         self.version = version
         return time.perf_counter() - t
 
