@@ -23,7 +23,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 if ROOT not in sys.path:  # run as a script: make ``examples.grpo_tiny`` importable (workers too)
     sys.path.insert(0, ROOT)
 
-from corral import load_expr_config, make_scheduler  # noqa: E402
+from corral import BaseExperimentConfig, load_expr_config, make_scheduler  # noqa: E402
 from examples.grpo_tiny.config import GRPOTinyConfig, check  # noqa: E402
 from examples.grpo_tiny.job import GRPOJob, StepStats  # noqa: E402
 
@@ -117,7 +117,8 @@ def main(argv: list[str]) -> RunResult:
 
     params = n_params(build_model(cfg.model.size))
     extra = {}
-    if cfg.scheduler.type == "ray":  # a runtime started here declares enough logical CPUs
+    joins = cfg.scheduler.ray.address or os.environ.get("RAY_ADDRESS")
+    if cfg.scheduler.type == "ray" and not joins:  # a runtime started here: enough CPUs
         extra["init_kwargs"] = {"num_cpus": max(8, os.cpu_count() or 1)}
     say(
         f"GRPO on {cfg.scheduler.type}: {cfg.model.size} model ({params / 1e6:.1f} M), "
@@ -125,7 +126,14 @@ def main(argv: list[str]) -> RunResult:
         f"{cfg.train.steps} steps"
     )
     t0 = time.monotonic()
-    sched = make_scheduler(cfg, progress=lambda text: say(f"  .. {text}"), **extra)
+    # the workers get corral's part of the config only (the job's sections stay here)
+    base = BaseExperimentConfig(
+        experiment_name=cfg.experiment_name,
+        trial_name=cfg.trial_name,
+        cluster=cfg.cluster,
+        scheduler=cfg.scheduler,
+    )
+    sched = make_scheduler(base, progress=lambda text: say(f"  .. {text}"), **extra)
     try:
         job = GRPOJob(sched, cfg)
         job.start()

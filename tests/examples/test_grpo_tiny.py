@@ -74,7 +74,7 @@ def test_ctrl_c_during_a_step_stops_every_worker(backend, tmp_path):
             "train.steps=500",
             f"output.png={tmp_path / 'curve.png'}",
         ],
-        cwd=tmp_path,
+        cwd=ROOT,  # as a user runs it (Ray's workers import the engines from the driver's cwd)
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
