@@ -95,8 +95,11 @@ def test_a_dead_shard_names_its_worker_and_leaves_no_refs(sched):
         sched.dispatch("t", "die_on", None, ids[1], batch, collect="refs")
     assert "t/1" in str(info.value)
     del batch, info  # the traceback's frames hold the call's arguments
-    # the survivors' kept results and the owner's per-rank refs were freed
-    assert_no_leaks(sched, owner, ids[0], ids[2])
+    # the survivors' kept results and the owner's per-rank refs were freed. On Slurm a
+    # task's bad exit ends its role's step (--kill-on-bad-exit=1 without max_restarts), so
+    # there the survivors are gone too; the owner (a job of its own) is checked everywhere.
+    survivors = [] if sched.backend == "slurm" else [ids[0], ids[2]]
+    assert_no_leaks(sched, owner, *survivors)
 
 
 def test_engine_mode_follows_the_engines_data_parallel_layout(sched):

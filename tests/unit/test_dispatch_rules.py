@@ -140,3 +140,15 @@ def test_nccl_is_the_same_code_on_cuda_and_says_what_it_needs_without_it():
             build("nccl", None, 0, 2, 5.0, "127.0.0.1")
     with pytest.raises(ProcessGroupError, match="no process group named 'nope'.*create_process"):
         process_group("nope")
+
+
+def test_the_chain_starts_at_the_source_and_cuts_tensors_into_byte_chunks():
+    from corral.groups import chain
+
+    assert chain.order(5, 0) == [0, 1, 2, 3, 4]
+    assert chain.order(4, 2) == [2, 0, 1, 3]
+    tensor = torch.arange(10, dtype=torch.float32)  # 40 bytes
+    pieces = chain.chunks(tensor, 16)
+    assert [p.numel() for p in pieces] == [16, 16, 8]
+    pieces[2].zero_()  # views: writing a chunk writes the tensor
+    assert tensor[-2:].tolist() == [0.0, 0.0] and tensor[7].item() == 7.0

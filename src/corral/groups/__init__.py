@@ -24,6 +24,8 @@ Importing this module costs nothing; torch is imported when a group is built.
 
 from __future__ import annotations
 
+import os
+import warnings
 from typing import Any
 
 from corral.errors import ProcessGroupError
@@ -71,8 +73,16 @@ class ProcessGroup:
     def broadcast(self, tensors: Any, src: int = 0) -> Any:
         """Broadcast, in place, a tensor, a list of tensors or a dict of them (by sorted
         key) from group rank ``src``; every member passes tensors of the same shapes and
-        dtypes. Returns ``tensors``."""
+        dtypes. Returns ``tensors``. Gloo groups of 3 or more relay the bytes down a
+        pipelined chain (``corral.groups.chain``: about one transfer, not one per
+        receiver); NCCL uses its own broadcast."""
         items = _tensor_list(tensors)
+        if self.backend == "gloo" and self.world_size > 2:
+            from corral.groups import chain
+
+            size = int(os.environ.get("CORRAL_CHAIN_CHUNK", chain.CHUNK))
+            chain.broadcast(self.group, self.rank, self.world_size, items, src, size)
+            return tensors
         dist = self._dist()
         for tensor in items:
             dist.broadcast(tensor, group=self.group, group_src=src)
@@ -81,7 +91,9 @@ class ProcessGroup:
     def broadcast_object(self, obj: Any, src: int = 0) -> Any:
         """A picklable object from rank ``src`` (others pass anything, e.g. None)."""
         box = [obj]
-        self._dist().broadcast_object_list(box, group=self.group, group_src=src)
+        with warnings.catch_warnings():  # torch warns that the group is a bare backend
+            warnings.filterwarnings("ignore", message="You are using a Backend")
+            self._dist().broadcast_object_list(box, group=self.group, group_src=src)
         return box[0]
 
     def broadcast_state_dict(self, state_dict: dict | None = None, src: int = 0) -> dict:
