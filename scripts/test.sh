@@ -61,8 +61,8 @@ install() {
         run_step "apt-get install ${need_apt[*]}" "check the network and apt sources, or install the packages by hand" \
             env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need_apt[@]}"
     fi
-    run_step "pip install -e .[dev,ray,torch]" "check the network / package index (pip config list), then rerun" \
-        "$PY" -m pip install -q -e ".[dev,ray,torch]"
+    run_step "pip install -e .[dev,ray,torch,examples]" "check the network / package index (pip config list), then rerun" \
+        "$PY" -m pip install -q -e ".[dev,ray,torch,examples]"
     # AReaL 1.0.4 for tests/areal_compat: the package without its GPU stack (--no-deps) and
     # the few packages its scheduler and controller modules import.
     run_step "pip install --no-deps areal==1.0.4 (tests/areal_compat/requirements.txt)" \
