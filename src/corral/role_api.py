@@ -4,6 +4,7 @@ role and wait for it after a preemption. A mixin of ``corral.scheduler.Scheduler
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from typing import Any
@@ -14,7 +15,8 @@ from corral.configure import configure_all
 from corral.dryrun import plan
 from corral.errors import WorkerNotFoundError
 from corral.fdlimit import ensure_fds, is_fd_exhaustion, too_many_files
-from corral.forking import fork_next_to
+from corral.forking import fork_next_to, fork_via_worker
+from corral.grouping import fork_groups, is_grouped, plan_groups, slots_of
 from corral.launcher import LaunchRequest
 from corral.rendezvous import rendezvous_envs
 from corral.roles import FORKED, LAUNCHED, REUSED, RoleState
@@ -185,21 +187,43 @@ class RoleAPI:
         self._roles[job.role] = state
 
         try:
-            state.workers = fork_next_to(
-                self.launcher,
-                self._calls,
-                job,
-                targets,
-                command,
-                self.startup_timeout,
-                self._fan_out,
-            )
+            if is_grouped(job, len(targets)):  # a few workers over many (corral.grouping)
+                state.workers, state.hosts = self._fork_grouped(job, targets)
+            else:
+                state.workers = fork_next_to(
+                    self.launcher,
+                    self._calls,
+                    job,
+                    targets,
+                    command,
+                    self.startup_timeout,
+                    self._fan_out,
+                )
             self._rendezvous(job.role, state.workers)
         except BaseException:
             self._teardown.delete_role(job.role)
             raise
         self._table.add_workers(state.workers)
         return [w.id for w in state.workers]
+
+    def _fork_grouped(
+        self, job: NormalizedJob, targets: list[Worker]
+    ) -> tuple[list[Worker], dict[int, int]]:
+        """Grouped workers over ``targets``' GPUs, as their registrations list them."""
+
+        def devices(w: Worker) -> str | None:
+            info = self.name_resolve.get(self._key(keys.worker_info_key, w.role, w.index))
+            return json.loads(info).get("gpus") if info else None
+
+        groups = plan_groups(job, slots_of(targets, [devices(w) for w in targets]))
+
+        def fork_one(host: Worker, index: int, env: dict[str, str]) -> Worker:
+            return fork_via_worker(
+                self._calls, host, job.role, index, env, None, self.startup_timeout
+            )
+
+        workers = fork_groups(fork_one, job, groups, targets, self._fan_out)
+        return workers, {g.index: g.host for g in groups}
 
     def get_workers(self, role: str, timeout: float | None = None) -> list[Worker]:
         """The role's workers once ready; raises WorkerFailedError if one has died.

@@ -12,6 +12,7 @@ from corral.errors import (
     WorkerFailedError,
     WorkerNotFoundError,
 )
+from corral.grouping import check_grouped, is_grouped
 from corral.launcher import Launcher, can_restart
 from corral.spec import NormalizedJob, Worker
 
@@ -27,6 +28,9 @@ class RoleState:
     pending: bool = False  # launched, not yet registered (create_workers(wait=False))
     engines: dict[str, set[str]] = field(default_factory=dict)
     restarts: dict[int, int] = field(default_factory=dict)
+    hosts: dict[int, int] = field(default_factory=dict)
+    """Grouped colocation: worker index -> the target worker that forked it (else the same
+    index)."""
 
 
 class RoleTable:
@@ -108,15 +112,9 @@ class RoleTable:
                     f"create that role first (roles: {self.known()})",
                     job.role,
                 )
-            n_target = len(self.roles[target].workers)
-            if job.replicas != n_target:
-                raise JobConfigError(
-                    "job.replicas",
-                    job.replicas,
-                    f"Replica count mismatch: a role colocated with {target!r} needs "
-                    f"replicas={n_target}, one per target worker",
-                    job.role,
-                )
+            target_job = self.roles[target].job
+            if is_grouped(job, target_job.replicas):  # or a refusal with the arithmetic
+                check_grouped(job, target_job)
             return
         check_resources(job, n_gpus_per_node, launcher, backend)
 

@@ -83,6 +83,7 @@ from corral.capabilities import Adoptable, Elastic, Preemptible
 from corral.errors import ConfigError, PlacementError, WorkerCreationError
 from corral.launcher import Launcher, LaunchRequest, WorkerExit, env_lines
 from corral.logs import replica_log_path
+from corral.resources import ray_extra_resources, unknown_ray_resources
 from corral.scheduler import Scheduler
 from corral.spec import NormalizedJob, Worker
 from corral.worker import env as E
@@ -195,7 +196,8 @@ class RayLauncher(
                     "cluster with GPUs, or declare them with ray.init(num_gpus=N)",
                 )
         bundles = [self._bundle(spec, kind) for spec in job.tasks]
-        why = infeasible(bundles, node_totals(self.ray), format_resources)
+        wanted = {k for spec in job.tasks for k in ray_extra_resources(spec)}
+        why = unknown_ray_resources(wanted, self.ray.cluster_resources()) or infeasible(bundles, node_totals(self.ray), format_resources)
         if why:
             raise PlacementError(
                 f"{job.role}: placement",

@@ -9,6 +9,7 @@ from typing import Any
 from corral.backends.ray_support import _actor_class, name_prefix
 from corral.errors import WorkerCreationError
 from corral.launcher import LaunchRequest, WorkerExit
+from corral.resources import ray_extra_resources
 from corral.worker import env as E
 
 MAIN_SINGLE_GPU_SHARE = 0.9
@@ -80,6 +81,7 @@ class ActorStarter:
             bundle[kind] = float(spec.gpu)
         if self.reserve_memory and spec.mem:
             bundle["memory"] = float(spec.mem * 1024**3)
+        bundle.update(ray_extra_resources(spec))  # custom resources, accelerator type
         return bundle or {"CPU": 0.001}
 
     def _start_mains(

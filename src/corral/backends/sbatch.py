@@ -46,6 +46,7 @@ from corral.paths import (
     role_log_path,
     sbatch_log_path,
 )
+from corral.resources import slurm_directives
 from corral.spec import CONTAINER_TYPES, validate_role_name
 from corral.worker import env as E
 
@@ -273,7 +274,8 @@ def render_sbatch_script(params: SbatchParams) -> str:
             )
         directives.append(f"--signal={p.signal}")
     o = p.options
-    for name, value in (("partition", o.partition), ("account", o.account), ("qos", o.qos)):
+    directives += slurm_directives(p.spec, o.partition)  # partition, constraint, ...
+    for name, value in (("account", o.account), ("qos", o.qos)):
         if value is not None:
             directives.append(f"--{name}={value}")
     if o.time_limit is not None:

@@ -12,7 +12,7 @@ from corral.errors import ConfigError
 from corral.spec import SchedulingSpec, validate_spec
 
 # spec fields that mean nothing to Slurm and may differ between replicas
-_NOT_SLURM_FIELDS = frozenset({"ray_placement_strategy"})
+_NOT_SLURM_FIELDS = frozenset({"ray_placement_strategy", "ray_resources", "accelerator_type"})
 
 
 @dataclass(frozen=True)
