@@ -122,9 +122,7 @@ def plan_groups(job: NormalizedJob, slots: list[TargetSlot]) -> list[Group]:
             )
         for start in range(0, len(owned), gpu):
             chunk = owned[start : start + gpu]
-            groups.append(
-                Group(len(groups), node, chunk[0][1], tuple(d for d, _ in chunk))
-            )
+            groups.append(Group(len(groups), node, chunk[0][1], tuple(d for d, _ in chunk)))
     if len(groups) != job.replicas:
         raise JobConfigError(
             "job.replicas",

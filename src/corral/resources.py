@@ -64,7 +64,9 @@ def unknown_ray_resources(wanted: set[str], cluster: dict[str, float]) -> str | 
     missing = sorted(k for k in wanted if cluster.get(k, 0) <= 0)
     if not missing:
         return None
-    types = sorted(k[len(ACCELERATOR_PREFIX) :] for k in cluster if k.startswith(ACCELERATOR_PREFIX))
+    types = sorted(
+        k[len(ACCELERATOR_PREFIX) :] for k in cluster if k.startswith(ACCELERATOR_PREFIX)
+    )
     custom = sorted(
         k
         for k in cluster

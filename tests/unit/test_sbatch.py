@@ -141,6 +141,22 @@ GOLDEN_CASES = {
         env={"WANDB_MODE": "offline", "QUOTED": 'it\'s a "value" with $dollar'},
         name_resolve='{"type": "etcd", "address": "10.0.0.5:2379"}',
     ),
+    "heterogeneous": lambda: make_params(
+        role="actor",
+        job_name="demo_run1_actor",
+        replicas=4,
+        spec=SchedulingSpec(
+            cpu=4,
+            gpu=2,
+            mem=16,
+            partition="b200",
+            constraint="b200&ib",
+            reservation="rl-week",
+            exclusive=True,
+        ),
+        n_gpus_per_node=8,
+        partition="a100",  # the scheduler's partition: the spec's wins
+    ),
 }
 
 

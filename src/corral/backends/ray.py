@@ -197,7 +197,9 @@ class RayLauncher(
                 )
         bundles = [self._bundle(spec, kind) for spec in job.tasks]
         wanted = {k for spec in job.tasks for k in ray_extra_resources(spec)}
-        why = unknown_ray_resources(wanted, self.ray.cluster_resources()) or infeasible(bundles, node_totals(self.ray), format_resources)
+        why = unknown_ray_resources(wanted, self.ray.cluster_resources()) or infeasible(
+            bundles, node_totals(self.ray), format_resources
+        )
         if why:
             raise PlacementError(
                 f"{job.role}: placement",
