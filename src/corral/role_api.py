@@ -17,7 +17,9 @@ from corral.errors import WorkerNotFoundError
 from corral.fdlimit import ensure_fds, is_fd_exhaustion, too_many_files
 from corral.forking import fork_next_to, fork_via_worker
 from corral.grouping import fork_groups, is_grouped, plan_groups, slots_of
+from corral.instances import start_instances
 from corral.launcher import LaunchRequest
+from corral.multinode import Instance, nodes_of
 from corral.rendezvous import rendezvous_envs
 from corral.roles import FORKED, LAUNCHED, REUSED, RoleState
 from corral.safedirs import make_private_subdir
@@ -127,6 +129,17 @@ class RoleAPI:
         started = time.monotonic()
         workers = self._watch.await_registration(role, state.job.replicas, timeout)
         self._rendezvous(role, workers)
+        k = nodes_of(state.job.tasks[0], self._n_gpus_per_node)
+        if k > 1:  # multi-node instances: their members, and everyone's node variables
+            state.instances, members = start_instances(
+                workers,
+                k,
+                lambda name, n: self._watch.await_registration(name, n, timeout),
+                lambda envs: self._io.run(
+                    self._calls.acall_all([(w, "/set_env", {"env": e}) for w, e in envs])
+                ),
+            )
+            self._table.add_workers(members)
         if self.exp_config is not None:
             self._io.run(configure_all(self._calls, workers, self.exp_config))
         state.workers, state.pending = workers, False
@@ -224,6 +237,19 @@ class RoleAPI:
 
         workers = fork_groups(fork_one, job, groups, targets, self._fan_out)
         return workers, {g.index: g.host for g in groups}
+
+    def instance(self, worker_id: str) -> Instance:
+        """A multi-node worker's instance (docs/shapes.md): its member workers, one per
+        node after the first (``create_engine``/``call_engine`` them by id to start the
+        server's per-node processes), the node hosts and the head's address; each
+        process has CORRAL_NNODES, CORRAL_NODE_RANK, CORRAL_HEAD_ADDR, CORRAL_HEAD_PORT."""
+        worker = self._table.worker(worker_id)
+        state = self._table.state(worker.role)
+        if not state.instances:
+            raise WorkerNotFoundError(
+                worker_id, f"{worker_id} is not a multi-node worker (gpu <= n_gpus_per_node)"
+            )
+        return state.instances[worker.index]
 
     def get_workers(self, role: str, timeout: float | None = None) -> list[Worker]:
         """The role's workers once ready; raises WorkerFailedError if one has died.

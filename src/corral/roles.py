@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from corral.capabilities import MultiNode
 from corral.errors import (
     ConfigError,
-    GPURequestError,
     JobConfigError,
     UnknownRoleError,
     WorkerFailedError,
@@ -14,6 +14,7 @@ from corral.errors import (
 )
 from corral.grouping import check_grouped, is_grouped
 from corral.launcher import Launcher, can_restart
+from corral.multinode import check_multinode
 from corral.spec import NormalizedJob, Worker
 
 LAUNCHED, FORKED, REUSED = "launched", "forked", "reused"
@@ -28,6 +29,8 @@ class RoleState:
     pending: bool = False  # launched, not yet registered (create_workers(wait=False))
     engines: dict[str, set[str]] = field(default_factory=dict)
     restarts: dict[int, int] = field(default_factory=dict)
+    instances: list = field(default_factory=list)
+    """Multi-node roles: one corral.multinode.Instance per worker."""
     hosts: dict[int, int] = field(default_factory=dict)
     """Grouped colocation: worker index -> the target worker that forked it (else the same
     index)."""
@@ -123,14 +126,7 @@ def check_resources(
     job: NormalizedJob, n_gpus_per_node: int, launcher: Launcher, backend: str
 ) -> None:
     """The checks of a role that gets processes of its own (also used by dry runs)."""
-    for i, spec in enumerate(job.tasks):
-        if spec.gpu > n_gpus_per_node:
-            raise GPURequestError(
-                f"job.tasks[{i}].gpu",
-                spec.gpu,
-                f"a worker cannot use more GPUs than a node has (n_gpus_per_node={n_gpus_per_node})",
-                job.role,
-            )
+    check_multinode(job, n_gpus_per_node, backend, isinstance(launcher, MultiNode))
     if any(spec.max_restarts for spec in job.tasks) and not can_restart(launcher):
         raise ConfigError(
             "SchedulingSpec.max_restarts",

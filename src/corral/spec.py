@@ -145,6 +145,8 @@ class Worker:
     backend_id: str | None = None
     forked: bool = False
     generation: str = ""
+    member_hosts: list[str] = field(default_factory=list)
+    """A multi-node instance's other nodes (corral.multinode; ``Scheduler.instance``)."""
 
     def __post_init__(self) -> None:
         role, _, index = self.id.rpartition("/")

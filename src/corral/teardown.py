@@ -64,7 +64,8 @@ class Teardown:
             return
         if state.kind == REUSED:
             return
-        for w in state.workers:
+        members = [m for instance in state.instances for m in instance.members]
+        for w in state.workers + members:  # members: of multi-node instances
             self.roles.ids.pop(w.id, None)
             self.roles.unrestartable.pop(w.id, None)
             self.gone(w, role)
@@ -78,12 +79,13 @@ class Teardown:
                 self.run_async(self.caller.retire([worker]))
             self.stop_launched(role, reverse_order=True)
         else:
-            self.run_async(self.caller.retire(state.workers))
+            self.run_async(self.caller.retire(state.workers + members))
             self.stop_launched(role)
         try:
-            self.name_resolve.clear_subtree(keys.role_prefix(self.experiment, self.trial, role))
-            for kind in ("_info", "_health"):
-                self.name_resolve.clear_subtree(f"{self.experiment}/{self.trial}/{kind}/{role}")
+            for name in (role, *{m.role for m in members}):
+                self.name_resolve.clear_subtree(keys.role_prefix(self.experiment, self.trial, name))
+                for kind in ("_info", "_health"):
+                    self.name_resolve.clear_subtree(f"{self.experiment}/{self.trial}/{kind}/{name}")
         except Exception as exc:
             log.warning("could not clear name-resolve entries of %s: %s", role, exc)
 

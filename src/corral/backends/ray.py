@@ -46,6 +46,7 @@ core restarts a dead worker through ``restart``, as a new actor on the old one's
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
@@ -79,10 +80,11 @@ from corral.backends.ray_support import (  # name_prefix, apply_quiet_env: impor
     name_prefix,
 )
 from corral.backends.ray_teardown import RayTeardown
-from corral.capabilities import Adoptable, Elastic, Preemptible
+from corral.capabilities import Adoptable, Elastic, MultiNode, Preemptible
 from corral.errors import ConfigError, PlacementError, WorkerCreationError
 from corral.launcher import Launcher, LaunchRequest, WorkerExit, env_lines
 from corral.logs import replica_log_path
+from corral.multinode import nodes_of, per_node
 from corral.resources import ray_extra_resources, unknown_ray_resources
 from corral.scheduler import Scheduler
 from corral.spec import NormalizedJob, Worker
@@ -104,6 +106,7 @@ class RayLauncher(
     Elastic,
     Preemptible,
     Adoptable,
+    MultiNode,
 ):
     """Places workers with placement groups and runs each in a ``RayWorkerActor``.
 
@@ -141,6 +144,7 @@ class RayLauncher(
         self._forks: dict[str, _Role] = {}
         self._lock = threading.RLock()
         self.ray = None
+        self.n_gpus_per_node = 0  # set by RayScheduler: multi-node workers (corral.multinode)
         self._nodes: NodeWatch | None = None  # drained nodes, dead raylets (ray_nodes)
         if dry_run:
             return
@@ -195,8 +199,16 @@ class RayLauncher(
                     f"{format_resources(self.ray.cluster_resources())}); use gpu=0, join a "
                     "cluster with GPUs, or declare them with ray.init(num_gpus=N)",
                 )
-        bundles = [self._bundle(spec, kind) for spec in job.tasks]
-        wanted = {k for spec in job.tasks for k in ray_extra_resources(spec)}
+        k = self.nodes_per_worker(job)
+        bundles = [self._bundle(per_node(spec, k), kind) for spec in job.tasks for _ in range(k)]
+        if k > len(node_totals(self.ray)):
+            raise PlacementError(
+                f"{job.role}: nodes",
+                k,
+                f"each worker holds {k} whole nodes but the Ray cluster has "
+                f"{len(node_totals(self.ray))} alive; lower gpu or add nodes",
+            )
+        wanted = {name for spec in job.tasks for name in ray_extra_resources(spec)}
         why = unknown_ray_resources(wanted, self.ray.cluster_resources()) or infeasible(
             bundles, node_totals(self.ray), format_resources
         )
@@ -244,15 +256,27 @@ class RayLauncher(
             ]
         return "\n".join(lines)
 
+    def nodes_per_worker(self, job: NormalizedJob) -> int:
+        """Whole nodes one worker of ``job`` holds (corral.multinode)."""
+        return nodes_of(job.tasks[0], self.n_gpus_per_node)
+
     def launch(self, request: LaunchRequest) -> None:
+        k = self.nodes_per_worker(request.job)
+        if k > 1:  # the share of one node; the worker on bundle 0, members on the others
+            tasks = tuple(per_node(t, k) for t in request.job.tasks)
+            request = dataclasses.replace(
+                request, job=dataclasses.replace(request.job, tasks=tasks)
+            )
         job = request.job
         record = _Role(strategy=job.tasks[0].ray_placement_strategy)
         with self._lock:
             self._roles[job.role] = record
-        kind, bundles, (record.pgs, record.bundles, places) = self._new_groups(request, record)
-        if record.strategy != "deferred":
+        kind, bundles, (record.pgs, record.bundles, places) = self._new_groups(request, record, k=k)
+        if record.strategy != "deferred" or k > 1:
             self._wait_groups(job, record, bundles)
-        self._start_mains(request, record, places, kind)
+        self._start_mains(request, record, places[::k], kind)
+        if k > 1:
+            self._start_members(request, places, kind, k)
 
     def restart(self, role: str, index: int, env: dict[str, str]) -> None:
         """A new actor for replica ``index`` in the old one's placement group bundle."""
@@ -299,6 +323,8 @@ class RayLauncher(
                     if first and exit_.preempted and r.parent is None:
                         self._bring_back(r)
         dead = {r.index: r.exit for r in replicas if r.exit is not None}
+        for index, exit_ in self._member_deaths(role).items():
+            dead.setdefault(index, exit_)
         if self.requeue:
             dead.update(self._node_loss.still_lost(ray, role))
         return dead
@@ -407,6 +433,7 @@ class RayScheduler(Scheduler):
             **kwargs,
         )
         self.launcher.startup_timeout = self.startup_timeout
+        self.launcher.n_gpus_per_node = self.n_gpus_per_node
 
 
 __all__ = [

@@ -65,7 +65,7 @@ from corral.backends.slurm_resources import SlurmResources, read_resources, reso
 from corral.backends.slurm_restart import SlurmRestarts
 from corral.backends.slurm_stop import SlurmStop
 from corral.backends.slurm_watch import SlurmWatch
-from corral.capabilities import Adoptable, Elastic, Preemptible
+from corral.capabilities import Adoptable, Elastic, MultiNode, Preemptible
 from corral.config import cluster_field
 from corral.dryrun import job_of
 from corral.errors import ConfigError, PlacementError
@@ -91,6 +91,7 @@ class SlurmLauncher(
     Elastic,
     Preemptible,
     Adoptable,
+    MultiNode,
 ):
     """One ``sbatch`` job per role; this class renders, checks and submits.
 
