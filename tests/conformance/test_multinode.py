@@ -74,7 +74,9 @@ def test_a_two_node_instance_runs_its_member_and_hands_over_the_rendezvous(sched
         used = ray.cluster_resources()["GPU"] - ray.available_resources().get("GPU", 0)
         assert used == 2 * g
         prefix = name_prefix(sched.experiment_name, sched.trial_name)
-        (table,) = [v for v in placement_group_table().values() if v["name"] == f"{prefix}:server:0"]
+        (table,) = [
+            v for v in placement_group_table().values() if v["name"] == f"{prefix}:server:0"
+        ]
         assert table["strategy"] == "STRICT_SPREAD" and len(table["bundles"]) == 2
         assert len(set(table["bundles_to_node_id"].values())) == 2
     else:
