@@ -39,6 +39,7 @@ BACKENDS = {
     "scale": "bench_scale",
     "data": "bench_data",
     "netns": "bench_netns",  # root only: stand-in hosts with rate-limited links
+    "shapes": "bench_shapes",  # grouped colocation and multi-node instances, Ray + Slurm
 }
 
 
