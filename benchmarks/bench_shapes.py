@@ -15,7 +15,6 @@ of the same run on the same backend.
 from __future__ import annotations
 
 import os
-import tempfile
 import time
 
 from common import BackendUnavailable, Context, Row, hold_lock, log
@@ -125,11 +124,10 @@ def _ray(ctx: Context, trainers: int) -> list[Row]:
 
     if ray.is_initialized():
         raise BackendUnavailable("ray is initialised in this process: run --backends shapes alone")
-    temp = tempfile.mkdtemp(prefix="crb-shp-", dir="/tmp")
     args = {"num_cpus": 8, "num_gpus": RAY_GPUS_PER_NODE, "object_store_memory": 128 * 1024**2}
     cluster = Cluster(
         initialize_head=True,
-        head_node_args={**args, "include_dashboard": False, "_temp_dir": temp},
+        head_node_args={**args, "include_dashboard": False},
     )
     ctx.on_close(cluster.shutdown)
     for _ in range(RAY_NODES - 1):

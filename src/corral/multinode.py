@@ -85,6 +85,13 @@ def check_multinode(job: NormalizedJob, n_gpus_per_node: int, backend: str, supp
                 "RayScheduler / SlurmScheduler",
                 job.role,
             )
+        if k > 1 and spec.max_restarts:
+            raise ConfigError(
+                f"job.tasks[{i}].max_restarts",
+                spec.max_restarts,
+                "multi-node instances are not restarted yet (their members would not be); "
+                "use 0",
+            )
         for name in ("cpu", "mem"):
             value = getattr(spec, name)
             if k > 1 and value % k:

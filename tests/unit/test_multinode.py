@@ -42,6 +42,10 @@ def test_one_host_backends_refuse_and_cpu_mem_must_divide():
     with pytest.raises(ConfigError, match=r"mem=5.*5 % 2 = 1"):
         check_multinode(_job(16, mem=5), 8, "slurm", True)
     assert per_node(SchedulingSpec(gpu=16, cpu=8, mem=6), 2).gpu == 8
+    spec = SchedulingSpec(gpu=16, cpu=8, mem=8, max_restarts=1)
+    restartable = normalize_job(Job(role="server", replicas=1, tasks=[spec]))
+    with pytest.raises(ConfigError, match="max_restarts=1"):
+        check_multinode(restartable, 8, "slurm", True)
 
 
 def test_member_indices_round_trip():
