@@ -116,3 +116,25 @@ def test_dry_runs_show_the_resources(tmp_path):
     ray = _dry("ray", tmp_path)
     text = ray.dry_run(job)
     assert "'slot': 1.0" in text and "'accelerator_type:B200': 0.001" in text, text
+
+
+def test_a_spec_of_areal_main_converts_with_its_new_fields():
+    import dataclasses
+
+    from corral.spec import Job, normalize_job
+
+    @dataclasses.dataclass
+    class MainSpec:  # AReaL main's SchedulingSpec, the fields this test needs
+        cpu: int = 8
+        gpu: int = 2
+        mem: int = 32
+        reservation: str | None = "rl-week"
+        exclusive: bool = True
+        ray_placement_strategy: str | None = None
+
+    (spec,) = normalize_job(Job(role="actor", replicas=1, tasks=[MainSpec()])).tasks
+    assert (spec.reservation, spec.exclusive, spec.ray_placement_strategy) == (
+        "rl-week",
+        True,
+        "separate",
+    )
