@@ -89,8 +89,7 @@ def check_multinode(job: NormalizedJob, n_gpus_per_node: int, backend: str, supp
             raise ConfigError(
                 f"job.tasks[{i}].max_restarts",
                 spec.max_restarts,
-                "multi-node instances are not restarted yet (their members would not be); "
-                "use 0",
+                "multi-node instances are not restarted yet (their members would not be); use 0",
             )
         for name in ("cpu", "mem"):
             value = getattr(spec, name)
