@@ -45,7 +45,7 @@ def gpus_held(sched) -> object:
 
 def _target(sched, backend, replicas: int = 4):
     per = backend.gpus_per_node // 4  # local 2, Ray 2, Slurm lab 1: one node's worth
-    spec = SchedulingSpec(cpu=1, gpu=per, ray_placement_strategy="shared")  # Ray: one node
+    spec = SchedulingSpec(cpu=1, gpu=per, ray_placement_strategy="shared")  # Ray: PACK
     ids = sched.create_workers(Job(role="actor", replicas=replicas, tasks=[spec]))
     for wid in ids:
         asyncio.run(sched.create_engine(wid, ECHO, "e"))
@@ -53,27 +53,41 @@ def _target(sched, backend, replicas: int = 4):
 
 
 def test_grouped_workers_see_exactly_their_contiguous_group(sched, backend):
-    per, actors = _target(sched, backend)
+    _grouped_over(sched, backend, actors=4, grouped=2)
+
+
+def test_grouped_workers_over_two_nodes_stay_on_their_groups_nodes(sched, backend):
+    if backend.name == "local":
+        pytest.skip("the local backend has one node")
+    hosts = _grouped_over(sched, backend, actors=8, grouped=4)
+    assert len(set(hosts)) == 2, hosts  # two groups on each node
+
+
+def _grouped_over(sched, backend, actors: int, grouped: int) -> list[str]:
+    """Check a grouping of ``grouped`` workers over ``actors`` target workers (one
+    node's worth of GPUs per 4 of them); the grouped workers' hosts."""
+    per, actors = _target(sched, backend, replicas=actors)
     seen = {w.id: (w.host, _devices(sched, w.id)) for w in sched.get_workers("actor")}
     held = gpus_held(sched)
 
+    size = len(actors) * per // grouped
     ids = sched.create_workers(
         Job(
             role="rollout",
-            replicas=2,
-            tasks=[SchedulingSpec(cpu=1, gpu=2 * per)],
+            replicas=grouped,
+            tasks=[SchedulingSpec(cpu=1, gpu=size)],
             scheduling_strategy=SchedulingStrategy("colocation", "actor"),
         )
     )
-    assert ids == ["rollout/0", "rollout/1"]
-    # expected: each node's target devices in id order, cut into groups of 2*per
+    assert ids == [f"rollout/{i}" for i in range(grouped)]
+    # expected: each node's target devices in id order, cut into groups of ``size``
     nodes: dict[str, list[str]] = {}
     for host, devices in (seen[a] for a in actors):
         nodes.setdefault(host, []).extend(devices)
     expected = []
     for host, devices in nodes.items():
         ordered = sorted(devices, key=int)
-        expected += [(host, ordered[i : i + 2 * per]) for i in range(0, len(ordered), 2 * per)]
+        expected += [(host, ordered[i : i + size]) for i in range(0, len(ordered), size)]
     grouped = sched.get_workers("rollout")
     for worker, (host, devices) in zip(grouped, expected, strict=True):
         asyncio.run(sched.create_engine(worker.id, ECHO, "e"))
@@ -96,6 +110,7 @@ def test_grouped_workers_see_exactly_their_contiguous_group(sched, backend):
     assert not any(pid_alive(p) for p in pids)
     assert all(sched.health(a)["status"] == "ok" for a in actors)
     assert sched.call_engine("actor/3", "echo", "e", "still here") == "still here"
+    return [w.host for w in grouped]
 
 
 def test_deleting_the_target_first_retires_the_grouped_role(sched, backend):
