@@ -82,3 +82,23 @@ def test_start_instances_lists_member_hosts_and_hands_out_node_variables():
     }  # fmt: skip
     assert env["s/0"]["CORRAL_NODE_RANK"] == "0"
     assert isinstance(instances[0], Instance) and instances[0].nnodes == 2
+
+
+def test_dry_runs_show_the_nodes_of_an_instance(tmp_path):
+    from corral.backends import scheduler_class
+    from corral.config import BaseExperimentConfig
+
+    cfg = BaseExperimentConfig(experiment_name="dr", trial_name="t1")
+    cfg.cluster.fileroot = str(tmp_path)
+    cfg.cluster.n_gpus_per_node = 8
+    job = Job(role="server", replicas=1, tasks=[SchedulingSpec(gpu=16, cpu=4, mem=8)])
+    ray = scheduler_class("ray")(exp_config=cfg, dry_run=True).dry_run(job)
+    assert "strategy='STRICT_SPREAD'" in ray and "'GPU': 8.0}, {" in ray, ray
+    assert "'num_gpus': 8.0" in ray and "server.members actor per node" in ray, ray
+    slurm = scheduler_class("slurm")(exp_config=cfg, dry_run=True).dry_run(job)
+    assert "#SBATCH --nodes=2\n" in slurm and "#SBATCH --gres=gpu:8\n" in slurm, slurm
+    assert "corral_role=server.members" in slurm
+    with pytest.raises(GPURequestError, match="one host"):
+        scheduler_class("local")(exp_config=cfg, dry_run=True, gpu_devices=list(range(8))).dry_run(
+            job
+        )

@@ -84,7 +84,7 @@ from corral.capabilities import Adoptable, Elastic, MultiNode, Preemptible
 from corral.errors import ConfigError, PlacementError, WorkerCreationError
 from corral.launcher import Launcher, LaunchRequest, WorkerExit, env_lines
 from corral.logs import replica_log_path
-from corral.multinode import nodes_of, per_node
+from corral.multinode import per_node
 from corral.resources import ray_extra_resources, unknown_ray_resources
 from corral.scheduler import Scheduler
 from corral.spec import NormalizedJob, Worker
@@ -229,10 +229,18 @@ class RayLauncher(
         kind = self.accelerator_kind() if self.ray is not None else "GPU"
         prefix = name_prefix(request.envs[0][E.EXPERIMENT], request.envs[0][E.TRIAL])
         strategy = job.tasks[0].ray_placement_strategy
-        bundles = [self._bundle(spec, kind) for spec in job.tasks]
+        k = self.nodes_per_worker(job)  # > 1: one STRICT_SPREAD group of k nodes per worker
+        bundles = [self._bundle(per_node(spec, k), kind) for spec in job.tasks]
         where = self.address or "the runtime of this process, RAY_ADDRESS or a local one"
         lines = [f"# dry run (ray): {job.replicas} {job.role} actor(s) on {where}"]
-        for group, group_strategy, name in group_specs(prefix, job.role, bundles, strategy):
+        if k > 1:
+            lines.append(f"# each worker holds {k} nodes: a {job.role}.members actor per node")
+        specs = [
+            ([b] * k, "STRICT_SPREAD", f"{prefix}:{job.role}:{i}") for i, b in enumerate(bundles)
+        ]
+        for group, group_strategy, name in (
+            specs if k > 1 else group_specs(prefix, job.role, bundles, strategy)
+        ):
             lifetime = ", lifetime='detached'" if self.outlive else ""
             lines.append(
                 f"placement_group({group}, strategy='{group_strategy}', name='{name}'{lifetime})"
@@ -245,7 +253,7 @@ class RayLauncher(
                 "max_restarts": 0,
                 "placement_group_bundle_index": index if strategy == "shared" else 0,
                 **detached_options(self.outlive),
-                **accelerator_options(kind, spec.gpu),
+                **accelerator_options(kind, per_node(spec, k).gpu),
             }
             if spec.gpu == 0:
                 env = {**env, "CUDA_VISIBLE_DEVICES": env.get("CUDA_VISIBLE_DEVICES", "")}
@@ -255,10 +263,6 @@ class RayLauncher(
                 *env_lines(env),
             ]
         return "\n".join(lines)
-
-    def nodes_per_worker(self, job: NormalizedJob) -> int:
-        """Whole nodes one worker of ``job`` holds (corral.multinode)."""
-        return nodes_of(job.tasks[0], self.n_gpus_per_node)
 
     def launch(self, request: LaunchRequest) -> None:
         k = self.nodes_per_worker(request.job)

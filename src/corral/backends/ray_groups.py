@@ -12,6 +12,7 @@ from corral.backends.ray_start import _Role
 from corral.backends.ray_support import _pg_name, format_resources, name_prefix
 from corral.errors import WorkerCreationError
 from corral.launcher import LaunchRequest
+from corral.multinode import nodes_of
 from corral.spec import NormalizedJob
 from corral.worker import env as E
 
@@ -51,6 +52,10 @@ def create_groups(
 class PlacementGroups:
     """Mixin of RayLauncher: a role's groups, waiting for them and saying what they wait
     for (uses ``self.ray``, ``self._lock``, ``self._roles``, ``self.startup_timeout``)."""
+
+    def nodes_per_worker(self, job: NormalizedJob) -> int:
+        """Whole nodes one worker of ``job`` holds (corral.multinode)."""
+        return nodes_of(job.tasks[0], self.n_gpus_per_node)
 
     def _new_groups(
         self, request: LaunchRequest, record: _Role, first: int = 0, k: int = 1
