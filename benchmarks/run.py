@@ -42,6 +42,7 @@ BACKENDS = {
     "verbs": "bench_verbs",  # dispatch over a role, weight sync (issue 23)
     "verbs_netns": "bench_verbs_netns",  # root only: weight sync over 1 Gbit/s links
     "grpo": "bench_grpo",  # examples/grpo_tiny: corral's share of a real RL step
+    "shapes": "bench_shapes",  # grouped colocation and multi-node instances, Ray + Slurm
 }
 
 

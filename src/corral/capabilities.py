@@ -9,6 +9,7 @@ core asks with ``isinstance`` and says which backends can when one cannot.
   (``outlive_controller``, ``attach=True``, corral.attach);
 - :class:`ServesCommands`: worker commands told which port to serve on, so a foreign
   server is ready when it answers there (corral.foreign; the local backend).
+- :class:`MultiNode`: workers that hold several whole nodes (corral.multinode).
 """
 
 from __future__ import annotations
@@ -45,6 +46,13 @@ class Adoptable(abc.ABC):
     @abc.abstractmethod
     def adopt(self, role: str, workers: list, log_dir: str) -> None:
         """Take over running workers of a dead controller's run."""
+
+
+class MultiNode(abc.ABC):  # noqa: B024 (a declaration: the launcher places such workers)
+    """The backend places a worker with ``gpu = k * n_gpus_per_node`` on k whole nodes and
+    starts a member worker (role ``<role>.members``) on each node after the first, with
+    the variables of corral.multinode; a dead member is reported by ``poll(role)`` as the
+    instance's death, naming the member's node."""
 
 
 def require(launcher: object, capability: type, what: str, field: str, value: object) -> None:

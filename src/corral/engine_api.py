@@ -36,7 +36,9 @@ class EngineAPI:
             "kwargs": kwargs,
         }
         name = await self._calls.acall(worker, "/create_engine", payload, retries=1)
-        self._table.roles[worker.role].engines.setdefault(worker.id, set()).add(name)
+        state = self._table.roles.get(worker.role)  # None: a multi-node instance's member
+        if state is not None:
+            state.engines.setdefault(worker.id, set()).add(name)
 
     async def set_worker_env(self, worker_id: str, env: dict[str, str]) -> None:
         worker = self._worker(worker_id)

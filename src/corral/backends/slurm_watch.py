@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 
 from corral.backends.slurm_cluster import never_clears
+from corral.backends.slurm_members import member_exits
 from corral.backends.slurm_queue import (
     ACTIVE,
     ENDED,
@@ -22,6 +23,7 @@ from corral.backends.slurm_queue import (
 )
 from corral.backends.slurm_steps import step_failure
 from corral.launcher import WorkerExit
+from corral.multinode import nodes_of
 from corral.paths import exit_code_path, replica_log_path, sbatch_log_path
 
 
@@ -55,6 +57,9 @@ class SlurmWatch:
                     mine[index] = WorkerExit(
                         _describe_code(code), code, replica_log_path(job.log_dir, role, index)
                     )
+            k = self._nodes_per_worker(role)
+            if k > 1:  # a dead member is its instance's death, named by its node
+                mine.update(member_exits(job.log_dir, role, indices, job.job_id, k))
             if mine and not set(mine) <= job.exits_seen:
                 job.exits_seen.update(mine)
                 self.queue.invalidate()  # a new exit file: what Slurm says of the job now
@@ -89,6 +94,10 @@ class SlurmWatch:
                     path = replica_log_path(job.log_dir, role, index) if job else None
                     dead[index] = WorkerExit(why, proc.returncode, path)
         return dead
+
+    def _nodes_per_worker(self, role: str) -> int:
+        job = self._specs.get(role)
+        return nodes_of(job.tasks[0], self.n_gpus_per_node) if job else 1
 
     def _job_ended(
         self,
