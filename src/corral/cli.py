@@ -218,7 +218,6 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     if bool(args.experiment) != bool(args.trial):
         print("corral dashboard: give both EXPERIMENT and TRIAL, or neither", file=sys.stderr)
         return 2
-    secret = _secret(args.fileroot, args.experiment, args.trial) if args.trial else None
     try:
         run_dashboard(
             TrialSource(
@@ -226,7 +225,6 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
             ),
             host=args.host,
             port=args.port,
-            trial_secret=secret,
             print_fn=lambda text: print(text, flush=True),
         )
     except ConfigError as exc:
