@@ -19,6 +19,7 @@ from importlib import resources
 from urllib.parse import parse_qs, urlsplit
 
 from corral.errors import ConfigError
+from corral.observe import inert
 from corral.observe.dash_auth import DashboardAuth, bearer
 from corral.observe.follow import follow_lines
 from corral.observe.http_guard import PRIVATE, PUBLIC, GuardedHTTPServer
@@ -180,7 +181,7 @@ def _handler(dash: Dashboard) -> type[BaseHTTPRequestHandler]:
                 return
             try:
                 if url.path == "/api/trials":
-                    self._json(dash.source.trials())
+                    self._json(inert.deep(dash.source.trials()))
                 elif url.path == "/events":
                     self._stream_trials()
                 elif url.path == "/logs":
@@ -195,7 +196,7 @@ def _handler(dash: Dashboard) -> type[BaseHTTPRequestHandler]:
         def _stream_trials(self) -> None:
             self._start_events()
             while not dash.stop.is_set():
-                self._event("trials", dash.source.trials())
+                self._event("trials", inert.deep(dash.source.trials()))
                 if dash.stop.wait(dash.interval):
                     break
 
@@ -217,7 +218,7 @@ def _handler(dash: Dashboard) -> type[BaseHTTPRequestHandler]:
             idle = 0
             for lines in follow_lines(path, dash.stop):
                 if lines:
-                    self._event("lines", lines)
+                    self._event("lines", [inert.lines(line) for line in lines])
                     idle = 0
                 else:
                     idle += 1
