@@ -41,11 +41,6 @@ def lines(value: object) -> str:
     return _CONTROL_KEEP_LINES.sub(_escape, value)
 
 
-def log_bytes(data: bytes) -> bytes:
-    """Log output for a terminal: decoded as UTF-8 (bad bytes replaced), then :func:`lines`."""
-    return lines(data.decode("utf-8", "replace")).encode("utf-8")
-
-
 def markup(value: object) -> str:
     """:func:`text`, escaped for rich markup (for strings placed inside markup)."""
     from rich.markup import escape
