@@ -10,6 +10,10 @@ waiting one (of that peer, else of all) is dropped for the new one, so a flood o
 connections can never keep out a client that sends its request at once. When ``accept``
 runs out of descriptors the oldest waiting connection is dropped and the loop backs off.
 
+A peer is an address or, on loopback (where every local user has the address 127.0.0.1),
+the local user who owns the client's socket (``peer_uid``): one user's flood only ever
+pushes out that user's own waiting connections.
+
 Used by the worker's RPC server (``corral.rpc.server``, the relay's routes included), the
 Prometheus endpoint and the dashboard (``corral.observe.http_guard``).
 """
@@ -25,6 +29,8 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 
+from corral.rpc.peer_uid import peer_uid
+
 log = logging.getLogger("corral")
 HEAD_TIMEOUT = 10.0
 MAX_HEAD_BYTES = 64 * 1024
@@ -33,6 +39,17 @@ _END = b"\r\n\r\n"
 
 #: ``dispatch(conn, head_bytes, peer_address)``: must not block (start a thread, or refuse)
 Dispatch = Callable[[socket.socket, bytes, str], None]
+
+
+def _peer_of(conn: socket.socket, address: object) -> str:
+    """Who a cap "per peer" counts: the client's user on a loopback connection (every
+    local user shares 127.0.0.1), else its address."""
+    host = address[0] if isinstance(address, tuple) else str(address)
+    if host.startswith("127.") or host in ("::1", "::ffff:127.0.0.1"):
+        uid = peer_uid(conn)
+        if uid is not None:
+            return f"uid {uid}"
+    return host
 
 
 class _Waiting:
@@ -124,7 +141,7 @@ class HeadGate:
         return max(0.0, min(1.0, first.deadline - time.monotonic()))
 
     def _accept(self, backoff: float) -> float:
-        for _ in range(64):  # a burst, then back to reading
+        for _ in range(16):  # a burst, then back to reading
             try:
                 conn, address = self.sock.accept()
             except BlockingIOError:
@@ -141,8 +158,7 @@ class HeadGate:
                     self._resume = time.monotonic() + backoff
                     return backoff
                 return 0.0
-            peer = address[0] if isinstance(address, tuple) else str(address)
-            self._admit(conn, peer)
+            self._admit(conn, _peer_of(conn, address))
         return 0.0
 
     _resume = 0.0
@@ -202,9 +218,13 @@ class HeadGate:
             self._drop(fd)
 
     def _drop_oldest(self, peer: str | None) -> None:
+        """Make room: the oldest waiting connection (of ``peer``, if given) is read once
+        more (its head may have just arrived: then it is served) or else dropped."""
         for fd, entry in self._waiting.items():
             if peer is None or entry.peer == peer:
-                self._drop(fd)
+                self._read(fd)
+                if fd in self._waiting:
+                    self._drop(fd)
                 return
 
     def _release(self, fd: int) -> _Waiting | None:
