@@ -26,6 +26,7 @@ import uuid
 
 import psutil
 
+import corral
 from corral import Job
 from corral.observe.dashboard import MAX_STREAMS, MAX_WAITING, Dashboard
 from corral.observe.prometheus import MAX_HANDLERS
@@ -157,7 +158,8 @@ def test_metrics_flood_costs_the_controller_neither_its_lease_nor_its_fds(tmp_pa
     """The issue's attack: a controller at ``ulimit -n 1024`` lost its lease, then its
     worker, to 1,100 trickling connections on its Prometheus port."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.join(root, "src"), root])}
+    src = os.path.dirname(os.path.dirname(corral.__file__))  # the corral under test
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, root])}
     controller = subprocess.Popen(
         [sys.executable, "-c", CONTROLLER, str(tmp_path), f"t{uuid.uuid4().hex[:8]}",
          str(ATTACK_SECONDS - WARMUP)],
