@@ -62,9 +62,8 @@ def _events(response, wanted: str, count: int = 1, limit: int = 200) -> list:
     raise AssertionError(f"no {count} {wanted!r} event(s) in {limit} lines")
 
 
-def test_a_connection_that_never_sends_a_request_is_closed(local_backend, monkeypatch):
-    """Another local user's idle connections do not hold the dashboard's threads."""
-    monkeypatch.setattr("corral.observe.dashboard.IO_TIMEOUT", 0.5)
+def test_a_connection_that_never_sends_a_request_is_closed(local_backend):
+    """Another local user's idle connections do not hold the dashboard (10 s per head)."""
     server = Dashboard(TrialSource(local_backend.fileroot), port=0).serve_in_thread()
     try:
         with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
