@@ -110,18 +110,20 @@ class HeadGate:
 
     # ------------------------------------------------------------------ the loop
     def _loop(self) -> None:
-        backoff = 0.0
         try:
             while not self._closed:
                 timeout = self._next_timeout()
-                if backoff:
-                    timeout = min(timeout, backoff)
+                if self._paused:  # out of descriptors with nothing to drop: wait, then retry
+                    left = self._resume - time.monotonic()
+                    if left <= 0:
+                        self._selector.register(self.sock, selectors.EVENT_READ, None)
+                        self._paused = False
+                    else:
+                        timeout = min(timeout, left)
                 events = self._selector.select(timeout)
-                now = time.monotonic()
                 for key, _ in events:
                     if key.fileobj is self.sock:
-                        if not backoff or now >= self._resume:
-                            backoff = self._accept(backoff)
+                        self._accept()
                     elif key.fileobj is self._wake_r:
                         continue
                     else:
@@ -140,28 +142,32 @@ class HeadGate:
         first = next(iter(self._waiting.values()))
         return max(0.0, min(1.0, first.deadline - time.monotonic()))
 
-    def _accept(self, backoff: float) -> float:
+    _paused = False
+    _resume = 0.0
+    _backoff = 0.0
+
+    def _accept(self) -> None:
         for _ in range(16):  # a burst, then back to reading
             try:
                 conn, address = self.sock.accept()
             except BlockingIOError:
-                return 0.0
+                return
             except OSError as exc:
-                if self._closed:
-                    return 0.0
-                if exc.errno in _FD_ERRORS:
-                    self.fd_exhausted += 1
-                    if self.fd_exhausted == 1 or self.fd_exhausted % 100 == 0:
-                        log.warning("accept: %s; dropping a waiting connection", exc)
-                    self._drop_oldest(None)
-                    backoff = min(max(backoff * 2, 0.01), 1.0)
-                    self._resume = time.monotonic() + backoff
-                    return backoff
-                return 0.0
+                if self._closed or exc.errno not in _FD_ERRORS:
+                    return
+                self.fd_exhausted += 1
+                if self.fd_exhausted == 1 or self.fd_exhausted % 100 == 0:
+                    log.warning("accept: %s; dropping a waiting connection", exc)
+                if self._drop_oldest(None):
+                    continue  # a descriptor is free again: the next accept can take it
+                # nothing of ours to drop: back off (10 ms doubling to 1 s), keep the rest
+                self._backoff = min(max(self._backoff * 2, 0.01), 1.0)
+                self._resume = time.monotonic() + self._backoff
+                self._selector.unregister(self.sock)
+                self._paused = True
+                return
+            self._backoff = 0.0
             self._admit(conn, _peer_of(conn, address))
-        return 0.0
-
-    _resume = 0.0
 
     def _admit(self, conn: socket.socket, peer: str) -> None:
         if self._per_peer.get(peer, 0) >= self.max_waiting_per_peer:
@@ -217,15 +223,17 @@ class HeadGate:
                 return
             self._drop(fd)
 
-    def _drop_oldest(self, peer: str | None) -> None:
+    def _drop_oldest(self, peer: str | None) -> bool:
         """Make room: the oldest waiting connection (of ``peer``, if given) is read once
-        more (its head may have just arrived: then it is served) or else dropped."""
+        more (its head may have just arrived: then it is served) or else dropped. False
+        when there was none."""
         for fd, entry in self._waiting.items():
             if peer is None or entry.peer == peer:
                 self._read(fd)
                 if fd in self._waiting:
                     self._drop(fd)
-                return
+                return True
+        return False
 
     def _release(self, fd: int) -> _Waiting | None:
         entry = self._waiting.pop(fd, None)
