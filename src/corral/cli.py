@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import codecs
 import json
 import os
 import shutil
@@ -11,12 +12,12 @@ import time
 from typing import TYPE_CHECKING
 
 from corral import keys
-from corral.auth import unverified_value
 from corral.backends import backend_names
 from corral.config import ClusterSpecConfig
 from corral.discovery import FileNameResolve, NameResolve, make_name_resolve
+from corral.observe import inert
 from corral.paths import TrialPaths, logs_root, records_root, secret_file
-from corral.runs import read_lease
+from corral.runs import Lease
 
 if TYPE_CHECKING:
     from corral.rpc.client import RPCClient
@@ -46,7 +47,7 @@ def _verified(nr: NameResolve, secret: str | None, key: str) -> str | None:
     try:
         return SignedNameResolve(nr, secret).get(key)
     except Exception as exc:
-        print(f"{key}: {exc}", file=sys.stderr)
+        print(inert.text(f"{key}: {exc}"), file=sys.stderr)
         return None
 
 
@@ -60,7 +61,7 @@ def _trials(nr: NameResolve) -> dict[tuple[str, str], dict[str, str]]:
     found: dict[tuple[str, str], dict[str, str]] = {}
     for key in nr.get_all():
         parts = key.split("/")
-        if len(parts) == 4 and not parts[2].startswith("_"):
+        if len(parts) == 4 and not parts[2].startswith("_") and parts[3].isdigit():
             found.setdefault((parts[0], parts[1]), {})[f"{parts[2]}/{parts[3]}"] = "?"
         elif (len(parts) == 3 and parts[2] == "_controller") or (
             len(parts) == 5 and parts[2] == "_health"
@@ -79,17 +80,19 @@ def cmd_ps(args: argparse.Namespace) -> int:
         return 0
     print(f"{'EXPERIMENT':<16} {'TRIAL':<24} {'WORKER':<16} {'ADDRESS':<22} {'PID':>7}  HEALTH")
     for (exp, trial), workers in sorted(trials.items()):
-        secret = _secret(args.fileroot, exp, trial)
+        secret = _secret(args.fileroot, exp, trial) if _safe_name(exp, trial) else None
         client = RPCClient(secret) if secret else None
-        lease = read_lease(nr, exp, trial)
+        lease = Lease.parse(_verified(nr, secret, keys.controller_key(exp, trial)))
+        if lease is None and nr.get(keys.controller_key(exp, trial)) is not None:
+            _print_inert(f"{exp:<16} {trial:<24} {'(controller)':<16} lease record not verified")
         if lease is not None:
             alive = "alive" if lease.alive(5.0) else "NOT RENEWED"
-            print(f"{exp:<16} {trial:<24} {'(controller)':<16} {lease.describe()}: {alive}")
-        deaths = _deaths(nr, exp, trial)
+            _print_inert(f"{exp:<16} {trial:<24} {'(controller)':<16} {lease.describe()}: {alive}")
+        deaths = _deaths(nr, exp, trial, secret)
         for wid in deaths:
             workers.setdefault(wid, "-")
         if not workers and lease is None:
-            print(f"{exp:<16} {trial:<24} {'-':<16} {'(no workers)':<22}")
+            _print_inert(f"{exp:<16} {trial:<24} {'-':<16} {'(no workers)':<22}")
         for wid, address in sorted(
             workers.items(), key=lambda kv: (kv[0].split("/")[0], int(kv[0].split("/")[1]))
         ):
@@ -103,7 +106,7 @@ def cmd_ps(args: argparse.Namespace) -> int:
                 health = f"dead ({deaths[wid]})"
             elif client is not None and address not in ("-", "?"):
                 health = _probe(client, address)
-            print(f"{exp:<16} {trial:<24} {wid:<16} {address:<22} {pid!s:>7}  {health}")
+            _print_inert(f"{exp:<16} {trial:<24} {wid:<16} {address:<22} {pid!s:>7}  {health}")
     return 0
 
 
@@ -119,18 +122,32 @@ def _probe(client: RPCClient, address: str, attempts: int = 2) -> str:
     return why
 
 
-def _deaths(nr: NameResolve, experiment: str, trial: str) -> dict[str, str]:
-    """``role/index`` -> why, for deaths the controller's health monitor recorded."""
+def _deaths(nr: NameResolve, experiment: str, trial: str, secret: str | None) -> dict[str, str]:
+    """``role/index`` -> why, for deaths the controller's health monitor recorded (only
+    notes signed with the trial's secret; others are reported as forged)."""
     found = {}
-    for key, value in nr.get_subtree(f"{experiment}/{trial}/_health").items():
+    for key in nr.get_subtree(f"{experiment}/{trial}/_health"):
         parts = key.split("/")
+        if len(parts) != 5 or not parts[4].isdigit():
+            continue
+        raw = _verified(nr, secret, key)
         try:
-            record = json.loads(unverified_value(value))  # shown, never acted on
+            record = json.loads(raw) if raw else None
         except ValueError:
             continue
-        if len(parts) == 5 and record.get("state") == "dead":
-            found[f"{parts[3]}/{parts[4]}"] = record.get("reason", "?")
+        if isinstance(record, dict) and record.get("state") == "dead":
+            found[f"{parts[3]}/{parts[4]}"] = inert.text(record.get("reason", "?"))
     return found
+
+
+def _print_inert(*values: object, **kwargs) -> None:
+    """``print`` for lines made of strings read from records: control characters escaped."""
+    print(*(inert.text(v) for v in values), **kwargs)
+
+
+def _safe_name(*names: str) -> bool:
+    """Names read from a store, before they become a path: no separators, not dots."""
+    return all(n and "/" not in n and "\0" not in n and n not in (".", "..") for n in names)
 
 
 def _latest_trial(log_root: str) -> tuple[str, str] | None:
@@ -165,13 +182,14 @@ def cmd_logs(args: argparse.Namespace) -> int:
     if not os.path.exists(path):
         print(f"no log at {path}", file=sys.stderr)
         return 1
-    with open(path, "rb") as fh:
-        sys.stdout.buffer.write(fh.read())
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    with open(path, "rb") as fh:  # engine output, shown inert: no escape sequence passes
+        sys.stdout.write(inert.lines(decoder.decode(fh.read())))
         sys.stdout.flush()
         while args.follow:
             chunk = fh.read()
             if chunk:
-                sys.stdout.buffer.write(chunk)
+                sys.stdout.write(inert.lines(decoder.decode(chunk)))
                 sys.stdout.flush()
             else:
                 time.sleep(0.2)
@@ -218,7 +236,6 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     if bool(args.experiment) != bool(args.trial):
         print("corral dashboard: give both EXPERIMENT and TRIAL, or neither", file=sys.stderr)
         return 2
-    secret = _secret(args.fileroot, args.experiment, args.trial) if args.trial else None
     try:
         run_dashboard(
             TrialSource(
@@ -226,7 +243,6 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
             ),
             host=args.host,
             port=args.port,
-            trial_secret=secret,
             print_fn=lambda text: print(text, flush=True),
         )
     except ConfigError as exc:

@@ -8,8 +8,10 @@ import os
 import shlex
 import socket
 import threading
+from functools import partial
 from typing import Any
 
+from corral import identity
 from corral import options as opts
 from corral.capabilities import Adoptable, Elastic, ServesCommands
 from corral.config import cluster_field
@@ -166,7 +168,13 @@ class LocalLauncher(Launcher, Elastic, Adoptable, ServesCommands):
                     f"cannot adopt {worker.id}: it runs on {worker.host!r} with pid "
                     f"{worker.pid}, not on this host ({host}); attach from that host"
                 )
-        self._procs[role] = [AdoptedProcess(int(w.pid)) for w in workers]
+        self._procs[role] = [
+            AdoptedProcess(
+                int(w.pid),
+                partial(identity.matches, role=role, index=str(w.index), log_dir=log_dir),
+            )
+            for w in workers
+        ]
         self._gpus[role] = [[] for _ in workers]  # its GPUs stay with the old ledger's run
         self._specs[role] = tuple(SchedulingSpec() for _ in workers)
 

@@ -5,6 +5,13 @@ Off by default; the controller serves it when ``CORRAL_METRICS_PORT`` is set (bo
 secrets or log lines — and only to a scraper that sends ``Authorization: Bearer <token>``
 (Prometheus: ``authorization: {credentials_file: ...}``), so that other users of the host
 cannot read a trial's call figures.
+
+The server runs in the controller, so it has a budget of its own (``corral.observe.
+http_guard``): at most ``MAX_WAITING`` connections wait for their head (10 s each, no
+thread), a request without the token is answered ``401`` without a thread, and at most
+``MAX_HANDLERS`` authorized requests are served at once. Whatever peers do, it never holds
+more than about 40 descriptors and 6 threads of the controller, so its lease and its
+connections to the workers are never short of either.
 """
 
 from __future__ import annotations
@@ -12,9 +19,13 @@ from __future__ import annotations
 import hmac
 import threading
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+
+from corral.observe.http_guard import PRIVATE, GuardedHTTPServer
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+MAX_WAITING = 32
+MAX_HANDLERS = 4
 
 
 def _label(value: object) -> str:
@@ -110,7 +121,7 @@ class MetricsServer:
         expected = f"Bearer {token}".encode()
 
         class Handler(BaseHTTPRequestHandler):
-            timeout = 30  # a client that stalls mid-request does not hold a thread for ever
+            timeout = 10  # each write of the reply (the head was read by the gate)
 
             def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
                 offered = (self.headers.get("Authorization") or "").encode()
@@ -133,8 +144,15 @@ class MetricsServer:
             def log_message(self, *args: object) -> None:
                 pass
 
-        self.httpd = ThreadingHTTPServer((host, port), Handler)
-        self.httpd.daemon_threads = True
+        def judge(method: str, path: str, headers: dict) -> str | None:
+            offered = headers.get("authorization", "").encode()
+            return PRIVATE if hmac.compare_digest(offered, expected) else None
+
+        self.httpd = GuardedHTTPServer(
+            (host, port), Handler, judge, name="corral-metrics",
+            www_authenticate='Bearer realm="corral"', max_waiting=MAX_WAITING,
+            max_waiting_per_peer=MAX_WAITING // 2, max_public=1, max_private=MAX_HANDLERS,
+        )  # fmt: skip
         self.url = f"http://{host}:{self.httpd.server_address[1]}/metrics"
         self.token_file: str | None = None  # where the scraper reads the token, if written
         self._thread = threading.Thread(

@@ -197,7 +197,7 @@ function openLog(experiment, trial, worker) {
   view.replaceChildren();
   history.replaceState(null, "", `#log=${encodeURIComponent(`${experiment}/${trial}/${worker}`)}`);
   const q = new URLSearchParams({ experiment, trial, worker });
-  logSource = new EventSource(`/logs?${q}`);
+  logSource = new CorralEventSource(`/logs?${q}`);
   logSource.addEventListener("path", (ev) => {
     document.getElementById("log-path").textContent = JSON.parse(ev.data);
   });
@@ -219,7 +219,7 @@ function closeLog() {
 function start() {
   document.getElementById("log-close").addEventListener("click", closeLog);
   const conn = document.getElementById("conn");
-  const events = new EventSource("/events");
+  const events = new CorralEventSource("/events");
   events.addEventListener("open", () => { conn.dataset.state = "live"; conn.textContent = "live"; });
   events.addEventListener("error", () => { conn.dataset.state = "reconnecting"; conn.textContent = "reconnecting"; });
   events.addEventListener("trials", (ev) => render(JSON.parse(ev.data)));
