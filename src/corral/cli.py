@@ -13,8 +13,10 @@ from typing import TYPE_CHECKING
 from corral import keys
 from corral.auth import unverified_value
 from corral.backends import backend_names
+from corral.cli_errors import debug_wanted, report
 from corral.config import ClusterSpecConfig
 from corral.discovery import FileNameResolve, NameResolve, make_name_resolve
+from corral.errors import ConfigError
 from corral.paths import TrialPaths, logs_root, records_root, secret_file
 from corral.runs import read_lease
 
@@ -156,6 +158,8 @@ def cmd_logs(args: argparse.Namespace) -> int:
         exp, trial = exp or latest[0], trial or latest[1]
     paths = TrialPaths.of(args.fileroot, exp, trial)
     role, _, index = args.target.partition("/")
+    if index and not index.isdigit():
+        raise ConfigError("target", args.target, "give ROLE, ROLE/INDEX (a number) or merged")
     if role in ("", "all", "merged"):
         path = paths.merged_log()
     elif index:
@@ -259,8 +263,15 @@ def cmd_top(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from corral.demo.run import run_demo
 
+    for item in args.override:
+        if "=" not in item:
+            raise ConfigError(
+                "override", item, "write it as a dotted key=value, e.g. scheduler.type=ray"
+            )
     overrides = dict(o.split("=", 1) for o in args.override)
     scheduler = overrides.pop("scheduler.type", args.scheduler)
+    if scheduler not in backend_names():
+        raise ConfigError("scheduler.type", scheduler, f"use one of {', '.join(backend_names())}")
     run_demo(
         scheduler_type=scheduler,
         steps=args.steps,
@@ -281,6 +292,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         from corral.dryrun import from_config
 
         print(from_config(cfg, args.role, args.replicas))
+        if cfg.extra:
+            print(f"not corral's, kept in cfg.extra and ignored: {', '.join(sorted(cfg.extra))}")
         return 0
     print("corral run without --dry-run: use the Python API (see README)", file=sys.stderr)
     return 2
@@ -293,6 +306,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--fileroot", default=default_root, help="cluster fileroot (default %(default)s)"
     )
     parser.add_argument("--etcd", default=None, help="etcd host:port, if name-resolve is etcd")
+    parser.add_argument(
+        "--debug", action="store_true", help="show the traceback of an error (or CORRAL_DEBUG=1)"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     demo = sub.add_parser("demo", help="run the demo RL job")
@@ -364,6 +380,10 @@ def main(argv: list[str] | None = None) -> int:
         return args.fn(args)
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:  # one or two lines, not a traceback (cli_errors)
+        if debug_wanted(args.debug):
+            raise
+        return report(args.command, exc, lambda line: print(line, file=sys.stderr))
 
 
 if __name__ == "__main__":
