@@ -14,10 +14,11 @@ from corral import keys
 from corral.auth import unverified_value
 from corral.backends import backend_names
 from corral.cli_errors import debug_wanted, report
+from corral.cli_trials import pick_log_trial, require_trial
 from corral.config import ClusterSpecConfig
 from corral.discovery import FileNameResolve, NameResolve, make_name_resolve
 from corral.errors import ConfigError
-from corral.paths import TrialPaths, logs_root, records_root, secret_file
+from corral.paths import TrialPaths, records_root, secret_file
 from corral.runs import read_lease
 
 if TYPE_CHECKING:
@@ -135,27 +136,8 @@ def _deaths(nr: NameResolve, experiment: str, trial: str) -> dict[str, str]:
     return found
 
 
-def _latest_trial(log_root: str) -> tuple[str, str] | None:
-    best = None
-    if not os.path.isdir(log_root):
-        return None
-    for exp in os.listdir(log_root):
-        for trial in os.listdir(os.path.join(log_root, exp)):
-            mtime = os.path.getmtime(os.path.join(log_root, exp, trial))
-            if best is None or mtime > best[0]:
-                best = (mtime, exp, trial)
-    return (best[1], best[2]) if best else None
-
-
 def cmd_logs(args: argparse.Namespace) -> int:
-    log_root = logs_root(args.fileroot)
-    exp, trial = args.experiment, args.trial
-    if not (exp and trial):
-        latest = _latest_trial(log_root)
-        if latest is None:
-            print(f"no logs under {log_root}", file=sys.stderr)
-            return 1
-        exp, trial = exp or latest[0], trial or latest[1]
+    exp, trial = pick_log_trial(args.fileroot, args.experiment, args.trial)
     paths = TrialPaths.of(args.fileroot, exp, trial)
     role, _, index = args.target.partition("/")
     if index and not index.isdigit():
@@ -167,8 +149,9 @@ def cmd_logs(args: argparse.Namespace) -> int:
     else:
         path = paths.role_log(role)
     if not os.path.exists(path):
-        print(f"no log at {path}", file=sys.stderr)
+        print(f"corral logs: no log of {args.target} in {exp}/{trial} ({path})", file=sys.stderr)
         return 1
+    print(f"corral logs: {exp}/{trial} {args.target} ({path})", file=sys.stderr, flush=True)
     with open(path, "rb") as fh:
         sys.stdout.buffer.write(fh.read())
         sys.stdout.flush()
@@ -186,7 +169,9 @@ def cmd_stop(args: argparse.Namespace) -> int:
     from corral.rpc.client import RPCClient
 
     nr = _name_resolve(args)
-    workers = _trials(nr).get((args.experiment, args.trial), {})
+    registered = _trials(nr)
+    require_trial(args.fileroot, args.experiment, args.trial, set(registered))
+    workers = registered.get((args.experiment, args.trial), {})
     secret = _secret(args.fileroot, args.experiment, args.trial)
     stopped = 0
     if secret:
@@ -222,6 +207,8 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     if bool(args.experiment) != bool(args.trial):
         print("corral dashboard: give both EXPERIMENT and TRIAL, or neither", file=sys.stderr)
         return 2
+    if args.trial:
+        require_trial(args.fileroot, args.experiment, args.trial, set(_trials(_name_resolve(args))))
     secret = _secret(args.fileroot, args.experiment, args.trial) if args.trial else None
     try:
         run_dashboard(
@@ -240,20 +227,17 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
 
 
 def cmd_top(args: argparse.Namespace) -> int:
-    from corral.errors import ConfigError
     from corral.observe.source import TrialSource
     from corral.observe.top import run_top
 
     if bool(args.experiment) != bool(args.trial):
         print("corral top: give both EXPERIMENT and TRIAL, or neither", file=sys.stderr)
         return 2
-    try:
-        source = TrialSource(
-            args.fileroot, args.experiment, args.trial, args.max_age, _name_resolve(args)
-        )
-    except ConfigError as exc:
-        print(f"corral top: {exc}", file=sys.stderr)
-        return 2
+    source = TrialSource(
+        args.fileroot, args.experiment, args.trial, args.max_age, _name_resolve(args)
+    )
+    if args.trial:
+        require_trial(args.fileroot, args.experiment, args.trial, set(_trials(source.name_resolve)))
     if args.interval <= 0 or (args.count is not None and args.count < 1):
         print("corral top: use --interval > 0 and --count >= 1", file=sys.stderr)
         return 2
