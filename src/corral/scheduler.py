@@ -278,6 +278,7 @@ class Scheduler(RoleAPI, EngineAPI):
         rank 0 (which usually owns the torch.distributed store) goes last, and the roles
         in the reverse of their creation order."""
         with self._lock:
+            self._stats.before_delete()  # the final table keeps the deleted roles' rows
             self._teardown.delete(role, reverse_order)
             if not self._roles:
                 self._hold.release()
