@@ -148,17 +148,19 @@ class CallStats:
         self._ended.append((worker, method, time.perf_counter() - started, ok))
 
     # ------------------------------------------------------------ sampling
-    def sample(self, now: float | None = None) -> dict[str, dict]:
+    def sample(self, now: float | None = None, wall: float | None = None) -> dict[str, dict]:
         """Close the current window; the per-role figures (history included)."""
-        return self.sample_all(now).roles
+        return self.sample_all(now, wall).roles
 
-    def sample_all(self, now: float | None = None) -> CallFigures:
+    def sample_all(self, now: float | None = None, wall: float | None = None) -> CallFigures:
         """Close the current window: update totals, rates and percentiles of every
-        role, worker and method; return them all."""
+        role, worker and method; return them all. ``now``: a monotonic clock reading;
+        ``wall``: the unix time of the history point (default: the time now)."""
         with self._sampling:
-            return self._sample(time.monotonic() if now is None else now)
+            now = time.monotonic() if now is None else now
+            return self._sample(now, time.time() if wall is None else wall)
 
-    def _sample(self, now: float) -> CallFigures:
+    def _sample(self, now: float, wall: float) -> CallFigures:
         window = _drain(self._ended)  # ended first: a call drained here has begun below
         flying = self._in_flight
         for worker in _drain(self._begun):
@@ -181,7 +183,6 @@ class CallStats:
             if not ok:
                 for name in (role, ("w", wid), ("m", role, method)):
                     errors[name] = errors.get(name, 0) + 1
-        wall = time.time()
         in_role: dict[str, int] = {}
         in_worker: dict[str, int] = {}
         for (role, wid), n in flying.items():

@@ -24,7 +24,7 @@ def follow_lines(
     Yields an empty batch after each idle ``poll`` so a caller can notice a gone client.
     ``match``: only lines holding this text (case-insensitive); the first batch is then
     the last ``SEARCH_MATCHES`` matching lines of the whole file, not only of its tail."""
-    needle = match.lower() if match else None
+    needle = match.lower().encode() if match else None
     offset: int | None = None
     partial = b""
     while not stop.is_set():
@@ -36,7 +36,7 @@ def follow_lines(
             continue
         lines: list[bytes] = []
         if offset is None and needle is not None:
-            lines, offset, partial = _search_whole(path, size, needle.encode())
+            lines, offset, partial = _search_whole(path, size, needle)
         elif offset is None:
             start = max(0, size - TAIL_BYTES)
             with open(path, "rb") as fh:
