@@ -214,8 +214,6 @@ class Scheduler(RoleAPI, EngineAPI):
 
     # ------------------------------------------------------------ health monitor
     def _record_health(self, role: str, index: int, health: WorkerHealth) -> None:
-        if role not in self._roles:  # deleted while the monitor polled: nothing to record
-            return
         key = health_key(self.experiment_name, self.trial_name, role, index)
         self.name_resolve.add(key, health.dump(self.run_id), replace=True)
 

@@ -83,7 +83,7 @@ class SnapshotBuilder:
             workers_out.extend(self._worker_rows(role, state, dead_by_role[owner], own))
         now = time.time()
         for row in workers_out:
-            row["calls"] = calls.workers.get(row["id"])
+            row["calls"] = calls.workers.get(row["id"]) or _no_calls(history=False)
             self._time_of_death(row, now)
         self.resources.sample(workers_out)
         roles_out, workers_out = self.finished.merge(
@@ -231,7 +231,9 @@ def _pending_reason(s: Any, role: str) -> str | None:
         return None
 
 
-def _no_calls() -> dict:
+def _no_calls(history: bool = True) -> dict:
+    if not history:
+        return {k: v for k, v in _no_calls().items() if k != "history"}
     return {
         "total": 0,
         "errors": 0,
