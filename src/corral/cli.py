@@ -264,6 +264,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         trainer_replicas=args.trainers,
         use_torch=False if args.no_torch else None,
         overrides=overrides,
+        verbose=args.verbose,
     )
     return 0
 
@@ -302,6 +303,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--trainers", type=int, default=2)
     demo.add_argument(
         "--no-torch", action="store_true", help="learners average gradients with numpy"
+    )
+    demo.add_argument(
+        "--verbose", action="store_true", help="also show the backend's own log lines (Ray)"
     )
     demo.add_argument("override", nargs="*", help="dotted overrides such as scheduler.type=ray")
     demo.set_defaults(fn=cmd_demo)
