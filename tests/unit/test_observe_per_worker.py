@@ -114,3 +114,16 @@ def test_prometheus_has_per_worker_and_per_method_families():
     assert 'quantile="0.99"' not in text  # no calls in the window: no latency sample
     assert f'corral_worker_cpu_percent{{{base},worker="r/0"}} 12.5' in text
     assert f'corral_worker_rss_bytes{{{base},worker="r/0"}} 1024' in text
+
+
+def test_without_psutil_the_view_says_so_and_measures_nothing(monkeypatch):
+    import sys
+
+    from corral.observe.resources import ResourceSampler
+
+    monkeypatch.setitem(sys.modules, "psutil", None)  # import psutil raises ImportError
+    sampler = ResourceSampler()
+    assert sampler.psutil is None and "psutil is not installed" in sampler.note
+    rows = [{"id": "r/0", "pid": 1, "backend": "local", "state": "running"}]
+    sampler.sample(rows)
+    assert "cpu_percent" not in rows[0] and "rss_bytes" not in rows[0]

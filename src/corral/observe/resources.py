@@ -19,6 +19,8 @@ import time
 from typing import Any
 
 GPU_EVERY = 5.0  # seconds between GPU readings (nvidia-smi is a process start)
+CPU_EVERY = 5.0  # seconds between CPU/memory readings: one costs ~20 ms of CPU with
+# ~200 processes on the host (psutil lists them all to find each worker's children)
 SAMPLED_BACKENDS = ("local",)  # workers whose pids are this host's
 
 
@@ -37,6 +39,8 @@ class ResourceSampler:
         self._gpu_reader = gpu_reader()
         self._gpu: dict[str, dict] = {}
         self._gpu_at = 0.0
+        self._cpu_at = -CPU_EVERY
+        self._cpu: dict[str, dict] = {}  # worker id -> its last CPU/memory figures
 
     def sample(self, rows: list[dict]) -> None:
         """Add ``cpu_percent``, ``rss_bytes`` (and ``gpu_util``, ``gpu_mem_bytes``) to
@@ -46,16 +50,24 @@ class ResourceSampler:
             r.get("state") in ("running", "restarting")
         ]  # fmt: skip
         if self.psutil is not None and mine:
-            self._cpu_and_memory(mine)
+            now = time.monotonic()
+            if now - self._cpu_at >= CPU_EVERY:
+                self._cpu_at = now
+                self._cpu = self._cpu_and_memory(mine)
+            for row in mine:
+                row.update(self._cpu.get(row["id"], {}))
         if self._gpu_reader is not None:
             self._gpus(rows)
 
-    def _cpu_and_memory(self, rows: list[dict]) -> None:
+    def _cpu_and_memory(self, rows: list[dict]) -> dict[str, dict]:
+        """worker id -> CPU% (since the last reading), RSS and process count of its tree;
+        each process is read once, however many rows share it."""
         psutil = self.psutil
         children: dict[int, list[int]] = {}
         for proc in psutil.process_iter(["ppid"]):
             children.setdefault(proc.info["ppid"], []).append(proc.pid)
-        seen: set[int] = set()
+        figures: dict[int, tuple[float, int] | None] = {}
+        out: dict[str, dict] = {}
         for row in rows:
             tree, todo = [], [int(row["pid"])]
             while todo:
@@ -64,21 +76,31 @@ class ResourceSampler:
                 todo.extend(children.get(pid, ()))
             cpu, rss, alive = 0.0, 0, 0
             for pid in tree:
-                proc = self._procs.get(pid)
-                try:
-                    if proc is None:
-                        proc = self._procs[pid] = psutil.Process(pid)
-                    with proc.oneshot():
-                        cpu += proc.cpu_percent(None)
-                        rss += proc.memory_info().rss
-                    alive += 1
-                    seen.add(pid)
-                except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-                    self._procs.pop(pid, None)
+                if pid not in figures:
+                    figures[pid] = self._read(pid)
+                if figures[pid] is not None:
+                    cpu, rss, alive = cpu + figures[pid][0], rss + figures[pid][1], alive + 1
             if alive:
-                row.update(cpu_percent=round(cpu, 1), rss_bytes=rss, processes=alive)
-        for pid in set(self._procs) - seen:
+                out[row["id"]] = {
+                    "cpu_percent": round(cpu, 1),
+                    "rss_bytes": rss,
+                    "processes": alive,
+                }
+        for pid in set(self._procs) - set(figures):
             del self._procs[pid]
+        return out
+
+    def _read(self, pid: int) -> tuple[float, int] | None:
+        psutil = self.psutil
+        proc = self._procs.get(pid)
+        try:
+            if proc is None:
+                proc = self._procs[pid] = psutil.Process(pid)
+            with proc.oneshot():
+                return proc.cpu_percent(None), proc.memory_info().rss
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            self._procs.pop(pid, None)
+            return None
 
     def _gpus(self, rows: list[dict]) -> None:
         now = time.monotonic()
