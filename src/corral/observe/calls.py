@@ -168,21 +168,36 @@ class CallStats:
             flying[key] = flying.get(key, 0) + 1
         span = max(now - self._last_sample, 1e-3)
         self._last_sample = now
+        # one dict operation per call: group by (worker object, method); the role,
+        # worker and method figures are then merged from the (few) groups
+        groups: dict[tuple[int, str | None], list[float]] = {}
+        failed: dict[tuple[int, str | None], int] = {}
+        called: dict[int, object] = {}
+        for worker, method, elapsed, ok in window:
+            key = (id(worker), method)
+            latencies = groups.get(key)
+            if latencies is None:
+                groups[key] = latencies = []
+                called[key[0]] = worker
+            latencies.append(elapsed)
+            if not ok:
+                failed[key] = failed.get(key, 0) + 1
         by_role: dict[str, list[float]] = {}
         by_worker: dict[str, list[float]] = {}
         by_method: dict[tuple[str, str], list[float]] = {}
         errors: dict = {}
-        for worker, method, elapsed, ok in window:
-            role, wid = key = _identity(worker)
-            flying[key] -= 1
-            by_role.setdefault(role, []).append(elapsed)
+        for key, latencies in groups.items():
+            role, wid = identity = _identity(called[key[0]])
+            method = key[1]
+            flying[identity] -= len(latencies)
+            by_role.setdefault(role, []).extend(latencies)
             if wid is not None:
-                by_worker.setdefault(wid, []).append(elapsed)
+                by_worker.setdefault(wid, []).extend(latencies)
             if method is not None:
-                by_method.setdefault((role, method), []).append(elapsed)
-            if not ok:
+                by_method.setdefault((role, method), []).extend(latencies)
+            if key in failed:
                 for name in (role, ("w", wid), ("m", role, method)):
-                    errors[name] = errors.get(name, 0) + 1
+                    errors[name] = errors.get(name, 0) + failed[key]
         in_role: dict[str, int] = {}
         in_worker: dict[str, int] = {}
         for (role, wid), n in flying.items():

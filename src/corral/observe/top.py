@@ -151,10 +151,11 @@ def render(trials: list[dict]):
                 failures.append(
                     Text.assemble(
                         (f"{w['id']} failed", "bold red"),
-                        f" at {_clock(w.get('died_at') or w.get('ended'))},"
+                        f" exit code {w.get('exit_code')}",
+                        f" at {_clock(w.get('died_at') or w.get('ended'))}"
                         if w.get("died_at") or w.get("ended")
                         else "",
-                        f" exit code {w.get('exit_code')}: {w.get('reason') or ''}\n",
+                        f": {w.get('reason') or ''}\n",
                         (tail, "dim"),
                     )
                 )
