@@ -114,7 +114,9 @@ def load_expr_config(argv: list[str], config_cls: type[C]) -> tuple[C, str | Non
             raise ConfigError("argv", item, "give a YAML file or a dotted override like a.b=1")
         if not os.path.exists(item):
             raise ConfigError(
-                "config file", item, f"no such file (relative to {os.getcwd()}); check the path"
+                "config file",
+                item,
+                f"the file does not exist (relative to {os.getcwd()}); check the path",
             )
         loaded = read_yaml_file(item)
         _merge(data, loaded)

@@ -38,7 +38,7 @@ def _run(capsys, fileroot: str, *argv: str) -> tuple[int, str, str]:
 
 CASES = [  # (command line, exit code, text the message must hold)
     (["run", "{bad}", "--dry-run"], 2, "not valid YAML: "),
-    (["run", "{root}/nosuch.yaml", "--dry-run"], 2, "no such file"),
+    (["run", "{root}/nosuch.yaml", "--dry-run"], 2, "the file does not exist"),
     (["run", SHIPPED, "a=[", "--dry-run"], 2, "quote it"),
     (["run", SHIPPED, "schedular.type=ray", "--dry-run"], 2, "did you mean 'scheduler'?"),
     (["run", SHIPPED, "scheduler.typ=ray", "--dry-run"], 2, "did you mean 'type'?"),
@@ -90,5 +90,5 @@ def test_debug_shows_the_traceback(monkeypatch, fileroot, how):
         argv.insert(0, "--debug")
     else:
         monkeypatch.setenv("CORRAL_DEBUG", "1")
-    with pytest.raises(ConfigError, match="no such file"):
+    with pytest.raises(ConfigError, match="does not exist"):
         main(argv)
