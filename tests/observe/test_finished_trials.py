@@ -80,6 +80,15 @@ def test_demo_then_top_once_and_the_page_show_the_final_table(browser, tmp_path)
             ".calls-total').textContent"
         )
         assert generate == "6"
+        # the log viewer searches the whole file: only the matching lines come
+        browser.eval("document.getElementById('log-search').value = 'sigterm'")
+        browser.eval(f"openLog({json.dumps(experiment)}, {json.dumps(trial)}, 'rollout/0')")
+        shown = browser.wait_for(
+            "document.querySelectorAll('#log-view .log-line').length > 0 && "
+            "[...document.querySelectorAll('#log-view .log-line')].map(e => e.textContent)",
+            what="the log lines that match the search",
+        )
+        assert shown and all("sigterm" in line.lower() for line in shown), shown
         section = "document.querySelector('section.trial')"
         assert browser.eval(f"{section}.dataset.status") == "ended"
         assert not [c for c in browser.console if c.startswith("exception")], browser.console
