@@ -13,10 +13,13 @@ from typing import TYPE_CHECKING
 
 from corral import keys
 from corral.backends import backend_names
+from corral.cli_errors import debug_wanted, report
+from corral.cli_trials import pick_log_trial, require_trial
 from corral.config import ClusterSpecConfig
 from corral.discovery import FileNameResolve, NameResolve, make_name_resolve
+from corral.errors import ConfigError
 from corral.observe import inert
-from corral.paths import TrialPaths, logs_root, records_root, secret_file
+from corral.paths import TrialPaths, records_root, secret_file
 from corral.runs import Lease
 
 if TYPE_CHECKING:
@@ -163,16 +166,11 @@ def _latest_trial(log_root: str) -> tuple[str, str] | None:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    log_root = logs_root(args.fileroot)
-    exp, trial = args.experiment, args.trial
-    if not (exp and trial):
-        latest = _latest_trial(log_root)
-        if latest is None:
-            print(f"no logs under {log_root}", file=sys.stderr)
-            return 1
-        exp, trial = exp or latest[0], trial or latest[1]
+    exp, trial = pick_log_trial(args.fileroot, args.experiment, args.trial)
     paths = TrialPaths.of(args.fileroot, exp, trial)
     role, _, index = args.target.partition("/")
+    if index and not index.isdigit():
+        raise ConfigError("target", args.target, "give ROLE, ROLE/INDEX (a number) or merged")
     if role in ("", "all", "merged"):
         path = paths.merged_log()
     elif index:
@@ -180,8 +178,9 @@ def cmd_logs(args: argparse.Namespace) -> int:
     else:
         path = paths.role_log(role)
     if not os.path.exists(path):
-        print(f"no log at {path}", file=sys.stderr)
+        print(f"corral logs: no log of {args.target} in {exp}/{trial} ({path})", file=sys.stderr)
         return 1
+    print(f"corral logs: {exp}/{trial} {args.target} ({path})", file=sys.stderr, flush=True)
     decoder = codecs.getincrementaldecoder("utf-8")("replace")
     with open(path, "rb") as fh:  # engine output, shown inert: no escape sequence passes
         sys.stdout.write(inert.lines(decoder.decode(fh.read())))
@@ -200,7 +199,9 @@ def cmd_stop(args: argparse.Namespace) -> int:
     from corral.rpc.client import RPCClient
 
     nr = _name_resolve(args)
-    workers = _trials(nr).get((args.experiment, args.trial), {})
+    registered = _trials(nr)
+    require_trial(args.fileroot, args.experiment, args.trial, set(registered))
+    workers = registered.get((args.experiment, args.trial), {})
     secret = _secret(args.fileroot, args.experiment, args.trial)
     stopped = 0
     if secret:
@@ -236,6 +237,8 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     if bool(args.experiment) != bool(args.trial):
         print("corral dashboard: give both EXPERIMENT and TRIAL, or neither", file=sys.stderr)
         return 2
+    if args.trial:
+        require_trial(args.fileroot, args.experiment, args.trial, set(_trials(_name_resolve(args))))
     try:
         run_dashboard(
             TrialSource(
@@ -252,20 +255,17 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
 
 
 def cmd_top(args: argparse.Namespace) -> int:
-    from corral.errors import ConfigError
     from corral.observe.source import TrialSource
     from corral.observe.top import run_top
 
     if bool(args.experiment) != bool(args.trial):
         print("corral top: give both EXPERIMENT and TRIAL, or neither", file=sys.stderr)
         return 2
-    try:
-        source = TrialSource(
-            args.fileroot, args.experiment, args.trial, args.max_age, _name_resolve(args)
-        )
-    except ConfigError as exc:
-        print(f"corral top: {exc}", file=sys.stderr)
-        return 2
+    source = TrialSource(
+        args.fileroot, args.experiment, args.trial, args.max_age, _name_resolve(args)
+    )
+    if args.trial:
+        require_trial(args.fileroot, args.experiment, args.trial, set(_trials(source.name_resolve)))
     if args.interval <= 0 or (args.count is not None and args.count < 1):
         print("corral top: use --interval > 0 and --count >= 1", file=sys.stderr)
         return 2
@@ -275,8 +275,15 @@ def cmd_top(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from corral.demo.run import run_demo
 
+    for item in args.override:
+        if "=" not in item:
+            raise ConfigError(
+                "override", item, "write it as a dotted key=value, e.g. scheduler.type=ray"
+            )
     overrides = dict(o.split("=", 1) for o in args.override)
     scheduler = overrides.pop("scheduler.type", args.scheduler)
+    if scheduler not in backend_names():
+        raise ConfigError("scheduler.type", scheduler, f"use one of {', '.join(backend_names())}")
     run_demo(
         scheduler_type=scheduler,
         steps=args.steps,
@@ -285,6 +292,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         trainer_replicas=args.trainers,
         use_torch=False if args.no_torch else None,
         overrides=overrides,
+        verbose=args.verbose,
     )
     return 0
 
@@ -297,6 +305,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         from corral.dryrun import from_config
 
         print(from_config(cfg, args.role, args.replicas))
+        if cfg.extra:
+            print(f"not corral's, kept in cfg.extra and ignored: {', '.join(sorted(cfg.extra))}")
         return 0
     print("corral run without --dry-run: use the Python API (see README)", file=sys.stderr)
     return 2
@@ -309,6 +319,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--fileroot", default=default_root, help="cluster fileroot (default %(default)s)"
     )
     parser.add_argument("--etcd", default=None, help="etcd host:port, if name-resolve is etcd")
+    parser.add_argument(
+        "--debug", action="store_true", help="show the traceback of an error (or CORRAL_DEBUG=1)"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     demo = sub.add_parser("demo", help="run the demo RL job")
@@ -318,6 +331,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--trainers", type=int, default=2)
     demo.add_argument(
         "--no-torch", action="store_true", help="learners average gradients with numpy"
+    )
+    demo.add_argument(
+        "--verbose", action="store_true", help="also show the backend's own log lines (Ray)"
     )
     demo.add_argument("override", nargs="*", help="dotted overrides such as scheduler.type=ray")
     demo.set_defaults(fn=cmd_demo)
@@ -380,6 +396,10 @@ def main(argv: list[str] | None = None) -> int:
         return args.fn(args)
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:  # one or two lines, not a traceback (cli_errors)
+        if debug_wanted(args.debug):
+            raise
+        return report(args.command, exc, lambda line: print(line, file=sys.stderr))
 
 
 if __name__ == "__main__":

@@ -347,6 +347,7 @@ class Scheduler(RoleAPI, EngineAPI):
         with self._lock:
             for name in self._groups.of_roles(role):  # groups go with any role of theirs
                 self._io.run(self._groups.destroy(name))
+            self._stats.before_delete()  # the final table keeps the deleted roles' rows
             self._teardown.delete(role, reverse_order)
             if not self._roles:
                 self._hold.release()

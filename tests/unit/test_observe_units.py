@@ -37,7 +37,7 @@ def test_call_stats_count_rates_errors_latency_and_in_flight_per_role():
     out = stats.sample(now=103.0)
     assert out["b"]["in_flight"] == 0 and out["b"]["total"] == 1
     assert out["a"]["history"][-1][1:] == [0.0, None, None]  # an idle second: no latency
-    assert out["a"]["p50_ms"] > 0  # the table keeps the last figures
+    assert out["a"]["p50_ms"] is None and out["a"]["p99_ms"] is None  # "–", not the old ones
 
 
 def test_null_call_stats_record_nothing():

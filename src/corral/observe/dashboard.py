@@ -216,7 +216,7 @@ def _handler(dash: Dashboard) -> type[BaseHTTPRequestHandler]:
                 path = dash.source.log_path(experiment, trial, worker)
             self._event("path", path)
             idle = 0
-            for lines in follow_lines(path, dash.stop):
+            for lines in follow_lines(path, dash.stop, match=query.get("q") or None):
                 if lines:
                     self._event("lines", [inert.lines(line) for line in lines])
                     idle = 0

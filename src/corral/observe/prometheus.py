@@ -83,8 +83,10 @@ def render(snapshot: dict | None) -> str:
             ({"role": r["role"], "quantile": q}, r["calls"][f"p{q[2:]}_ms"] / 1e3)
             for r in roles
             for q in ("0.50", "0.99")
+            if r["calls"][f"p{q[2:]}_ms"] is not None  # no calls in the last second
         ],
     )
+    per_worker_and_method(snapshot, family)
     workers = snapshot["workers"]
     family(
         "corral_worker_up",
@@ -105,6 +107,44 @@ def render(snapshot: dict | None) -> str:
         [({"worker": w["id"]}, w["exit_code"]) for w in workers if w["exit_code"] is not None],
     )
     return "\n".join(lines) + "\n"  # fmt: skip
+
+
+def per_worker_and_method(snapshot: dict, family: Callable) -> None:
+    """Call figures per worker and per method, and each worker's CPU, memory and GPU
+    use where measured (corral.observe.resources)."""
+    calls = [(w["id"], w["calls"]) for w in snapshot["workers"] if w.get("calls")]
+    methods = [
+        ({"role": r["role"], "method": m}, k)
+        for r in snapshot["roles"]
+        for m, k in sorted((r.get("methods") or {}).items())
+    ]
+    for suffix, key, kind, what in (
+        ("calls_total", "total", "counter", "Engine calls completed"),
+        ("call_errors_total", "errors", "counter", "Engine calls that raised"),
+    ):
+        family(f"corral_worker_{suffix}", kind, f"{what}, per worker.",
+               [({"worker": wid}, k[key]) for wid, k in calls])  # fmt: skip
+        family(f"corral_method_{suffix}", kind, f"{what}, per role and method.",
+               [(labels, k[key]) for labels, k in methods])  # fmt: skip
+    quantiles = (("0.50", "p50_ms"), ("0.99", "p99_ms"))
+    family("corral_worker_call_latency_seconds", "gauge",
+           "Engine call latency quantiles over the last second, per worker.",
+           [({"worker": wid, "quantile": q}, k[f] / 1e3) for wid, k in calls
+            for q, f in quantiles if k[f] is not None])  # fmt: skip
+    family("corral_method_call_latency_seconds", "gauge",
+           "Engine call latency quantiles over the last second, per role and method.",
+           [({**labels, "quantile": q}, k[f] / 1e3) for labels, k in methods
+            for q, f in quantiles if k[f] is not None])  # fmt: skip
+    for name, key, scale, what in (
+        ("corral_worker_cpu_percent", "cpu_percent", 1, "CPU use of the worker's process tree (%)."),
+        ("corral_worker_rss_bytes", "rss_bytes", 1, "Resident memory of the worker's process tree."),
+        ("corral_worker_gpu_utilization_percent", "gpu_util", 1, "Mean utilisation of its GPUs."),
+        ("corral_worker_gpu_memory_bytes", "gpu_mem_bytes", 1, "Memory used on its GPUs."),
+    ):  # fmt: skip
+        samples = [({"worker": w["id"]}, w[key] * scale) for w in snapshot["workers"]
+                   if w.get(key) is not None]  # fmt: skip
+        if samples:
+            family(name, "gauge", what, samples)
 
 
 class MetricsServer:
