@@ -4,21 +4,11 @@ Each worker is a Ray actor that hosts the ordinary corral worker runtime in its 
 process: it binds a port, registers in name-resolve and serves the same RPC as a local
 worker. Ray only places the actor, keeps its resources reserved and tells us when it died.
 
-Placement (``SchedulingSpec.ray_placement_strategy``, one value per role):
-
-``"separate"`` (default)
-    One placement group per worker, each with a single bundle that matches the worker's
-    spec. Ray places single-bundle groups on the least loaded node that fits, so the
-    workers of a role spread over the nodes when they can. Every group is created and
-    waited for (up to ``startup_timeout``) before any actor starts.
-``"shared"``
-    One placement group for the whole role, one bundle per worker, strategy ``PACK``: the
-    workers sit on as few nodes as possible. Created and waited for like ``separate``.
-``"deferred"``
-    Like ``separate``, but the actors are created at once without waiting for their
-    groups; each actor starts when its group is placed. A group that never fits ends in
-    the scheduler's ``WorkerTimeoutError`` (with the pending request in its message)
-    instead of ``WorkerCreationError``. Use it on autoscaling clusters.
+Placement (``SchedulingSpec.ray_placement_strategy``, one value per role; docs/backends.md):
+``"separate"`` (default) is one single-bundle placement group per worker, so a role
+spreads over the nodes; ``"shared"`` is one ``PACK`` group per role; ``"deferred"`` is
+``separate`` without waiting for the groups before the actors start (autoscaling
+clusters: a group that never fits ends in ``WorkerTimeoutError``).
 
 A bundle holds ``CPU=cpu`` and ``gpu`` units of the cluster's accelerator resource:
 ``GPU`` if the cluster has GPUs, else ``NPU`` if it has NPUs (read from
