@@ -11,6 +11,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from corral.liveness import pid_alive  # noqa: F401  (importable from here too)
+
 _spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="corral-spawner")
 
 
@@ -93,18 +95,3 @@ class AdoptedProcess:
                 raise subprocess.TimeoutExpired(str(self.pid), timeout or 0.0)
             time.sleep(0.02)
         return -1
-
-
-def pid_alive(pid: int) -> bool:
-    """True if ``pid`` runs here and is not a zombie waiting to be reaped."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split(") ", 1)[1][0] != "Z"
-    except (OSError, IndexError):
-        return True

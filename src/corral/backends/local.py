@@ -33,6 +33,15 @@ def detect_gpu_devices() -> list[int]:
     return sorted(int(p.removeprefix("/dev/nvidia")) for p in glob.glob("/dev/nvidia[0-9]*"))
 
 
+def _argv(spec: SchedulingSpec, env: dict[str, str], port: int | None) -> list[str]:
+    """A worker's command: corral's worker reads its environment only; a module of the
+    user's (``spec.cmd``) gets AReaL's arguments too, with a free port (``port=None``)."""
+    argv = command_argv(spec.cmd)
+    if argv[1:] == ["-m", "corral.worker"]:
+        return argv
+    return argv + args_from_env(env, port=free_port() if port is None else port)
+
+
 class LocalLauncher(Launcher, Elastic, Adoptable):
     name = "local"
     fds_per_worker = 5  # output pipe, three log files, a connection
@@ -90,7 +99,7 @@ class LocalLauncher(Launcher, Elastic, Adoptable):
             else:
                 devices, free = free[: spec.gpu], free[spec.gpu :]
             env = self._process_env(env, devices)
-            argv = command_argv(spec.cmd) + args_from_env(env, port=0)
+            argv = _argv(spec, env, port=0)
             lines += [
                 f"## {job.role}/{index}: GPUs {devices or 'none'}",
                 "$ " + shlex.join(argv) + ("  (--port: a free port at launch)" if spec.cmd else ""),
@@ -132,7 +141,7 @@ class LocalLauncher(Launcher, Elastic, Adoptable):
 
     def _start(self, role: str, index: int, spec, env: dict[str, str], devices: list[int]):
         env = self._process_env(env, devices)
-        argv = command_argv(spec.cmd) + args_from_env(env, port=free_port() if spec.cmd else 0)
+        argv = _argv(spec, env, port=None)
         if self.outlive:  # outlives the controller (corral.attach): writes its own log
             path = replica_log_path(self._log_dir, role, index)
             os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)

@@ -25,7 +25,6 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from corral.auth import AUTH_HEADER, RequestVerifier, TrialKeys
@@ -56,13 +55,27 @@ _STATUS_LINES = {code: f"HTTP/1.1 {code} {reason}" for code, reason in REASONS.i
 ACKABLE = 4096
 
 
-@dataclass
 class Reply:
-    status: int = 200
-    parts: list = field(default_factory=list)
-    content_type: str = "application/x-corral-frame"
-    #: a prebuilt shared-memory copy of ``parts`` (sent instead when the peer is local)
-    segment: Any = None
+    """A reply's status, body parts and content type. ``segment``: a prebuilt
+    shared-memory copy of ``parts`` (sent instead when the peer is local). A plain class,
+    not a dataclass: a worker's start does not import ``dataclasses`` (and ``inspect``)."""
+
+    __slots__ = ("status", "parts", "content_type", "segment")
+
+    def __init__(
+        self,
+        status: int = 200,
+        parts: list | None = None,
+        content_type: str = "application/x-corral-frame",
+        segment: Any = None,
+    ):
+        self.status = status
+        self.parts = [] if parts is None else parts
+        self.content_type = content_type
+        self.segment = segment
+
+    def __repr__(self) -> str:
+        return f"Reply({self.status}, {len(self.parts)} part(s), {self.content_type!r})"
 
 
 class Deferred:

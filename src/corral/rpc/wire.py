@@ -19,7 +19,6 @@ proved the sender holds the trial secret, so importing is never offered to stran
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 import importlib
 import json
@@ -147,9 +146,11 @@ class _Encoder:
         torch = sys.modules.get("torch")
         if torch is not None and isinstance(obj, torch.dtype):
             return {TAG: "dtype", "v": str(obj).removeprefix("torch.")}
-        if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        # a dataclass exists only where its module is loaded (a worker may never load it)
+        dcs = sys.modules.get("dataclasses")
+        if dcs is not None and dcs.is_dataclass(obj) and not isinstance(obj, type):
             cls = type(obj)
-            fields = {f.name: self.encode(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+            fields = {f.name: self.encode(getattr(obj, f.name)) for f in dcs.fields(obj)}
             return {TAG: "dc", "c": f"{cls.__module__}:{cls.__qualname__}", "v": fields}
         if isinstance(obj, set | frozenset):
             return {TAG: "set", "v": [self.encode(x) for x in obj]}
@@ -354,8 +355,9 @@ class _Decoder:
     def dataclass(self, node: dict) -> Any:
         fields = {k: self.decode(v) for k, v in node["v"].items()}
         cls = self.find_class(node["c"])
-        if cls is not None and dataclasses.is_dataclass(cls):
-            init = {f.name for f in dataclasses.fields(cls) if f.init}
+        dcs = sys.modules.get("dataclasses")  # loaded wherever a dataclass is
+        if cls is not None and dcs is not None and dcs.is_dataclass(cls):
+            init = {f.name for f in dcs.fields(cls) if f.init}
             try:
                 obj = cls(**{k: v for k, v in fields.items() if k in init})
             except (TypeError, ValueError):

@@ -5,9 +5,7 @@ from __future__ import annotations
 import json
 import os
 import socket
-from dataclasses import dataclass
-
-from corral import envvars
+from typing import NamedTuple
 
 EXPERIMENT = "CORRAL_EXPERIMENT"
 TRIAL = "CORRAL_TRIAL"
@@ -84,6 +82,8 @@ def worker_environment(
     if engines:
         env[ENGINES] = json.dumps(engines)
     # AReaL's variables: PYTHONPATH, caches, thread counts, torch_memory_saver
+    from corral import envvars  # the controller's side only: a worker never needs it
+
     env.update(envvars.controller_env(cpu, env_vars or {}, offload))
     env.update(env_vars or {})
     return env
@@ -133,8 +133,10 @@ def node_name() -> str:
     return os.environ.get(NODE) or os.environ.get("SLURMD_NODENAME") or socket.gethostname()
 
 
-@dataclass
-class WorkerSettings:
+class WorkerSettings(NamedTuple):
+    """What a worker is started with (read once from its environment). A named tuple, not
+    a dataclass: a worker's start does not import ``dataclasses`` (and ``inspect``)."""
+
     experiment: str
     trial: str
     role: str

@@ -83,16 +83,18 @@ class ForkManager:
         try:
             child_env[E.SECRET_FD] = str(read_end)
             own = module in DEFAULT_WORKER_MODULES
-            argv = module_argv(module) + contract_args(
-                port=0 if own else free_port(),
-                experiment=s.experiment,
-                trial=s.trial,
-                role=role,
-                index=index,
-                name_resolve=s.name_resolve,
-                fileroot=child_env.get(E.FILEROOT, ""),
-                host="0.0.0.0",
-            )
+            argv = module_argv(module)
+            if not own:  # a module of the user's gets AReaL's arguments; corral's reads env
+                argv += contract_args(
+                    port=free_port(),
+                    experiment=s.experiment,
+                    trial=s.trial,
+                    role=role,
+                    index=index,
+                    name_resolve=s.name_resolve,
+                    fileroot=child_env.get(E.FILEROOT, ""),
+                    host="0.0.0.0",
+                )
             proc = spawn(argv, child_env, pass_fds=(read_end,))
         finally:
             os.close(read_end)

@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from corral import keys
-from corral.procs import pid_alive
+from corral.liveness import pid_alive
 
 
 class ControllerWatch:

@@ -1,0 +1,126 @@
+"""A worker's own start: from spawn to registered, N in parallel (issue 29).
+
+``create_workers`` (the ``local.cold_start`` rows) adds the controller's own work: checks,
+environments, the spawner thread, the log pump and the registration poll. This measures
+only what a worker pays itself: N ``python -m corral.worker`` processes started at once with
+the environment and arguments the local backend gives them (``worker_environment``,
+``args_from_env``, ``CORRAL_DIE_WITH_PARENT=1``), until each has printed the line it
+prints after its name-resolve records are written (``serving at``). The baseline is N bare
+``python -c pass`` started the same way, measured in the same minute, interleaved.
+
+    python benchmarks/worker_start.py [N ...]     # prints one line per N
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+READY = b"serving at"
+
+
+def worker_envs(fileroot: str, n: int, role: str) -> list[tuple[list[str], dict[str, str]]]:
+    """argv and environment of ``n`` workers as the local backend would start them."""
+    from corral.worker.env import DIE_WITH_PARENT, worker_environment
+
+    secret = os.path.join(fileroot, "secret")
+    if not os.path.exists(secret):
+        fd = os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.write(fd, os.urandom(32).hex().encode())
+        os.close(fd)
+    records = os.path.join(fileroot, "records")
+    os.makedirs(records, mode=0o700, exist_ok=True)
+    out = []
+    for index in range(n):
+        env = worker_environment(
+            experiment="start",
+            trial="t0",
+            role=role,
+            index=index,
+            name_resolve={"type": "nfs", "root": records},
+            log_dir=os.path.join(fileroot, "logs"),
+            port_count=1,
+            lease_timeout=30.0,
+            cpu=1,
+            fileroot=fileroot,
+            secret_file=secret,
+        )
+        env[DIE_WITH_PARENT] = "1"
+        env["CORRAL_PARENT_PID"] = str(os.getpid())
+        argv = [sys.executable, "-m", "corral.worker"]  # as corral.backends.local starts it
+        out.append((argv, {**os.environ, **env}))
+    return out
+
+
+def start_workers(fileroot: str, n: int, role: str, timeout: float = 120.0) -> float:
+    """Seconds from the first spawn until all ``n`` workers said they are registered."""
+    plans = worker_envs(fileroot, n, role)
+    procs: list[subprocess.Popen] = []
+    sel = selectors.DefaultSelector()
+    try:
+        started = time.perf_counter()
+        for argv, env in plans:
+            proc = subprocess.Popen(
+                argv,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+            procs.append(proc)
+            sel.register(proc.stdout, selectors.EVENT_READ, [proc, b""])
+        waiting = n
+        while waiting:
+            if time.perf_counter() - started > timeout:
+                raise TimeoutError(f"{waiting} of {n} workers not registered after {timeout}s")
+            for key, _ in sel.select(timeout=1.0):
+                proc, seen = key.data
+                chunk = os.read(key.fd, 65536)
+                if not chunk:
+                    raise RuntimeError(f"a worker ended before it registered: {seen[-2000:]!r}")
+                key.data[1] = seen = seen + chunk
+                if READY in seen:
+                    sel.unregister(key.fileobj)
+                    waiting -= 1
+        elapsed = time.perf_counter() - started
+    finally:
+        sel.close()
+        for proc in procs:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        for proc in procs:
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            proc.stdout.close()
+    return elapsed
+
+
+def main(sizes: list[int]) -> None:
+    import baselines
+    from common import median
+
+    with tempfile.TemporaryDirectory(prefix="corral-start-") as root:
+        os.chmod(root, 0o700)
+        for n in sizes:
+            worker, bare = [], []
+            for rep in range(5):
+                bare.append(baselines.bare_start(n))
+                worker.append(start_workers(root, n, f"r{n}x{rep}"))
+            w, b = median(worker), median(bare)
+            print(f"n={n}: worker {w * 1000:.1f} ms, bare {b * 1000:.1f} ms, {w / b:.2f}x")
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    main([int(a) for a in sys.argv[1:]] or [1, 8])
