@@ -57,17 +57,22 @@ def worker_envs(fileroot: str, n: int, role: str) -> list[tuple[list[str], dict[
     return out
 
 
-def start_workers(fileroot: str, n: int, role: str, timeout: float = 120.0) -> float:
-    """Seconds from the first spawn until all ``n`` workers said they are registered."""
-    plans = worker_envs(fileroot, n, role)
+def start_workers(
+    fileroot: str, n: int, role: str, timeout: float = 120.0, env: dict[str, str] | None = None
+) -> tuple[float, float]:
+    """Seconds from the first spawn until all ``n`` workers said they are registered, and
+    the CPU seconds the ``n`` processes used (all threads, until each was SIGKILLed right
+    after it said so: on a loaded machine the CPU time moves less than the wall time)."""
+    plans = [(argv, {**e, **(env or {})}) for argv, e in worker_envs(fileroot, n, role)]
     procs: list[subprocess.Popen] = []
+    cpu = 0.0
     sel = selectors.DefaultSelector()
     try:
         started = time.perf_counter()
-        for argv, env in plans:
+        for argv, full_env in plans:
             proc = subprocess.Popen(
                 argv,
-                env=env,
+                env=full_env,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
@@ -87,27 +92,46 @@ def start_workers(fileroot: str, n: int, role: str, timeout: float = 120.0) -> f
                 key.data[1] = seen = seen + chunk
                 if READY in seen:
                     sel.unregister(key.fileobj)
+                    os.killpg(proc.pid, signal.SIGKILL)  # its CPU time stops here
                     waiting -= 1
         elapsed = time.perf_counter() - started
     finally:
         sel.close()
         for proc in procs:
             try:
-                os.killpg(proc.pid, signal.SIGTERM)
+                os.killpg(proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
         for proc in procs:
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+            _, _, usage = os.wait4(proc.pid, 0)
+            proc.returncode = -signal.SIGKILL
+            cpu += usage.ru_utime + usage.ru_stime
             proc.stdout.close()
-    return elapsed
+    return elapsed, cpu
+
+
+def bare_start(n: int) -> tuple[float, float]:
+    """``baselines.bare_start`` (N ``python -c pass`` in parallel), with their CPU seconds."""
+    procs: list[subprocess.Popen] = []
+    cpu = 0.0
+    try:
+        started = time.perf_counter()
+        for _ in range(n):
+            procs.append(subprocess.Popen([sys.executable, "-c", "pass"], stdin=subprocess.DEVNULL))
+        for proc in procs:
+            _, status, usage = os.wait4(proc.pid, 0)
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            cpu += usage.ru_utime + usage.ru_stime
+        elapsed = time.perf_counter() - started
+    finally:
+        for proc in procs:
+            if proc.returncode is None:
+                proc.kill()
+                proc.wait()
+    return elapsed, cpu
 
 
 def main(sizes: list[int]) -> None:
-    import baselines
     from common import median
 
     with tempfile.TemporaryDirectory(prefix="corral-start-") as root:
@@ -115,10 +139,14 @@ def main(sizes: list[int]) -> None:
         for n in sizes:
             worker, bare = [], []
             for rep in range(5):
-                bare.append(baselines.bare_start(n))
+                bare.append(bare_start(n))
                 worker.append(start_workers(root, n, f"r{n}x{rep}"))
-            w, b = median(worker), median(bare)
-            print(f"n={n}: worker {w * 1000:.1f} ms, bare {b * 1000:.1f} ms, {w / b:.2f}x")
+            w, b = median(x[0] for x in worker), median(x[0] for x in bare)
+            wc, bc = median(x[1] for x in worker), median(x[1] for x in bare)
+            print(
+                f"n={n}: worker {w * 1000:.1f} ms, bare {b * 1000:.1f} ms, {w / b:.2f}x; "
+                f"CPU {wc * 1000:.1f} ms vs {bc * 1000:.1f} ms, {wc / bc:.2f}x"
+            )
 
 
 if __name__ == "__main__":

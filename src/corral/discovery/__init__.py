@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
-from typing import Any
 
 from corral.discovery.base import NameResolve, check_key
 from corral.discovery.files import FileNameResolve
 from corral.errors import ConfigError
+
+TYPE_CHECKING = False  # typing's, without importing typing (a worker's start)
+if TYPE_CHECKING:
+    from typing import Any
 
 NAME_RESOLVE_TYPES = ("nfs", "memory", "etcd3")
 

@@ -18,14 +18,12 @@ when the process runs out of file descriptors the accept loop backs off and keep
 from __future__ import annotations
 
 import errno
-import logging
 import os
 import socket
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any
 
 from corral.auth import AUTH_HEADER, RequestVerifier, TrialKeys
 from corral.errors import ProtocolError
@@ -41,7 +39,10 @@ from corral.rpc.http import (
     tune_socket,
 )
 
-log = logging.getLogger(__name__)
+TYPE_CHECKING = False  # typing's, without importing typing (a worker's start)
+if TYPE_CHECKING:
+    from typing import Any
+
 DEFAULT_MAX_BODY = 8 * 1024**3
 HEAD_TIMEOUT = 10.0
 IDLE_TIMEOUT = 300.0
@@ -76,6 +77,14 @@ class Reply:
 
     def __repr__(self) -> str:
         return f"Reply({self.status}, {len(self.parts)} part(s), {self.content_type!r})"
+
+
+def _warn(text: str, *args: Any) -> None:
+    """Log a warning; ``logging`` (with traceback, linecache, tokenize) is imported only
+    when there is one: a worker's start does not load it."""
+    import logging
+
+    logging.getLogger(__name__).warning(text, *args)
 
 
 class Deferred:
@@ -160,7 +169,7 @@ class RPCServer:
                 if exc.errno in _FD_ERRORS:
                     self.fd_exhausted += 1
                     if self.fd_exhausted == 1 or self.fd_exhausted % 100 == 0:
-                        log.warning("accept: %s; dropping a waiting connection, retrying", exc)
+                        _warn("accept: %s; dropping a waiting connection, retrying", exc)
                     self._drop_oldest_waiting()
                     time.sleep(backoff)
                     backoff = min(backoff * 2, 1.0)
@@ -186,7 +195,7 @@ class RPCServer:
             tune_socket(conn)
             threading.Thread(target=self._serve, args=(conn,), name="rpc-conn", daemon=True).start()
         except (RuntimeError, OSError) as exc:  # no thread left: refuse this one
-            log.warning("cannot serve a new connection: %s", exc)
+            _warn("cannot serve a new connection: %s", exc)
             self._forget(conn)
             conn.close()
 

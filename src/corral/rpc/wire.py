@@ -26,13 +26,15 @@ import math
 import re
 import struct
 import sys
-from typing import TYPE_CHECKING, Any
 
 from corral.data.ref import WIRE_TAG as _REF_TAG
 from corral.data.ref import Ref
 from corral.errors import ProtocolError
 
+TYPE_CHECKING = False  # typing's, without importing typing (a worker's start)
 if TYPE_CHECKING:
+    from typing import Any
+
     import numpy as np
 
 MAGIC = b"CRL1"

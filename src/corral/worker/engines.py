@@ -13,7 +13,6 @@ import queue
 import re
 import sys
 import threading
-from typing import Any
 
 from corral.errors import (
     EngineCallError,
@@ -23,6 +22,10 @@ from corral.errors import (
 )
 from corral.worker import broadcast as _bcast
 from corral.worker.env import ENGINE_ALLOW
+
+TYPE_CHECKING = False  # typing's, without importing typing (a worker's start)
+if TYPE_CHECKING:
+    from typing import Any
 
 _IMPORT_PATH = re.compile(
     r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*([:.][A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*)?$"

@@ -357,18 +357,20 @@ def _reserve_ports(count: int) -> list[int]:
             sock.close()
 
 
-def die_with_parent() -> None:
-    """Ask the kernel to SIGTERM this process when its parent dies (Linux only)."""
+def die_with_parent() -> str | None:
+    """Ask the kernel to SIGTERM this process when its parent dies (Linux only). Returns
+    why the worker must stop now (its parent is already gone), else None."""
     import ctypes  # here: a worker that is not asked to die with its parent never loads it
 
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
     except (OSError, AttributeError):
-        return
+        return None
     expected = os.environ.get("CORRAL_PARENT_PID")
     if expected and os.getppid() != int(expected):
-        sys.exit(f"corral worker: parent {expected} is already gone")
+        return f"parent {expected} is already gone"
+    return None
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -382,8 +384,6 @@ def main(argv: list[str] | None = None) -> None:
         port = parse(words).port
 
     settings = WorkerSettings.from_env()
-    if settings.die_with_parent:
-        die_with_parent()
     secret = read_secret()
     for name in (E.SECRET,):
         os.environ.pop(name, None)
@@ -411,6 +411,10 @@ def main(argv: list[str] | None = None) -> None:
             pass
 
     runtime.start()
+    # after registering (it loads ctypes): a parent that died before is caught by its pid
+    orphaned = die_with_parent() if settings.die_with_parent else None
+    if orphaned:
+        lost(orphaned)
     threading.Thread(
         target=ControllerWatch(runtime, lost).run, name="corral-watch", daemon=True
     ).start()
