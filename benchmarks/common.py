@@ -170,7 +170,46 @@ def machine_info(repo: str) -> dict[str, Any]:
         "torch": _version("torch"),
         "corral": _version("corral"),
         "git_commit": _git_commit(repo),
+        "baseline_python": python_provenance(),
     }
+
+
+def python_provenance() -> dict[str, Any]:
+    """How the baselines' ``python -c pass`` (and every worker) was made: the interpreter,
+    the venv, where packages come from, and whether corral's bytecode was cached."""
+    import site
+
+    prefix = sys.prefix if sys.prefix != sys.base_prefix else None
+    try:
+        packages = site.getsitepackages()
+    except AttributeError:
+        packages = []
+    return {
+        "interpreter": sys.executable,
+        "version": sys.version.split()[0],
+        "venv": prefix,
+        "site_packages": packages,
+        "PYTHONDONTWRITEBYTECODE": os.environ.get("PYTHONDONTWRITEBYTECODE") or None,
+        "corral_bytecode": _corral_bytecode(),
+    }
+
+
+def _corral_bytecode() -> str:
+    """Compile corral's modules if their bytecode is missing (PYTHONDONTWRITEBYTECODE=1 in
+    this environment would make every worker compile them at each start; an installed
+    package has them), and say which it was."""
+    import compileall
+    import importlib.util
+
+    spec = importlib.util.find_spec("corral")
+    if spec is None or not spec.submodule_search_locations:
+        return "corral not found"
+    folder = list(spec.submodule_search_locations)[0]
+    cached = importlib.util.cache_from_source(os.path.join(folder, "worker", "runtime.py"))
+    if os.path.exists(cached):
+        return f"present ({folder})"
+    ok = compileall.compile_dir(folder, quiet=1)
+    return f"compiled by the harness before the run ({folder})" if ok else "compile failed"
 
 
 class Context:

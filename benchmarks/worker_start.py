@@ -131,6 +131,50 @@ def bare_start(n: int) -> tuple[float, float]:
     return elapsed, cpu
 
 
+def rows(fileroot: str, sizes: list[int], reps: int) -> list:
+    """``local.worker_start.n{N}`` rows: a worker's own start vs N bare ``python -c pass``,
+    interleaved rep by rep (the same minute), medians; CPU seconds as a diagnostic."""
+    from common import Row, Target, log, median, rounded
+
+    out = []
+    for n in sizes:
+        worker: list[tuple[float, float]] = []
+        bare: list[tuple[float, float]] = []
+        for rep in range(reps):
+            bare.append(bare_start(n))
+            worker.append(start_workers(fileroot, n, f"start{n}r{rep}"))
+        log(
+            f"worker start n={n}: {median(w for w, _ in worker):.3f}s "
+            f"(CPU {median(c for _, c in worker):.3f}s), bare python "
+            f"{median(b for b, _ in bare):.3f}s (CPU {median(c for _, c in bare):.3f}s)"
+        )
+        cpu, bare_cpu = median(c for _, c in worker), median(c for _, c in bare)
+        out.append(
+            Row(
+                key=f"local.worker_start.n{n}",
+                backend="local",
+                label=f"a worker's own start, {n} in parallel (spawn to registered)",
+                unit="s",
+                value=median(w for w, _ in worker),
+                baseline=median(b for b, _ in bare),
+                baseline_label=f"{n} x `python -c pass` in parallel, interleaved",
+                targets=[Target("ratio", "<=", 3.0, "<= 3x bare")],
+                samples={
+                    "corral": rounded(w for w, _ in worker),
+                    "baseline": rounded(b for b, _ in bare),
+                    "corral_cpu": rounded(c for _, c in worker),
+                    "baseline_cpu": rounded(c for _, c in bare),
+                },
+                extra={
+                    "cpu_ratio": round(cpu / bare_cpu, 3) if bare_cpu else None,
+                    "note": "python -m corral.worker with the local backend's environment, "
+                    "until it printed that it registered; CPU: all its threads until then",
+                },
+            )
+        )
+    return out
+
+
 def main(sizes: list[int]) -> None:
     from common import median
 
