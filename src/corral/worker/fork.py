@@ -108,6 +108,7 @@ class ForkManager:
         if s.log_dir:
             self._pump.add(proc.stdout, s.log_dir, role, index)
         deadline = time.monotonic() + timeout
+        pause = 0.001  # a child starts in tens of ms: look often at first, then every 10 ms
         while time.monotonic() < deadline:
             value = self.name_resolve.get(address_key)
             if value is not None:
@@ -126,7 +127,8 @@ class ForkManager:
                     f"forked worker {child_id} exited with code {proc.returncode} before it "
                     f"registered\n{tail(log)}"
                 )
-            time.sleep(0.01)
+            time.sleep(pause)
+            pause = min(pause * 1.5, 0.01)
         self.kill(child_id)
         raise WorkerCreationError(f"forked worker {child_id} did not register within {timeout}s")
 
