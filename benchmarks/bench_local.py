@@ -242,6 +242,7 @@ def bench_fork(sched, plan: Plan) -> list[Row]:
             value=median(forks),
             baseline=median(bare),
             baseline_label="1 x `python -c pass`",
+            targets=[Target("ratio", "<=", 3.0, "<= 3x bare")],  # as a worker's own start
             samples={"corral": rounded(forks), "baseline": rounded(bare)},
         )
     ]

@@ -65,7 +65,7 @@ _JSON_ENCODE = _json_encoder()
 _JSON_DECODE = json.JSONDecoder().decode
 _NUMPY_KINDS = set("biufc?mM")
 _PLAIN = (type(None), bool, int, str)
-_MODULE_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+_MODULE_PATH = r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$"  # compiled (and cached) by re on first use
 _TORCH_DTYPES = {
     "float32", "float64", "float16", "bfloat16", "int8", "int16", "int32", "int64",
     "uint8", "bool", "complex64", "complex128", "float8_e4m3fn", "float8_e5m2",
@@ -278,7 +278,7 @@ class _Decoder:
         importable under the policy, or no such attribute)."""
         module_name, _, qualname = str(path).partition(":")
         module: Any = sys.modules.get(module_name)
-        if module is None and self.import_types and _MODULE_PATH.fullmatch(module_name):
+        if module is None and self.import_types and re.fullmatch(_MODULE_PATH, module_name):
             try:
                 module = importlib.import_module(module_name)
             except Exception as exc:

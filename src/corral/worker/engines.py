@@ -27,14 +27,13 @@ TYPE_CHECKING = False  # typing's, without importing typing (a worker's start)
 if TYPE_CHECKING:
     from typing import Any
 
-_IMPORT_PATH = re.compile(
-    r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*([:.][A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*)?$"
-)
+# a pattern, compiled (and cached by ``re``) by the first engine, not by a worker's start
+_IMPORT_PATH = r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*([:.][A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*)?$"
 
 
 def resolve_import_path(path: str) -> Any:
     """``pkg.mod.Class`` or ``pkg.mod:Class.Inner`` -> the object. Raises EngineImportError."""
-    if not isinstance(path, str) or not _IMPORT_PATH.fullmatch(path):
+    if not isinstance(path, str) or not re.fullmatch(_IMPORT_PATH, path):
         raise EngineImportError(
             f"engine import path {path!r} is not of the form 'pkg.module.Class'"
         )
