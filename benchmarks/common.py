@@ -195,21 +195,40 @@ def python_provenance() -> dict[str, Any]:
 
 
 def _corral_bytecode() -> str:
-    """Compile corral's modules if their bytecode is missing (PYTHONDONTWRITEBYTECODE=1 in
-    this environment would make every worker compile them at each start; an installed
-    package has them), and say which it was."""
+    """Whether corral's modules have their bytecode cached (PYTHONDONTWRITEBYTECODE=1 in
+    an environment without it makes every worker compile corral at each start)."""
+    folder = _corral_folder()
+    if folder is None:
+        return "corral not found"
+    state = "present" if _has_bytecode(folder) else "missing: each worker compiles corral"
+    return f"{state} ({folder})"
+
+
+def ensure_corral_bytecode() -> None:
+    """Compile corral's modules if their bytecode is missing, as installing a package does
+    (an editable checkout under PYTHONDONTWRITEBYTECODE=1 never gets it)."""
     import compileall
+
+    folder = _corral_folder()
+    if folder is not None and not _has_bytecode(folder):
+        compileall.compile_dir(folder, quiet=1)
+
+
+def _corral_folder() -> str | None:
     import importlib.util
 
     spec = importlib.util.find_spec("corral")
     if spec is None or not spec.submodule_search_locations:
-        return "corral not found"
-    folder = list(spec.submodule_search_locations)[0]
-    cached = importlib.util.cache_from_source(os.path.join(folder, "worker", "runtime.py"))
-    if os.path.exists(cached):
-        return f"present ({folder})"
-    ok = compileall.compile_dir(folder, quiet=1)
-    return f"compiled by the harness before the run ({folder})" if ok else "compile failed"
+        return None
+    return list(spec.submodule_search_locations)[0]
+
+
+def _has_bytecode(folder: str) -> bool:
+    import importlib.util
+
+    return os.path.exists(
+        importlib.util.cache_from_source(os.path.join(folder, "worker", "runtime.py"))
+    )
 
 
 class Context:
