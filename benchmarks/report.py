@@ -157,8 +157,8 @@ def mark_moved_baselines(previous_json: str, rows: list[Row]) -> None:
     for r in rows:
         old = before.get(r.key)
         if isinstance(old, int | float) and old > 0 and r.baseline is not None:
-            r.extra["baseline_previous"] = old
-            r.extra["baseline_moved"] = round(r.baseline / old - 1.0, 3)
+            moved = round(r.baseline / old - 1.0, 3)  # a new dict: rows may share one
+            r.extra = {**r.extra, "baseline_previous": old, "baseline_moved": moved}
 
 
 def _moved(r: Row) -> str:
