@@ -15,6 +15,11 @@ name-resolve. Measured on the controller, for each size N:
   resident memory added per worker, after the fan-out
 * ``scale.threads.nN``   threads the controller started for this scheduler (counted
   after the fan-out, against the count before the scheduler was made)
+* ``scale.local_fds_per_worker.nN``  real local worker processes (``LocalScheduler``,
+  N = 32, quick 16): the pipes and sockets the controller added per worker after three
+  fan-out rounds, against the open-file pre-check's estimate
+  (``LocalLauncher.fds_per_worker``; ratio <= 1: the check never under-counts, so what it
+  admits runs)
 
 Baselines: for the N=4,096 times, 4 x the N=1,024 figure of the same run (ratio 1.0 =
 linear); for threads, the thread count at N=1,024 (ratio 1.0 = constant).
@@ -41,6 +46,7 @@ PER_HOST = 256
 class Plan:
     def __init__(self, quick: bool):
         self.sizes = [128, 512] if quick else [1024, 4096]
+        self.real_local = 16 if quick else 32
 
 
 def check() -> str | None:
@@ -187,8 +193,59 @@ def measure(ctx: Context, n: int) -> dict:
     return result
 
 
+def _pipes_and_sockets() -> int:
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            count += os.readlink(f"/proc/self/fd/{fd}").startswith(("pipe:", "socket:"))
+        except OSError:
+            pass
+    return count
+
+
+def measure_real_local(ctx: Context, n: int) -> Row:
+    """Real worker processes: what each costs the controller in descriptors."""
+    from corral import Job, LocalScheduler
+    from corral.config import BaseExperimentConfig
+
+    cfg = BaseExperimentConfig(experiment_name=ctx.unique_name("scale-real"), trial_name="t0")
+    sched = LocalScheduler(
+        gpu_devices=[], exp_config=cfg, fileroot=ctx.fileroot, progress=lambda text: None
+    )
+    ctx.on_close(sched.close)
+    sched.create_workers(Job(role="warm", replicas=1))
+
+    async def rounds() -> tuple[int, int]:
+        await sched.create_engine("warm/0", ENGINE, "main")
+        await sched.async_call_engine("warm/0", "noop", "main")
+        before = _pipes_and_sockets()  # this loop, the clients and a worker: fixed costs
+        ids = await asyncio.to_thread(sched.create_workers, Job(role="real", replicas=n))
+        await asyncio.gather(*(sched.create_engine(i, ENGINE, "main") for i in ids))
+        for _ in range(3):
+            await asyncio.gather(*(sched.async_call_engine(i, "noop", "main") for i in ids))
+        return before, _pipes_and_sockets()
+
+    before, after = asyncio.run(rounds())
+    estimate = sched.launcher.fds_per_worker
+    sched.close()
+    per_worker = (after - before) / n
+    log(f"scale real local n={n}: {per_worker:.2f} fds per worker (estimate {estimate})")
+    return Row(
+        key=f"scale.local_fds_per_worker.n{n}",
+        backend=NAME,
+        label=f"scale: controller pipes and sockets per real local worker, {n} workers",
+        unit="fds",
+        value=per_worker,
+        baseline=float(estimate),
+        baseline_label="the open-file pre-check's estimate (LocalLauncher.fds_per_worker)",
+        targets=[Target("ratio", "<=", 1.0, "<= the pre-check's estimate")],
+        extra={"n": n, "before": before, "after": after},
+    )
+
+
 def run(ctx: Context) -> list[Row]:
     plan = Plan(ctx.quick)
+    real = measure_real_local(ctx, plan.real_local)
     small, big = (measure(ctx, n) for n in plan.sizes)
     k = big["n"] / small["n"]
     ns, nb = small["n"], big["n"]
@@ -246,4 +303,5 @@ def run(ctx: Context) -> list[Row]:
             targets=[Target("ratio", "<=", 1.0, "constant")],
         )
     )
+    rows.append(real)
     return rows

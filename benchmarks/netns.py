@@ -29,6 +29,7 @@ import json
 import os
 import random
 import re
+import secrets
 import shutil
 import subprocess
 from collections.abc import Callable
@@ -75,8 +76,9 @@ def _base36(n: int) -> str:
 
 def new_tag(pid: int | None = None) -> str:
     """``cr<pid, base 36>_<3 hex>``: unique per run, says which process made it, and short
-    enough for interface names (15 characters with ``v99``)."""
-    return f"{PREFIX}{_base36(os.getpid() if pid is None else pid)}_{random.getrandbits(12):03x}"
+    enough for interface names (15 characters with ``v99``). The hex comes from the OS, not
+    from ``random``: pytest-randomly reseeds that alike before every test."""
+    return f"{PREFIX}{_base36(os.getpid() if pid is None else pid)}_{secrets.randbits(12):03x}"
 
 
 def tag_pid(name: str) -> int | None:

@@ -40,6 +40,10 @@ BACKENDS = {
     "scale": "bench_scale",
     "data": "bench_data",
     "netns": "bench_netns",  # root only: stand-in hosts with rate-limited links
+    "verbs": "bench_verbs",  # dispatch over a role, weight sync (issue 23)
+    "verbs_netns": "bench_verbs_netns",  # root only: weight sync over 1 Gbit/s links
+    "grpo": "bench_grpo",  # examples/grpo_tiny: corral's share of a real RL step
+    "shapes": "bench_shapes",  # grouped colocation and multi-node instances, Ray + Slurm
 }
 
 

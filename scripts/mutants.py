@@ -41,6 +41,13 @@ STATS = "tests/observe/test_stats.py"
 DASH = "tests/observe/test_dashboard_http.py"
 OBS_UNITS = "tests/unit/test_observe_units.py"
 SHM_SEC = "tests/security/test_shared_memory.py"
+REPLAY = "tests/security/test_replay_and_mutual_auth.py"
+DATA = "tests/conformance/test_data_plane.py"
+RELAY_UNITS = "tests/unit/test_relay.py"
+RELAY = "tests/conformance/test_data_relay.py"
+ATTACH = "tests/conformance/test_reattach.py"
+ELASTIC = "tests/conformance/test_elastic.py"
+PREEMPT = "tests/slurm/test_long_jobs.py -k preempted_role"
 
 M = Mutant
 MUTANTS: list[Mutant] = [
@@ -196,10 +203,10 @@ MUTANTS: list[Mutant] = [
       f"{FAULTS} -k cut_reply",
       why="survivor 1: each retry gets a new request id (method runs twice)"),
     M("retry-new-request-id-async", "calls.py",
-      "        request_id = new_request_id()\n        for attempt in range(retries + 1):\n"
-      "            if attempt and retry_delay:\n                await asyncio.sleep(",
-      "        for attempt in range(retries + 1):\n            request_id = new_request_id()\n"
-      "            if attempt and retry_delay:\n                await asyncio.sleep(",
+      "        request_id = new_request_id()\n        try:\n            for attempt in range(retries + 1):\n"
+      "                if attempt and retry_delay:\n                    await asyncio.sleep(",
+      "        try:\n            for attempt in range(retries + 1):\n                request_id = new_request_id()\n"
+      "                if attempt and retry_delay:\n                    await asyncio.sleep(",
       f"{FAULTS} -k cut_reply",
       why="same, in the async call path"),
     M("retry-exhausted-returns-none", "calls.py",
@@ -325,4 +332,106 @@ MUTANTS: list[Mutant] = [
     M("shm-foreign-segment", "rpc/shm.py",
       "if st.st_uid != os.geteuid() or st.st_mode & 0o077:", "if False:",
       f"{SHM_SEC} -k refuses", why="a reader maps another user's (or a 0644) memfd"),
+    # ------------------------------------------------------------------ issue 27: six promises
+    M("auth-future-timestamp", "auth.py",
+      "if not abs(now - when) <= self.max_skew:", "if not (now - when) <= self.max_skew:",
+      f"{REPLAY} -k clock", why="a request stamped too far in the future is accepted"),
+    M("dashboard-empty-secret", "observe/dashboard.py",
+      "*[s for s in extra_secrets if s]]", "*extra_secrets]",
+      f"{DASH} -k empty_token",
+      why="an empty token cookie logs in to `corral dashboard` run without a trial"),
+    M("attach-live-outliving-run", "attach.py",
+      "    if lease.alive(lease_timeout):", "    if lease.alive(lease_timeout) and lease.grace <= 0:",
+      f"{ATTACH} -k controller_lives",
+      why="attach takes over a run whose controller still lives (outlive_controller > 0)"),
+    M("preempted-restarted-in-place", "restarts.py",
+      " or isinstance(failure, WorkerPreemptedError):", ":", PREEMPT, backend="slurm",
+      why="a preempted worker of a role with max_restarts > 0 is restarted in place"),
+    M("retries-count-retries", "calls.py",
+      "retries = max_retries - 1", "retries = max_retries",
+      "tests/faults/test_restart_and_connections.py -k counts_attempts",
+      why="max_retries counts retries after the first attempt, not attempts"),
+    M("shm-foreign-host-token", "rpc/server.py",
+      "if token != shm.host_token() or not token or not pid.isdigit():",
+      "if not token or not pid.isdigit():", f"{SHM_SEC} -k another_host",
+      why="a shared-memory offer from another host is taken as same-host"),
+    M("slurm-cancel-named-by-exit-code", "backends/slurm_watch.py",
+      "                if ended:  # the code", "                if False:  # the code",
+      "tests/slurm/test_slurm_backend.py -k 'scancel_from_outside or whatever_its'",
+      backend="slurm",
+      why="a scancelled worker is named by its stop's exit code, not CANCELLED"),
+    # ------------------------------------------------------------------ data plane
+    M("data-keep-threshold", "data/store.py",
+      "if described is None or described[3] < min_bytes:", "if described is None:",
+      f"{DATA} -k nested_result", why="rpc_meta['keep']=N keeps arrays under N bytes too"),
+    M("data-free-keeps-values", "data/store.py",
+      "if self._values.pop(key, None) is not None:", "if self._values.get(key) is not None:",
+      f"{DATA} -k 'dropped_and_freed or deleting_a_role'",
+      why="freed refs stay in the owner's store (a leak)"),
+    M("data-trial-check", "data/store.py",
+      "        if trial != self.trial:\n            raise RefError(",
+      "        if False:\n            raise RefError(", f"{DATA} -k bad_refs",
+      why="a ref of another trial is served"),
+    M("data-unknown-key", "data/store.py",
+      "missing = [k for k in keys if k not in self._values]", "missing = []",
+      f"{DATA} -k bad_refs", why="a forged key is looked up instead of refused by name"),
+    # ------------------------------------------------------------------ relay
+    M("relay-own-upstream", "data/relay.py",
+      "            if identity != reader:\n                upstream = identity",
+      "            if True:\n                upstream = identity", RELAY_UNITS,
+      why="a reader asking again becomes its own upstream"),
+    M("relay-linger-ignored", "data/relay.py",
+      "            if now - when > LINGER:\n                break",
+      "            if False:\n                break", RELAY_UNITS,
+      why="a reader whose buffer is gone (older than LINGER) is named upstream"),
+    M("relay-fallback-restarts", "data/relay.py",
+      "source, ahead = None, buffer.filled", "source, ahead = None, 0",
+      RELAY_UNITS, why="after an upstream fails, the owner resends what the buffer has"),
+    M("relay-reuse-viewed-memory", "data/relay.py",
+      "if buffer.reusable() and buffer.memory.fd >= 0:", "if buffer.memory.fd >= 0:",
+      RELAY_UNITS, why="a buffer's memory is reused while a view of it is alive"),
+    M("relay-small-frames", "data/routes.py",
+      "if wire.frame_size(parts) >= relay.MIN_BYTES:", "if True:",
+      f"{RELAY} -k small_refs", why="small refs go through the relay chain too"),
+    # ------------------------------------------------------------------ dashboard, attach
+    M("dashboard-cookie-script-readable", "observe/dashboard.py",
+      "; HttpOnly; SameSite=Strict; Path=/", "; SameSite=Strict; Path=/",
+      f"{DASH} -k becomes_a_cookie", why="the token cookie is readable by page scripts"),
+    M("attach-without-outlive", "attach.py",
+      "    if lease.grace <= 0:\n", "    if False:\n", f"{ATTACH} -k did_not_ask",
+      why="attach is tried on a run whose workers exited with their controller"),
+    M("attach-past-grace", "attach.py",
+      "if age > lease_timeout + lease.grace + 1.0:", "if False:", ATTACH,
+      why="attach is tried on a run whose grace period is over"),
+    # ------------------------------------------------------------------ elastic, preemption
+    M("elastic-no-rendezvous", "elastic.py",
+      "        sched._rendezvous(role, state.workers)\n        sched.progress(",
+      "        sched.progress(", ELASTIC,
+      why="after scaling, the workers keep the old WORLD_SIZE"),
+    M("elastic-shrink-lowest", "elastic.py",
+      "doomed = state.workers[replicas:]", "doomed = state.workers[: n - replicas]", ELASTIC,
+      why="shrinking removes the lowest indices, not the highest"),
+    M("elastic-grow-old-indices", "elastic.py",
+      "sched.launcher.grow(LaunchRequest(more, envs, sched.paths.log_dir), n)",
+      "sched.launcher.grow(LaunchRequest(more, envs, sched.paths.log_dir), 0)", ELASTIC,
+      why="grown replicas start at index 0 instead of the next free one"),
+    M("preempt-old-generation-is-back", "preemption.py",
+      "if worker is not None and worker.generation != old.get(index):",
+      "if worker is not None:",
+      "tests/ray/test_long_jobs.py -k preempted_and_comes_back", backend="ray",
+      why="wait_role returns the preempted workers' old registrations"),
+    M("preempt-hook-not-run", "preemption.py",
+      "        if hook is not None:\n            hook(sched, worker.id)",
+      "        if False:\n            hook(sched, worker.id)", PREEMPT, backend="slurm",
+      why="the restart hook does not run when a preempted role comes back"),
+    # ------------------------------------------------------------------ retries
+    M("retries-forget-broken-connection", "calls.py",
+      "                self.client.forget(worker.address)\n                self.settle(",
+      "                self.settle(", "tests/faults/test_restart_and_connections.py -k cut",
+      why="a broken pooled connection is not dropped before the retry"),
+    M("retries-delay-ignored", "calls.py",
+      "            if attempt and retry_delay:\n                time.sleep(",
+      "            if False:\n                time.sleep(",
+      "tests/faults/test_restart_and_connections.py -k counts_attempts",
+      why="retry_delay is never waited before a retry"),
 ]  # fmt: skip

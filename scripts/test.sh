@@ -6,6 +6,7 @@
 #   bash scripts/test.sh [PYTEST ARGS]     install, then test
 #   bash scripts/test.sh --install-only    install only (what .ci/run does before linting)
 #   bash scripts/test.sh --no-install ...  test only (everything already installed)
+#   CORRAL_TEST_SEED=N bash scripts/test.sh ...  the tests in the random order of seed N
 #
 # A failing install step stops the run with one line naming the step and the fix.
 # CORRAL_APT_PACKAGES (space separated) forces the apt list instead of probing PATH.
@@ -60,8 +61,8 @@ install() {
         run_step "apt-get install ${need_apt[*]}" "check the network and apt sources, or install the packages by hand" \
             env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need_apt[@]}"
     fi
-    run_step "pip install -e .[dev,ray,torch]" "check the network / package index (pip config list), then rerun" \
-        "$PY" -m pip install -q -e ".[dev,ray,torch]"
+    run_step "pip install -e .[dev,ray,torch,examples]" "check the network / package index (pip config list), then rerun" \
+        "$PY" -m pip install -q -e ".[dev,ray,torch,examples]"
     # AReaL 1.0.4 for tests/areal_compat: the package without its GPU stack (--no-deps) and
     # the few packages its scheduler and controller modules import.
     run_step "pip install --no-deps areal==1.0.4 (tests/areal_compat/requirements.txt)" \
@@ -92,4 +93,12 @@ else
         bash .ci/slurm_cluster.sh up
 fi
 
-"$PY" -m pytest -q -p no:cacheprovider -rfEs "$@"
+# Random test order (pytest-randomly, dev extra): a test that passes only after (or before)
+# another is a bug. The seed is printed first and last; CORRAL_TEST_SEED=N replays an order.
+seed=${CORRAL_TEST_SEED:-$((RANDOM * 32768 + RANDOM))}
+replay="replay this order: CORRAL_TEST_SEED=$seed bash scripts/test.sh --no-install ${*:-}"
+echo "[test] random test order, seed $seed ($replay)"
+rc=0
+"$PY" -m pytest -q -p no:cacheprovider -rfEs -p randomly --randomly-seed="$seed" "$@" || rc=$?
+echo "[test] random test order, seed $seed ($replay)"
+exit "$rc"

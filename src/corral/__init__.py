@@ -16,7 +16,7 @@ _SPEC = ("Job", "SchedulingSpec", "SchedulingStrategy", "SchedulingStrategyType"
 _ERRORS = (
     "ConfigError", "CorralError", "EngineCallError", "EngineCreationError", "EngineImportError",
     "GPUAllocationError", "PlacementError", "PortAllocationError", "RefError", "RefLostError",
-    "ResourceLimitError", "RPCConnectionError", "SchedulerError", "TrialInUseError",
+    "ResourceLimitError", "RPCConnectionError", "SchedulerError", "TrialInUseError", "ProcessGroupError",
     "WorkerConfigurationError", "WorkerConnectionError", "WorkerCreationError",
     "WorkerFailedError", "WorkerNotFoundError", "WorkerPreemptedError", "WorkerTimeoutError",
 )  # fmt: skip

@@ -23,6 +23,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from corral import keys
+from corral.auth import TrialKeys, open_record
 from corral.capabilities import Adoptable, require
 from corral.discovery import NameResolve
 from corral.errors import ConfigError, TrialInUseError
@@ -91,6 +93,13 @@ def find_run(
             "attach", True, f"cannot read the trial secret {secret_file} ({exc.strerror}); "
             "attach from the same user and fileroot as the run"
         ) from None  # fmt: skip
+    stored = nr.get(keys.controller_key(experiment, trial)) or ""
+    signed = open_record(TrialKeys(secret), keys.controller_key(experiment, trial), stored)
+    if signed is None or Lease.parse(signed) != lease:
+        raise ConfigError(
+            "attach", True, f"the controller lease of {where} is not signed with the trial's "
+            "secret: someone else wrote it (forged); nothing was adopted"
+        )  # fmt: skip
     return Attachable(lease, secret)
 
 

@@ -119,17 +119,17 @@ class Caller:
         """Engine-call figures per role (``corral.observe.calls.CallStats``), or None."""
 
     @contextmanager
-    def measured(self, worker: Worker, path: str) -> Iterator[None]:
+    def measured(self, worker: Worker, path: str, method: str | None = None) -> Iterator[None]:
         """Count an engine call (``/call``) in ``stats``: in flight, then its time and outcome."""
         if self.stats is None or path != "/call":
             yield
             return
-        started, ok = self.stats.begin(worker.role), False
+        started, ok = self.stats.begin(worker), False
         try:
             yield
             ok = True
         finally:
-            self.stats.end(worker.role, started, ok)
+            self.stats.end(worker, started, ok, method)
 
     def settle(
         self,
@@ -161,8 +161,9 @@ class Caller:
         timeout: float | None = None,
         retries: int = 2,
         retry_delay: float = 0.0,
+        method: str | None = None,
     ) -> Any:
-        with self.measured(worker, path):
+        with self.measured(worker, path, method):
             return self._call(worker, path, payload, timeout, retries, retry_delay)
 
     async def acall(
@@ -179,7 +180,7 @@ class Caller:
         in its EngineCallError. One coroutine from here to the client: each coroutine frame
         less is a cost less per call on the async fan-out path, on the way out and back."""
         stats = self.stats if path == "/call" else None
-        started = stats.begin(worker.role) if stats is not None else 0.0
+        started = stats.begin(worker) if stats is not None else 0.0
         ok = False
         request_id = new_request_id()
         try:
@@ -205,12 +206,14 @@ class Caller:
             raise _tag(exc, worker.id, method) from None
         finally:
             if stats is not None:
-                stats.end(worker.role, started, ok)
+                stats.end(worker, started, ok, method)
 
     def call_engine(self, worker: Worker, method: str, payload: dict, call: CallOptions) -> Any:
         """An engine method (``/call``); its error names the worker and the method."""
         try:
-            return self.call(worker, "/call", payload, call.timeout, call.retries, call.retry_delay)
+            return self.call(
+                worker, "/call", payload, call.timeout, call.retries, call.retry_delay, method
+            )
         except EngineCallError as exc:
             raise _tag(exc, worker.id, method) from None
 
@@ -270,6 +273,7 @@ class Caller:
             except Exception as exc:
                 log.debug("%s on %s: %s", path, worker.id, exc)
 
+        workers = [w for w in workers if not w.foreign]  # its own API (corral.foreign)
         try:
             await asyncio.gather(*(quietly(w, "/destroy_engines", 5.0) for w in workers))
             await asyncio.gather(*(quietly(w, "/shutdown", 2.0) for w in workers))
@@ -287,6 +291,8 @@ class Caller:
         self, worker: Worker, path: str, timeout: float, what: str, identity: bool = True
     ) -> None:
         """A best-effort request during teardown: failures are logged, never raised."""
+        if worker.foreign:
+            return  # its own API (corral.foreign)
         try:
             self.client.request(
                 worker.address,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import codecs
 import json
 import os
 import shutil
@@ -11,12 +12,15 @@ import time
 from typing import TYPE_CHECKING
 
 from corral import keys
-from corral.auth import unverified_value
 from corral.backends import backend_names
+from corral.cli_errors import debug_wanted, report
+from corral.cli_trials import pick_log_trial, require_trial
 from corral.config import ClusterSpecConfig
 from corral.discovery import FileNameResolve, NameResolve, make_name_resolve
-from corral.paths import TrialPaths, logs_root, records_root, secret_file
-from corral.runs import read_lease
+from corral.errors import ConfigError
+from corral.observe import inert
+from corral.paths import TrialPaths, records_root, secret_file
+from corral.runs import Lease
 
 if TYPE_CHECKING:
     from corral.rpc.client import RPCClient
@@ -46,7 +50,7 @@ def _verified(nr: NameResolve, secret: str | None, key: str) -> str | None:
     try:
         return SignedNameResolve(nr, secret).get(key)
     except Exception as exc:
-        print(f"{key}: {exc}", file=sys.stderr)
+        print(inert.text(f"{key}: {exc}"), file=sys.stderr)
         return None
 
 
@@ -60,7 +64,7 @@ def _trials(nr: NameResolve) -> dict[tuple[str, str], dict[str, str]]:
     found: dict[tuple[str, str], dict[str, str]] = {}
     for key in nr.get_all():
         parts = key.split("/")
-        if len(parts) == 4 and not parts[2].startswith("_"):
+        if len(parts) == 4 and not parts[2].startswith("_") and parts[3].isdigit():
             found.setdefault((parts[0], parts[1]), {})[f"{parts[2]}/{parts[3]}"] = "?"
         elif (len(parts) == 3 and parts[2] == "_controller") or (
             len(parts) == 5 and parts[2] == "_health"
@@ -79,17 +83,19 @@ def cmd_ps(args: argparse.Namespace) -> int:
         return 0
     print(f"{'EXPERIMENT':<16} {'TRIAL':<24} {'WORKER':<16} {'ADDRESS':<22} {'PID':>7}  HEALTH")
     for (exp, trial), workers in sorted(trials.items()):
-        secret = _secret(args.fileroot, exp, trial)
+        secret = _secret(args.fileroot, exp, trial) if _safe_name(exp, trial) else None
         client = RPCClient(secret) if secret else None
-        lease = read_lease(nr, exp, trial)
+        lease = Lease.parse(_verified(nr, secret, keys.controller_key(exp, trial)))
+        if lease is None and nr.get(keys.controller_key(exp, trial)) is not None:
+            _print_inert(f"{exp:<16} {trial:<24} {'(controller)':<16} lease record not verified")
         if lease is not None:
             alive = "alive" if lease.alive(5.0) else "NOT RENEWED"
-            print(f"{exp:<16} {trial:<24} {'(controller)':<16} {lease.describe()}: {alive}")
-        deaths = _deaths(nr, exp, trial)
+            _print_inert(f"{exp:<16} {trial:<24} {'(controller)':<16} {lease.describe()}: {alive}")
+        deaths = _deaths(nr, exp, trial, secret)
         for wid in deaths:
             workers.setdefault(wid, "-")
         if not workers and lease is None:
-            print(f"{exp:<16} {trial:<24} {'-':<16} {'(no workers)':<22}")
+            _print_inert(f"{exp:<16} {trial:<24} {'-':<16} {'(no workers)':<22}")
         for wid, address in sorted(
             workers.items(), key=lambda kv: (kv[0].split("/")[0], int(kv[0].split("/")[1]))
         ):
@@ -103,7 +109,7 @@ def cmd_ps(args: argparse.Namespace) -> int:
                 health = f"dead ({deaths[wid]})"
             elif client is not None and address not in ("-", "?"):
                 health = _probe(client, address)
-            print(f"{exp:<16} {trial:<24} {wid:<16} {address:<22} {pid!s:>7}  {health}")
+            _print_inert(f"{exp:<16} {trial:<24} {wid:<16} {address:<22} {pid!s:>7}  {health}")
     return 0
 
 
@@ -119,18 +125,32 @@ def _probe(client: RPCClient, address: str, attempts: int = 2) -> str:
     return why
 
 
-def _deaths(nr: NameResolve, experiment: str, trial: str) -> dict[str, str]:
-    """``role/index`` -> why, for deaths the controller's health monitor recorded."""
+def _deaths(nr: NameResolve, experiment: str, trial: str, secret: str | None) -> dict[str, str]:
+    """``role/index`` -> why, for deaths the controller's health monitor recorded (only
+    notes signed with the trial's secret; others are reported as forged)."""
     found = {}
-    for key, value in nr.get_subtree(f"{experiment}/{trial}/_health").items():
+    for key in nr.get_subtree(f"{experiment}/{trial}/_health"):
         parts = key.split("/")
+        if len(parts) != 5 or not parts[4].isdigit():
+            continue
+        raw = _verified(nr, secret, key)
         try:
-            record = json.loads(unverified_value(value))  # shown, never acted on
+            record = json.loads(raw) if raw else None
         except ValueError:
             continue
-        if len(parts) == 5 and record.get("state") == "dead":
-            found[f"{parts[3]}/{parts[4]}"] = record.get("reason", "?")
+        if isinstance(record, dict) and record.get("state") == "dead":
+            found[f"{parts[3]}/{parts[4]}"] = inert.text(record.get("reason", "?"))
     return found
+
+
+def _print_inert(*values: object, **kwargs) -> None:
+    """``print`` for lines made of strings read from records: control characters escaped."""
+    print(*(inert.text(v) for v in values), **kwargs)
+
+
+def _safe_name(*names: str) -> bool:
+    """Names read from a store, before they become a path: no separators, not dots."""
+    return all(n and "/" not in n and "\0" not in n and n not in (".", "..") for n in names)
 
 
 def _latest_trial(log_root: str) -> tuple[str, str] | None:
@@ -146,16 +166,11 @@ def _latest_trial(log_root: str) -> tuple[str, str] | None:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    log_root = logs_root(args.fileroot)
-    exp, trial = args.experiment, args.trial
-    if not (exp and trial):
-        latest = _latest_trial(log_root)
-        if latest is None:
-            print(f"no logs under {log_root}", file=sys.stderr)
-            return 1
-        exp, trial = exp or latest[0], trial or latest[1]
+    exp, trial = pick_log_trial(args.fileroot, args.experiment, args.trial)
     paths = TrialPaths.of(args.fileroot, exp, trial)
     role, _, index = args.target.partition("/")
+    if index and not index.isdigit():
+        raise ConfigError("target", args.target, "give ROLE, ROLE/INDEX (a number) or merged")
     if role in ("", "all", "merged"):
         path = paths.merged_log()
     elif index:
@@ -163,15 +178,17 @@ def cmd_logs(args: argparse.Namespace) -> int:
     else:
         path = paths.role_log(role)
     if not os.path.exists(path):
-        print(f"no log at {path}", file=sys.stderr)
+        print(f"corral logs: no log of {args.target} in {exp}/{trial} ({path})", file=sys.stderr)
         return 1
-    with open(path, "rb") as fh:
-        sys.stdout.buffer.write(fh.read())
+    print(f"corral logs: {exp}/{trial} {args.target} ({path})", file=sys.stderr, flush=True)
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    with open(path, "rb") as fh:  # engine output, shown inert: no escape sequence passes
+        sys.stdout.write(inert.lines(decoder.decode(fh.read())))
         sys.stdout.flush()
         while args.follow:
             chunk = fh.read()
             if chunk:
-                sys.stdout.buffer.write(chunk)
+                sys.stdout.write(inert.lines(decoder.decode(chunk)))
                 sys.stdout.flush()
             else:
                 time.sleep(0.2)
@@ -182,7 +199,9 @@ def cmd_stop(args: argparse.Namespace) -> int:
     from corral.rpc.client import RPCClient
 
     nr = _name_resolve(args)
-    workers = _trials(nr).get((args.experiment, args.trial), {})
+    registered = _trials(nr)
+    require_trial(args.fileroot, args.experiment, args.trial, set(registered))
+    workers = registered.get((args.experiment, args.trial), {})
     secret = _secret(args.fileroot, args.experiment, args.trial)
     stopped = 0
     if secret:
@@ -218,7 +237,8 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     if bool(args.experiment) != bool(args.trial):
         print("corral dashboard: give both EXPERIMENT and TRIAL, or neither", file=sys.stderr)
         return 2
-    secret = _secret(args.fileroot, args.experiment, args.trial) if args.trial else None
+    if args.trial:
+        require_trial(args.fileroot, args.experiment, args.trial, set(_trials(_name_resolve(args))))
     try:
         run_dashboard(
             TrialSource(
@@ -226,7 +246,6 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
             ),
             host=args.host,
             port=args.port,
-            trial_secret=secret,
             print_fn=lambda text: print(text, flush=True),
         )
     except ConfigError as exc:
@@ -236,20 +255,17 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
 
 
 def cmd_top(args: argparse.Namespace) -> int:
-    from corral.errors import ConfigError
     from corral.observe.source import TrialSource
     from corral.observe.top import run_top
 
     if bool(args.experiment) != bool(args.trial):
         print("corral top: give both EXPERIMENT and TRIAL, or neither", file=sys.stderr)
         return 2
-    try:
-        source = TrialSource(
-            args.fileroot, args.experiment, args.trial, args.max_age, _name_resolve(args)
-        )
-    except ConfigError as exc:
-        print(f"corral top: {exc}", file=sys.stderr)
-        return 2
+    source = TrialSource(
+        args.fileroot, args.experiment, args.trial, args.max_age, _name_resolve(args)
+    )
+    if args.trial:
+        require_trial(args.fileroot, args.experiment, args.trial, set(_trials(source.name_resolve)))
     if args.interval <= 0 or (args.count is not None and args.count < 1):
         print("corral top: use --interval > 0 and --count >= 1", file=sys.stderr)
         return 2
@@ -259,8 +275,15 @@ def cmd_top(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from corral.demo.run import run_demo
 
+    for item in args.override:
+        if "=" not in item:
+            raise ConfigError(
+                "override", item, "write it as a dotted key=value, e.g. scheduler.type=ray"
+            )
     overrides = dict(o.split("=", 1) for o in args.override)
     scheduler = overrides.pop("scheduler.type", args.scheduler)
+    if scheduler not in backend_names():
+        raise ConfigError("scheduler.type", scheduler, f"use one of {', '.join(backend_names())}")
     run_demo(
         scheduler_type=scheduler,
         steps=args.steps,
@@ -269,6 +292,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         trainer_replicas=args.trainers,
         use_torch=False if args.no_torch else None,
         overrides=overrides,
+        verbose=args.verbose,
     )
     return 0
 
@@ -281,6 +305,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         from corral.dryrun import from_config
 
         print(from_config(cfg, args.role, args.replicas))
+        if cfg.extra:
+            print(f"not corral's, kept in cfg.extra and ignored: {', '.join(sorted(cfg.extra))}")
         return 0
     print("corral run without --dry-run: use the Python API (see README)", file=sys.stderr)
     return 2
@@ -293,6 +319,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--fileroot", default=default_root, help="cluster fileroot (default %(default)s)"
     )
     parser.add_argument("--etcd", default=None, help="etcd host:port, if name-resolve is etcd")
+    parser.add_argument(
+        "--debug", action="store_true", help="show the traceback of an error (or CORRAL_DEBUG=1)"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     demo = sub.add_parser("demo", help="run the demo RL job")
@@ -302,6 +331,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--trainers", type=int, default=2)
     demo.add_argument(
         "--no-torch", action="store_true", help="learners average gradients with numpy"
+    )
+    demo.add_argument(
+        "--verbose", action="store_true", help="also show the backend's own log lines (Ray)"
     )
     demo.add_argument("override", nargs="*", help="dotted overrides such as scheduler.type=ray")
     demo.set_defaults(fn=cmd_demo)
@@ -364,6 +396,10 @@ def main(argv: list[str] | None = None) -> int:
         return args.fn(args)
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:  # one or two lines, not a traceback (cli_errors)
+        if debug_wanted(args.debug):
+            raise
+        return report(args.command, exc, lambda line: print(line, file=sys.stderr))
 
 
 if __name__ == "__main__":

@@ -12,6 +12,12 @@ from typing import Any, TypeVar
 from corral.backends import backend_names, scheduler_class
 from corral.backends.options import RayOptions, SlurmOptions, legacy_keys
 from corral.backends.options import section_value as _field_of
+from corral.config_sections import (
+    near_miss,
+    parse_override_value,
+    read_yaml_file,
+    set_aside_unowned,
+)
 from corral.errors import ConfigError
 from corral.safedirs import default_fileroot
 
@@ -21,7 +27,8 @@ SCHEDULER_TYPES = backend_names()
 @dataclass
 class NameResolveConfig:
     """``nfs``: files under ``nfs_record_root`` (default ``<fileroot>/name_resolve``);
-    ``etcd3``: an etcd server at ``etcd3_addr``; ``memory``: in-process, for unit tests."""
+    ``etcd3``: an etcd server at ``etcd3_addr``; ``ray``: the key-value store of the Ray
+    cluster's GCS (corral.discovery.ray_kv); ``memory``: in-process, for unit tests."""
 
     type: str = "nfs"
     nfs_record_root: str | None = None
@@ -57,6 +64,10 @@ class BaseExperimentConfig:
     trial_name: str = "trial0"
     cluster: ClusterSpecConfig = field(default_factory=ClusterSpecConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Top-level sections of a config file that corral does not own (an AReaL config's
+    ``actor``, ``rollout``, ``gconfig``, ...), kept as read for the user's code and
+    ignored by corral (see ``corral.config_sections``)."""
 
 
 def cluster_field(cfg: Any, name: str) -> Any:
@@ -83,7 +94,6 @@ def load_expr_config(argv: list[str], config_cls: type[C]) -> tuple[C, str | Non
     ``argv`` items: a YAML path (``x.yaml`` or ``--config x.yaml``) and overrides such as
     ``scheduler.type=ray``. Returns the config and the YAML path used (or None).
     """
-    import yaml
 
     data: dict = {}
     config_path = None
@@ -104,15 +114,16 @@ def load_expr_config(argv: list[str], config_cls: type[C]) -> tuple[C, str | Non
         else:
             raise ConfigError("argv", item, "give a YAML file or a dotted override like a.b=1")
         if not os.path.exists(item):
-            raise ConfigError("config file", item, "the file does not exist")
-        with open(item) as fh:
-            loaded = yaml.safe_load(fh) or {}
-        if not isinstance(loaded, dict):
-            raise ConfigError("config file", item, "its top level must be a mapping")
+            raise ConfigError(
+                "config file",
+                item,
+                f"the file does not exist (relative to {os.getcwd()}); check the path",
+            )
+        loaded = read_yaml_file(item)
         _merge(data, loaded)
     for override in overrides:
         key, _, raw = override.partition("=")
-        _set_dotted(data, key.strip(), yaml.safe_load(raw) if raw else raw)
+        _set_dotted(data, key.strip(), parse_override_value(override, raw) if raw else raw)
     return build_dataclass(config_cls, data, config_cls.__name__), config_path
 
 
@@ -142,10 +153,15 @@ def build_dataclass(cls: type, data: Any, path: str) -> Any:
         data = _nest_legacy(data, path)
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
+    data = set_aside_unowned(cls, data, names, path)
     unknown = sorted(set(data) - names)
     if unknown:
+        match = near_miss(str(unknown[0]), names)
+        hint = f"; did you mean {match!r}?" if match else ""
         raise ConfigError(
-            f"{path}.{unknown[0]}", data[unknown[0]], f"{cls.__name__} has fields {sorted(names)}"
+            f"{path}.{unknown[0]}",
+            data[unknown[0]],
+            f"{cls.__name__} has fields {sorted(names)}{hint}",
         )
     kwargs = {
         name: _coerce(hints.get(name, Any), value, f"{path}.{name}") for name, value in data.items()

@@ -53,6 +53,8 @@ async def configure_all(caller: Caller, workers: list[Worker], exp_config: Any) 
             raise WorkerConfigurationError(worker.id, str(exc)) from exc
 
     try:
-        await asyncio.gather(*(configure(r, w) for r, w in enumerate(workers)))
+        await asyncio.gather(
+            *(configure(r, w) for r, w in enumerate(workers) if not w.foreign)
+        )  # a foreign server (corral.foreign) is configured by its own command line
     finally:
         caller.async_client.forget_all()

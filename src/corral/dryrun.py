@@ -23,9 +23,18 @@ def plan(sched: Scheduler, job: NormalizedJob) -> str:
     """The printable launch request of ``job`` on ``sched``'s backend."""
     if job.is_colocated:
         how = "forked next to" if job.strategy.fork else "reusing the workers of"
+        gpu = job.tasks[0].gpu
+        grouped = (
+            f"\n# if {job.strategy.target} has other than {job.replicas} workers, grouped "
+            f"colocation (docs/shapes.md): its GPUs on each node cut into groups of {gpu}, "
+            f"one {job.role} worker per group seeing exactly those devices; needs "
+            f"{job.replicas} x {gpu} = {job.replicas * gpu} = {job.strategy.target}'s GPUs"
+            if job.strategy.fork and gpu
+            else ""
+        )
         return (
             f"# dry run ({sched.backend}): {job.role} is colocated, {how} "
-            f"{job.strategy.target}; it has no launch of its own"
+            f"{job.strategy.target}; it has no launch of its own{grouped}"
         )
     check_resources(job, sched.n_gpus_per_node, sched.launcher, sched.backend)
     envs = [sched.worker_env(job.role, i, spec) for i, spec in enumerate(job.tasks)]

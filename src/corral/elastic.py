@@ -39,6 +39,10 @@ def scale(sched: Scheduler, role: str, replicas: int) -> list[str]:
             raise WorkerNotFoundError(f"no role {role!r} to scale")
         if state.kind != LAUNCHED:
             raise ConfigError("role", role, "only launched roles scale; scale their target instead")
+        if state.instances:  # multi-node instances (corral.multinode)
+            raise ConfigError(
+                "role", role, "multi-node roles do not scale yet; delete and create it again"
+            )
         dependents = [r for r, s in sched._roles.items() if s.target == role]
         if dependents:
             raise ConfigError(

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from corral.calls import CallOptions, engine_call
+from corral.foreign import refusal
 from corral.spec import Worker, engine_import_path
 
 
@@ -26,6 +27,8 @@ class EngineAPI:
         """Import and construct ``engine`` on the worker under ``engine_name`` (default:
         the worker id). Returns None, as AReaL's schedulers do."""
         worker = self._worker(worker_id)
+        if worker.foreign:
+            raise refusal(worker, "create_engine")
         payload = {
             "engine": engine_import_path(engine),
             "engine_name": engine_name,
@@ -33,10 +36,14 @@ class EngineAPI:
             "kwargs": kwargs,
         }
         name = await self._calls.acall(worker, "/create_engine", payload, retries=1)
-        self._table.roles[worker.role].engines.setdefault(worker.id, set()).add(name)
+        state = self._table.roles.get(worker.role)  # None: a multi-node instance's member
+        if state is not None:
+            state.engines.setdefault(worker.id, set()).add(name)
 
     async def set_worker_env(self, worker_id: str, env: dict[str, str]) -> None:
         worker = self._worker(worker_id)
+        if worker.foreign:
+            raise refusal(worker, "set_worker_env")
         await self._calls.acall(
             worker, "/set_env", {"env": {str(k): str(v) for k, v in env.items()}}
         )
@@ -52,6 +59,8 @@ class EngineAPI:
         """Send the worker its experiment config, role and rank (``/configure``); done for
         every worker at creation when the scheduler has an ``exp_config``."""
         worker = _worker or self._worker(worker_id)
+        if worker.foreign:
+            raise refusal(worker, "configure_worker")
         self._calls.call(
             worker, "/configure", {"config": config, "role": role or worker.role, "rank": rank}
         )
@@ -84,6 +93,8 @@ class EngineAPI:
         come back as ``corral.Ref``; see docs/data-plane.md).
         """
         worker = self._worker(worker_id)
+        if worker.foreign:
+            raise refusal(worker, "call_engine")
         call = CallOptions.resolve(rpc_meta, http_timeout, max_retries, retry_delay)
         payload = engine_call(method, engine_name, args, kwargs, call)
         return self._calls.call_engine(worker, method, payload, call)
@@ -102,6 +113,8 @@ class EngineAPI:
     ) -> Any:
         """``call_engine`` for asyncio code: the same options, request, retries and errors."""
         worker = self._worker(worker_id)
+        if worker.foreign:
+            raise refusal(worker, "async_call_engine")
         call = CallOptions.resolve(rpc_meta, http_timeout, max_retries, retry_delay)
         payload = engine_call(method, engine_name, args, kwargs, call)
         return await self._calls.acall_engine(worker, method, payload, call)

@@ -75,7 +75,12 @@ def _areal_twin(cls: type, areal) -> type:
         return twin
     names = [k.__name__ for k in cls.__mro__ if k.__module__ == __name__]
     found = [getattr(areal, n) for n in names if isinstance(getattr(areal, n, None), type)]
+    # an AReaL module that re-exports corral's own classes (an import shim, a test double)
+    # names classes ``cls`` already derives from: those add nothing and would be duplicates
+    found = [a for a in dict.fromkeys(found) if not issubclass(cls, a)]
     found = [a for a in found if not any(b is not a and issubclass(b, a) for b in found)]
+    if not found and issubclass(cls, areal_base):
+        return cls
     namespace = {
         "_corral_class": cls,
         "__module__": cls.__module__,
@@ -83,7 +88,7 @@ def _areal_twin(cls: type, areal) -> type:
         "__doc__": cls.__doc__,
     }
     with _twins_lock:
-        return _twins.setdefault(key, type(cls.__name__, (cls, *dict.fromkeys(found)), namespace))
+        return _twins.setdefault(key, type(cls.__name__, (cls, *found), namespace))
 
 
 def _with_details(message: str, details: str) -> str:
@@ -270,6 +275,17 @@ class EngineCallError(SchedulerError):
         Exception.__init__(self, message)
 
 
+class EngineNotFoundError(WorkerNotFoundError, EngineCallError):
+    """No engine by that name on the worker. A ``WorkerNotFoundError`` (corral's lookup
+    error) and an ``EngineCallError`` (what AReaL raises after its worker's HTTP 404), so
+    either ``except`` catches it."""
+
+    def __init__(self, message: str, worker_id: str | None = None, method: str | None = None):
+        self.worker_id, self.method, self.reason, self.attempt = worker_id, method, message, 1
+        self.remote_traceback = ""
+        Exception.__init__(self, message)
+
+
 class PortAllocationError(SchedulerError):
     """No free ports could be reserved (AReaL's name and form: ``PortAllocationError(reason)``)."""
 
@@ -373,3 +389,8 @@ class RefLostError(RefError):
 
     def __reduce__(self):
         return (type(self), (self.args[0] if self.args else "", self.owner))
+
+
+class ProcessGroupError(CorralError):
+    """A cross-role process group (``Scheduler.create_process_group``) could not be made,
+    found or used; names the group, the members concerned and what to do."""

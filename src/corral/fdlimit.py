@@ -1,7 +1,11 @@
 """Open-file budget of the controller process.
 
-Each worker costs the controller file descriptors: a local worker about 5 (its output
-pipe, three log files, a connection), a Ray or Slurm worker about 1 (a connection).
+Each worker costs the controller file descriptors (``Launcher.fds_per_worker``): a local
+worker 2 (its output pipe, and the connection a call fan-out opens to it), a Ray worker 2
+(that connection and Ray's channel to its actor), a Slurm worker 1 (the connection); log
+files are shared, at most 16 open at once. Measured on real
+workers: tests/conformance/test_fd_budget.py, benchmarks/bench_scale.py
+(``scale.local_fds_per_worker``).
 Before a role starts, the soft ``RLIMIT_NOFILE`` is raised toward the hard limit when
 needed (as ``ulimit -n`` would); a role that still cannot fit is refused before anything
 starts with :class:`~corral.errors.ResourceLimitError`, never a raw ``OSError: Too many

@@ -4,12 +4,15 @@ to itself (same host, same devices), and the child registers like any worker."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
 from corral.calls import Caller
 from corral.launcher import ForkRequest, Launcher
 from corral.spec import NormalizedJob, Worker
+
+log = logging.getLogger("corral")
 
 
 def fork_next_to(
@@ -21,18 +24,63 @@ def fork_next_to(
     timeout: float,
     fan_out: Callable[[Callable[[Any], Any], list], list],
 ) -> list[Worker]:
-    """Worker ``job.role/i`` next to ``targets[i]``, for every i, at once."""
+    """Worker ``job.role/i`` next to ``targets[i]``, for every i, at once. If one fork
+    fails, every fork is waited for and all of them are retired before the first error
+    is raised: a failed call leaves no process behind (one that registered late, after
+    its caller gave up, included)."""
 
-    def fork_one(index: int) -> Worker:
+    def fork_one(index: int) -> Worker | BaseException:
         target = targets[index]
         env = dict(job.tasks[index].env_vars)
 
         def via_worker() -> Worker:
             return fork_via_worker(caller, target, job.role, index, env, command, timeout)
 
-        return launcher.fork(ForkRequest(job.role, index, target, env, command, via_worker))
+        try:
+            return launcher.fork(ForkRequest(job.role, index, target, env, command, via_worker))
+        except Exception as exc:  # waited for with the others, raised after the retirement
+            return exc
 
-    return fan_out(fork_one, list(range(len(targets))))
+    outcomes = fan_out(fork_one, list(range(len(targets))))
+    failures = [o for o in outcomes if isinstance(o, BaseException)]
+    if failures:
+        forked = {i: o for i, o in enumerate(outcomes) if isinstance(o, Worker)}
+        retire_forks(launcher, caller, job.role, targets, forked)
+        raise failures[0]
+    return outcomes
+
+
+def retire_forks(
+    launcher: Launcher,
+    caller: Caller,
+    role: str,
+    targets: list[Worker],
+    forked: dict[int, Worker],
+) -> None:
+    """Stop worker ``role/i`` next to every ``targets[i]``: those in ``forked`` as the
+    backend stops a fork, the others (their fork failed, or answered too late) by asking
+    their target worker to stop that child if it has one."""
+    for index, target in enumerate(targets):
+
+        def via_worker(target: Worker = target, index: int = index) -> None:
+            try:
+                caller.client.request(
+                    target.address,
+                    "/kill_forked_worker",
+                    {"worker_id": f"{role}/{index}"},
+                    timeout=10.0,
+                )
+            except Exception as exc:
+                log.warning("could not stop forked worker %s/%s: %s", role, index, exc)
+
+        worker = forked.get(index)
+        try:
+            if worker is not None:
+                launcher.stop_fork(worker, via_worker)
+            else:
+                via_worker()
+        except Exception as exc:
+            log.warning("could not stop forked worker %s/%s: %s", role, index, exc)
 
 
 def fork_via_worker(
@@ -60,4 +108,5 @@ def fork_via_worker(
         host=reply.get("host", target.host),
         backend_id=target.backend_id,
         forked=True,
+        foreign=bool(reply.get("foreign", False)),
     )

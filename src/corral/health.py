@@ -121,6 +121,8 @@ class HealthMonitor:
                 if index >= len(ids):
                     continue
                 worker_id = ids[index]
+                if worker_id not in self._roles().get(role, ()):
+                    continue  # deleted (or replaced) while polled: no death to record
                 with self._lock:
                     if worker_id in self._reported:
                         continue

@@ -42,6 +42,8 @@ class TrialHold:
             run_id,
             lease_timeout,
             grace,
+            secret=self.secret,
+            trial_secret=self.read_secret,
         )
 
     @property

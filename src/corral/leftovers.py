@@ -19,7 +19,7 @@ import socket
 import time
 from collections.abc import Callable
 
-from corral import keys
+from corral import identity, keys
 from corral.discovery import NameResolve
 from corral.procs import pid_alive
 from corral.runs import Lease, registered_workers
@@ -29,16 +29,8 @@ EXIT_WAIT_SECONDS = 3.0
 
 
 def _is_trial_worker(pid: int, experiment: str, trial: str) -> bool:
-    """Does ``pid`` (on this host) run a corral worker of this trial?"""
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as fh:
-            env = dict(item.split(b"=", 1) for item in fh.read().split(b"\0") if b"=" in item)
-    except OSError:
-        return False
-    return (
-        env.get(b"CORRAL_EXPERIMENT") == experiment.encode()
-        and env.get(b"CORRAL_TRIAL") == trial.encode()
-    )
+    """Does ``pid`` (on this host) run a corral worker of this trial, as this user?"""
+    return identity.matches(pid, experiment=experiment, trial=trial)
 
 
 def clean_dead_run(

@@ -7,13 +7,15 @@ wrong type is a ``ConfigError`` naming the keyword, before anything starts.
 
 from __future__ import annotations
 
+import functools
 import os
+from collections.abc import Callable
 from typing import Any
 
 from corral.config import ClusterSpecConfig, NameResolveConfig, cluster_field
 from corral.errors import ConfigError
 
-NAME_RESOLVE_KINDS = ("nfs", "etcd3", "memory")
+NAME_RESOLVE_KINDS = ("nfs", "etcd3", "memory", "ray")
 
 
 def looks_like_config(value: Any) -> bool:
@@ -21,6 +23,28 @@ def looks_like_config(value: Any) -> bool:
     return not isinstance(value, str | bytes | list | tuple | int | float) and (
         hasattr(value, "experiment_name") or hasattr(value, "cluster")
     )
+
+
+def config_first(init: Callable[..., None]) -> Callable[..., None]:
+    """Let a scheduler's ``__init__`` take an experiment config as its first positional
+    argument (corral's older form) beside any keyword, on every backend: the config moves
+    to ``exp_config`` before Python binds the arguments, so ``RayScheduler(cfg,
+    startup_timeout=60)`` works like ``LocalScheduler(cfg, startup_timeout=60)``. The
+    signature ``inspect`` reports stays ``init``'s (AReaL's)."""
+
+    @functools.wraps(init)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> None:
+        if args and looks_like_config(args[0]):
+            if kwargs.get("exp_config") is not None:
+                raise ConfigError(
+                    "exp_config",
+                    type(kwargs["exp_config"]).__name__,
+                    "pass the experiment config once: first or as exp_config=, not both",
+                )
+            kwargs["exp_config"], args = args[0], args[1:]
+        init(self, *args, **kwargs)
+
+    return wrapper
 
 
 def check_type(name: str, value: Any, types: tuple[type, ...], what: str) -> None:

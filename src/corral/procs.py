@@ -5,9 +5,11 @@ Shared by the local backend (workers) and the worker runtime (forked children)."
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -69,6 +71,9 @@ def stop_process_groups(procs: list[subprocess.Popen], grace: float = 3.0) -> No
 
 def _signal_groups(procs: list[subprocess.Popen], sig: int) -> None:
     for proc in procs:
+        if isinstance(proc, AdoptedProcess):  # only while it is still that process
+            proc.signal_group(sig)
+            continue
         try:
             os.killpg(proc.pid, sig)
         except (ProcessLookupError, PermissionError):
@@ -77,21 +82,58 @@ def _signal_groups(procs: list[subprocess.Popen], sig: int) -> None:
 
 class AdoptedProcess:
     """A worker process this controller did not start (re-attach, corral.attach): enough
-    of ``Popen`` for polling and stopping it. Its exit code is unknown (not our child)."""
+    of ``Popen`` for polling and stopping it. Its exit code is unknown (not our child).
+
+    Held by a pidfd, opened only after ``is_it(pid)`` confirmed the process is the worker
+    (``corral.identity``): polling, waiting and signalling then address that process and
+    no other, even once its pid is reused. A pid that was not the worker (gone, reused by
+    another process, another user's) is adopted as a process that has already exited:
+    it is never signalled nor waited for."""
 
     returncode = None
     adopted = True
 
-    def __init__(self, pid: int):
+    def __init__(self, pid: int, is_it: Callable[[int], bool]):
         self.pid = pid
+        self._pidfd: int | None = None
+        try:
+            fd = os.pidfd_open(pid)
+        except OSError:  # gone (ESRCH)
+            return
+        # checked after the pidfd exists: while it is alive, the pid is still its own
+        if is_it(pid) and not _exited(fd, 0):
+            self._pidfd = fd
+        else:
+            os.close(fd)
 
     def poll(self) -> int | None:
-        return None if pid_alive(self.pid) else -1
+        return None if self._pidfd is not None and not _exited(self._pidfd, 0) else -1
 
     def wait(self, timeout: float | None = None) -> int:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while pid_alive(self.pid):
-            if deadline is not None and time.monotonic() >= deadline:
-                raise subprocess.TimeoutExpired(str(self.pid), timeout or 0.0)
-            time.sleep(0.02)
+        if self._pidfd is not None and not _exited(self._pidfd, timeout):
+            raise subprocess.TimeoutExpired(str(self.pid), timeout or 0.0)
         return -1
+
+    def signal_group(self, sig: int) -> None:
+        """``sig`` to its process group (its session: the worker and what it started),
+        only while the pidfd's process lives (so the group id is still its own)."""
+        if self.poll() is not None:
+            return
+        try:
+            signal.pidfd_send_signal(self._pidfd, sig)
+            os.killpg(self.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def __del__(self) -> None:
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
+
+
+def _exited(pidfd: int, timeout: float | None) -> bool:
+    """Has the pidfd's process exited (within ``timeout`` seconds; None: wait)?"""
+    poller = select.poll()
+    poller.register(pidfd, select.POLLIN)
+    return bool(poller.poll(None if timeout is None else int(timeout * 1000)))
+

@@ -4,6 +4,7 @@ role and wait for it after a preemption. A mixin of ``corral.scheduler.Scheduler
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from typing import Any
@@ -14,8 +15,11 @@ from corral.configure import configure_all
 from corral.dryrun import plan
 from corral.errors import WorkerNotFoundError
 from corral.fdlimit import ensure_fds, is_fd_exhaustion, too_many_files
-from corral.forking import fork_next_to
+from corral.forking import fork_next_to, fork_via_worker
+from corral.grouping import fork_groups, is_grouped, plan_groups, slots_of
+from corral.instances import start_instances
 from corral.launcher import LaunchRequest
+from corral.multinode import Instance, nodes_of
 from corral.rendezvous import rendezvous_envs
 from corral.roles import FORKED, LAUNCHED, REUSED, RoleState
 from corral.safedirs import make_private_subdir
@@ -112,7 +116,8 @@ class RoleAPI:
                 import resource
 
                 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-                raise too_many_files(f"role {job.role!r}", job.replicas * 5, soft, hard) from exc
+                needed = job.replicas * self.launcher.fds_per_worker
+                raise too_many_files(f"role {job.role!r}", needed, soft, hard) from exc
             raise
         return [f"{job.role}/{i}" for i in range(job.replicas)]
 
@@ -125,6 +130,17 @@ class RoleAPI:
         started = time.monotonic()
         workers = self._watch.await_registration(role, state.job.replicas, timeout)
         self._rendezvous(role, workers)
+        k = nodes_of(state.job.tasks[0], self._n_gpus_per_node)
+        if k > 1:  # multi-node instances: their members, and everyone's node variables
+            state.instances, members = start_instances(
+                workers,
+                k,
+                lambda name, n: self._watch.await_registration(name, n, timeout),
+                lambda envs: self._io.run(
+                    self._calls.acall_all([(w, "/set_env", {"env": e}) for w, e in envs])
+                ),
+            )
+            self._table.add_workers(members)
         if self.exp_config is not None:
             self._io.run(configure_all(self._calls, workers, self.exp_config))
         state.workers, state.pending = workers, False
@@ -138,6 +154,7 @@ class RoleAPI:
         pairs = list(zip(workers, envs, strict=True))
         if only is not None:
             pairs = [pairs[i] for i in only]
+        pairs = [(w, env) for w, env in pairs if not w.foreign]  # corral.foreign: its own API
         self._io.run(self._calls.acall_all([(w, "/set_env", {"env": env}) for w, env in pairs]))
 
     def scale(self, role: str, replicas: int) -> list[str]:
@@ -185,21 +202,56 @@ class RoleAPI:
         self._roles[job.role] = state
 
         try:
-            state.workers = fork_next_to(
-                self.launcher,
-                self._calls,
-                job,
-                targets,
-                command,
-                self.startup_timeout,
-                self._fan_out,
-            )
+            if is_grouped(job, len(targets)):  # a few workers over many (corral.grouping)
+                state.workers, state.hosts = self._fork_grouped(job, targets)
+            else:
+                state.workers = fork_next_to(
+                    self.launcher,
+                    self._calls,
+                    job,
+                    targets,
+                    command,
+                    self.startup_timeout,
+                    self._fan_out,
+                )
             self._rendezvous(job.role, state.workers)
         except BaseException:
             self._teardown.delete_role(job.role)
             raise
         self._table.add_workers(state.workers)
         return [w.id for w in state.workers]
+
+    def _fork_grouped(
+        self, job: NormalizedJob, targets: list[Worker]
+    ) -> tuple[list[Worker], dict[int, int]]:
+        """Grouped workers over ``targets``' GPUs, as their registrations list them."""
+
+        def devices(w: Worker) -> str | None:
+            info = self.name_resolve.get(self._key(keys.worker_info_key, w.role, w.index))
+            return json.loads(info).get("gpus") if info else None
+
+        groups = plan_groups(job, slots_of(targets, [devices(w) for w in targets]))
+
+        def fork_one(host: Worker, index: int, env: dict[str, str]) -> Worker:
+            return fork_via_worker(
+                self._calls, host, job.role, index, env, None, self.startup_timeout
+            )
+
+        workers = fork_groups(fork_one, job, groups, targets, self._fan_out)
+        return workers, {g.index: g.host for g in groups}
+
+    def instance(self, worker_id: str) -> Instance:
+        """A multi-node worker's instance (docs/shapes.md): its member workers, one per
+        node after the first (``create_engine``/``call_engine`` them by id to start the
+        server's per-node processes), the node hosts and the head's address; each
+        process has CORRAL_NNODES, CORRAL_NODE_RANK, CORRAL_HEAD_ADDR, CORRAL_HEAD_PORT."""
+        worker = self._table.worker(worker_id)
+        state = self._table.state(worker.role)
+        if not state.instances:
+            raise WorkerNotFoundError(
+                worker_id, f"{worker_id} is not a multi-node worker (gpu <= n_gpus_per_node)"
+            )
+        return state.instances[worker.index]
 
     def get_workers(self, role: str, timeout: float | None = None) -> list[Worker]:
         """The role's workers once ready; raises WorkerFailedError if one has died.

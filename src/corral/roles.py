@@ -4,15 +4,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from corral.capabilities import MultiNode
 from corral.errors import (
     ConfigError,
-    GPURequestError,
     JobConfigError,
     UnknownRoleError,
     WorkerFailedError,
     WorkerNotFoundError,
 )
+from corral.grouping import check_grouped, is_grouped
 from corral.launcher import Launcher, can_restart
+from corral.multinode import check_multinode
 from corral.spec import NormalizedJob, Worker
 
 LAUNCHED, FORKED, REUSED = "launched", "forked", "reused"
@@ -27,6 +29,11 @@ class RoleState:
     pending: bool = False  # launched, not yet registered (create_workers(wait=False))
     engines: dict[str, set[str]] = field(default_factory=dict)
     restarts: dict[int, int] = field(default_factory=dict)
+    instances: list = field(default_factory=list)
+    """Multi-node roles: one corral.multinode.Instance per worker."""
+    hosts: dict[int, int] = field(default_factory=dict)
+    """Grouped colocation: worker index -> the target worker that forked it (else the same
+    index)."""
 
 
 class RoleTable:
@@ -108,15 +115,9 @@ class RoleTable:
                     f"create that role first (roles: {self.known()})",
                     job.role,
                 )
-            n_target = len(self.roles[target].workers)
-            if job.replicas != n_target:
-                raise JobConfigError(
-                    "job.replicas",
-                    job.replicas,
-                    f"Replica count mismatch: a role colocated with {target!r} needs "
-                    f"replicas={n_target}, one per target worker",
-                    job.role,
-                )
+            target_job = self.roles[target].job
+            if is_grouped(job, target_job.replicas):  # or a refusal with the arithmetic
+                check_grouped(job, target_job)
             return
         check_resources(job, n_gpus_per_node, launcher, backend)
 
@@ -125,14 +126,7 @@ def check_resources(
     job: NormalizedJob, n_gpus_per_node: int, launcher: Launcher, backend: str
 ) -> None:
     """The checks of a role that gets processes of its own (also used by dry runs)."""
-    for i, spec in enumerate(job.tasks):
-        if spec.gpu > n_gpus_per_node:
-            raise GPURequestError(
-                f"job.tasks[{i}].gpu",
-                spec.gpu,
-                f"a worker cannot use more GPUs than a node has (n_gpus_per_node={n_gpus_per_node})",
-                job.role,
-            )
+    check_multinode(job, n_gpus_per_node, backend, isinstance(launcher, MultiNode))
     if any(spec.max_restarts for spec in job.tasks) and not can_restart(launcher):
         raise ConfigError(
             "SchedulingSpec.max_restarts",

@@ -12,6 +12,12 @@ Claiming a trial whose lease is held:
   timeout): refused with :class:`~corral.errors.TrialInUseError` naming that run;
 * by a dead one: its leftovers (registered workers, backend jobs/actors) are removed,
   each one printed, then the lease is taken.
+
+The lease is a signed record like the others. It is believed only when signed with this
+run's key or with the key in the trial's secret file (another run of the same user, which
+writes that file when it claims the trial); a lease signed with neither was forged by
+someone who can write to the store: the renewing run ignores and overwrites it (it no
+longer gives up its trial for one unsigned ``PUT``), and a new run treats it as dead.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from corral import keys
-from corral.auth import unverified_value
+from corral.auth import TrialKeys, open_record, unverified_value
 from corral.discovery import NameResolve
 from corral.errors import NameResolveError, TrialInUseError
 from corral.procs import pid_alive
@@ -97,8 +103,17 @@ class ControllerLease:
         run_id: str,
         lease_timeout: float,
         grace: float = 0.0,
+        *,
+        secret: str | None = None,
+        trial_secret: Callable[[], str | None] = lambda: None,
     ):
+        """``nr`` signs what it writes; ``secret`` (this run's) and ``trial_secret()`` (the
+        one in the trial's secret file) are the keys a lease read back is checked with.
+        Without ``secret``, leases are read unverified (as before signed leases)."""
         self.nr = nr
+        self._keys = TrialKeys(secret) if secret else None
+        self._trial_secret = trial_secret
+        self._forged_seen = False
         self.experiment = experiment
         self.trial = trial
         self.key = keys.controller_key(experiment, trial)
@@ -116,10 +131,21 @@ class ControllerLease:
         if self._stop is not None:
             return []
         removed: list[str] = []
-        old = read_lease(self.nr, self.experiment, self.trial)
-        raw_old = self.nr.get(self.key)
-        if raw_old is not None and old is None:
-            old = Lease("", 0, "", 0.0)  # unreadable (older corral): treat as dead
+        old, who = self._read()
+        for _ in range(10):  # a live run writes its secret file just after its claim
+            if who != "forged":
+                break
+            time.sleep(0.1)
+            old, who = self._read()
+        if who == "forged":
+            log.warning(
+                "the controller lease of %s/%s is signed by no run of this trial (forged: "
+                "someone else can write to the store); it is treated as dead",
+                self.experiment, self.trial,
+            )  # fmt: skip
+            old = None
+        if who and old is None:
+            old = Lease("", 0, "", 0.0)  # unreadable or forged: treat as dead
         if old is not None:
             if old.run_id == self.beat.run_id:
                 pass  # our own lease, left by an earlier delete_workers race
@@ -132,8 +158,8 @@ class ControllerLease:
         try:
             self.nr.add(self.key, self.beat.dump(), replace=False)
         except NameResolveError:
-            holder = read_lease(self.nr, self.experiment, self.trial)
-            if holder is not None and holder.run_id != self.beat.run_id:
+            holder, who = self._read()
+            if holder is not None and who != "forged" and holder.run_id != self.beat.run_id:
                 raise self._clash(holder) from None
             self.nr.add(self.key, self.beat.dump(), replace=True)
         self._stop = threading.Event()
@@ -141,6 +167,27 @@ class ControllerLease:
             target=self._renew, args=(self._stop,), name="corral-lease", daemon=True
         ).start()
         return removed
+
+    def _read(self) -> tuple[Lease | None, str]:
+        """The lease in the store and who signed it: ``"ours"`` (this run's key),
+        ``"trial"`` (the key in the trial's secret file), ``"forged"`` (a secret file
+        exists and neither key signed it), ``"unverified"`` (nothing to check it with)
+        or ``""`` (no lease)."""
+        stored = getattr(self.nr, "inner", self.nr).get(self.key)
+        if stored is None:
+            return None, ""
+        if self._keys is None:
+            return Lease.parse(stored), "unverified"
+        value = open_record(self._keys, self.key, stored)
+        if value is not None:
+            return Lease.parse(value), "ours"
+        other = self._trial_secret()
+        if not other:  # nothing to check another run's lease with: believed, as before
+            return Lease.parse(stored), "unverified"
+        value = open_record(TrialKeys(other), self.key, stored)
+        if value is not None:
+            return Lease.parse(value), "trial"
+        return Lease.parse(stored), "forged"
 
     def _clash(self, holder: Lease) -> TrialInUseError:
         return TrialInUseError(
@@ -157,8 +204,16 @@ class ControllerLease:
             self.beat.n += 1
             self.beat.t = time.time()
             try:
-                current = Lease.parse(self.nr.get(self.key))
-                if current is not None and current.run_id != self.beat.run_id:
+                current, who = self._read()
+                if who == "forged":
+                    if not self._forged_seen:
+                        log.warning(
+                            "the controller lease of %s/%s was overwritten with a record "
+                            "signed by no run of this trial (forged); ignored and rewritten",
+                            self.experiment, self.trial,
+                        )  # fmt: skip
+                    self._forged_seen = True
+                elif current is not None and current.run_id != self.beat.run_id:
                     log.error(
                         "the lease of %s/%s was taken by %s; this run's workers will exit",
                         self.experiment,
@@ -178,8 +233,8 @@ class ControllerLease:
         if not delete:
             return
         try:
-            current = Lease.parse(self.nr.get(self.key))
-            if current is None or current.run_id == self.beat.run_id:
+            current, who = self._read()
+            if current is None or who == "forged" or current.run_id == self.beat.run_id:
                 self.nr.delete(self.key)
         except Exception:
             pass

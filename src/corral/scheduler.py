@@ -26,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from corral import dispatch as dispatching
 from corral.attach import adopt, check_grace, detach, find_run
 from corral.calls import Caller
 from corral.capabilities import Adoptable, require
@@ -33,6 +34,7 @@ from corral.data.plane import DataPlane
 from corral.discovery.signed import SignedNameResolve
 from corral.engine_api import EngineAPI
 from corral.errors import WorkerCreationError, WorkerFailedError
+from corral.groups.controller import GroupInfo, GroupPorts, GroupTable
 from corral.health import DEFAULT_INTERVAL, HealthMonitor, WorkerHealth, health_key
 from corral.ioloop import IOLoop
 from corral.launcher import Launcher, WorkerExit
@@ -182,6 +184,19 @@ class Scheduler(RoleAPI, EngineAPI):
                 run_async=lambda coro: self._io.run(coro),
                 gone=self._worker_gone,
             )
+            # the two RL verbs: dispatch over a role, process groups across roles
+            ids = lambda role: [w.id for w in self.get_workers(role)]  # noqa: E731
+            route = lambda wid, path, body, timeout=None: self._calls.acall(  # noqa: E731
+                self._worker(wid), path, body, timeout
+            )
+            self._dispatch = dispatching.DispatchPorts(
+                ids,
+                lambda wid, method, engine, args, kwargs, meta: self.async_call_engine(
+                    wid, method, engine, *args, rpc_meta=meta, **kwargs
+                ),
+                route,
+            )
+            self._groups = GroupTable(GroupPorts(ids, route))
             self._closed = False
         except BaseException:
             launcher.close()
@@ -267,6 +282,60 @@ class Scheduler(RoleAPI, EngineAPI):
             return [fn(x) for x in items]
         return [f.result() for f in futures]
 
+    # ------------------------------------------- dispatch and process groups
+    def dispatch(
+        self,
+        role: str,
+        method: str,
+        engine_name: str | None = None,
+        *args: Any,
+        mode: str = "split",
+        collect: str = "concat",
+        rpc_meta: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Call ``method`` on every worker of ``role``, the arguments split by rank, and
+        collect the results in rank order. ``mode``: "split" (lists, arrays, tensors and
+        refs, also in dicts, by rows: the first ``n % k`` ranks get one row more), "all",
+        "rank0", "engine" (the engine's own DP layout). ``collect``: "concat", "list",
+        "refs". See corral.dispatch and docs/data-plane.md, "Dispatch"."""
+        dispatching.check(mode, collect, rpc_meta)
+        return self._io.run(
+            dispatching.dispatch(
+                self._dispatch, role, method, engine_name, args, kwargs, mode, collect, rpc_meta
+            )
+        )
+
+    async def async_dispatch(
+        self,
+        role: str,
+        method: str,
+        engine_name: str | None = None,
+        *args: Any,
+        mode: str = "split",
+        collect: str = "concat",
+        rpc_meta: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """``dispatch`` for asyncio code: the same modes, results and errors."""
+        return await dispatching.dispatch(
+            self._dispatch, role, method, engine_name, args, kwargs, mode, collect, rpc_meta
+        )
+
+    def create_process_group(
+        self, name: str, roles: list[str], backend: str = "gloo", timeout: float = 300.0
+    ) -> GroupInfo:
+        """A named ``torch.distributed`` group over the workers of ``roles`` (role names
+        or worker ids such as "trainer/0"), ranked role by role; engines get it with
+        ``corral.groups.process_group(name)``. ``backend``: "gloo" or "nccl" (CUDA
+        tensors). A member that does not join within ``timeout`` s: ProcessGroupError
+        naming it. See corral.groups and docs/data-plane.md, "Weight sync"."""
+        return self._io.run(self._groups.create(name, roles, backend, timeout))
+
+    def destroy_process_group(self, name: str) -> bool:
+        """Drop the group on its members; False if no group has that name."""
+        return self._io.run(self._groups.destroy(name))
+
     # -------------------------------------------------------------- teardown
     def delete_workers(self, role: str | None = None, reverse_order: bool = False) -> None:
         """Destroy engines, then stop the workers of ``role`` (or of every role).
@@ -276,6 +345,9 @@ class Scheduler(RoleAPI, EngineAPI):
         rank 0 (which usually owns the torch.distributed store) goes last, and the roles
         in the reverse of their creation order."""
         with self._lock:
+            for name in self._groups.of_roles(role):  # groups go with any role of theirs
+                self._io.run(self._groups.destroy(name))
+            self._stats.before_delete()  # the final table keeps the deleted roles' rows
             self._teardown.delete(role, reverse_order)
             if not self._roles:
                 self._hold.release()

@@ -27,6 +27,16 @@ class SchedulingSpec:
     paths of engines the worker creates before it reports ready. ``task_type`` (``worker``
     or ``engine``) is AReaL's label, kept and validated; corral starts both the same way.
     ``cmd`` replaces ``python -m corral.worker``; see docs/areal.md for the arguments it gets.
+
+    Heterogeneous resources (docs/shapes.md): ``partition``, ``constraint``,
+    ``reservation`` and ``exclusive`` become the Slurm job's ``--partition``,
+    ``--constraint``, ``--reservation`` and ``--exclusive`` (a spec's partition wins over
+    the scheduler's); ``ray_resources`` (custom resource -> amount per worker) and
+    ``accelerator_type`` (Ray's ``accelerator_type:<T>`` node resource) go into the Ray
+    bundle. Each backend ignores the other's fields. ``gpu`` may be a whole number of
+    nodes (``k * n_gpus_per_node``) on Ray and Slurm: a multi-node instance.
+    ``ray_placement_strategy`` is deprecated in AReaL main (``None`` there); None here
+    means ``"separate"``, and the Ray backend still honours the other values.
     """
 
     cpu: int = 1
@@ -42,14 +52,24 @@ class SchedulingSpec:
     exclude: str | None = None
     srun_additional_args: str = ""
     additional_bash_cmds: list[str] = field(default_factory=list)
-    ray_placement_strategy: str = "separate"
+    ray_placement_strategy: str | None = "separate"
     max_restarts: int = 0
     engines: dict[str, str] = field(default_factory=dict)
     task_type: str = "worker"
+    reservation: str | None = None
+    exclusive: bool = False
+    partition: str | None = None
+    constraint: str | None = None
+    ray_resources: dict[str, float] = field(default_factory=dict)
+    accelerator_type: str | None = None
 
     def __post_init__(self) -> None:
         if self.additional_bash_cmds is None:
             self.additional_bash_cmds = []
+        if self.ray_placement_strategy is None:  # AReaL main's default: deprecated, unset
+            self.ray_placement_strategy = "separate"
+        if self.ray_resources is None:
+            self.ray_resources = {}
         validate_spec(self)
 
 
@@ -125,6 +145,10 @@ class Worker:
     backend_id: str | None = None
     forked: bool = False
     generation: str = ""
+    foreign: bool = False
+    """A foreign server (its own HTTP API, ready by GET /health; see corral.foreign)."""
+    member_hosts: list[str] = field(default_factory=list)
+    """A multi-node instance's other nodes (corral.multinode; ``Scheduler.instance``)."""
 
     def __post_init__(self) -> None:
         role, _, index = self.id.rpartition("/")
@@ -226,6 +250,9 @@ def validate_spec(spec: SchedulingSpec, prefix: str = "SchedulingSpec") -> None:
             spec.ray_placement_strategy,
             f"use one of {', '.join(RAY_PLACEMENT_STRATEGIES)}",
         )
+    from corral.resources import validate_resource_fields
+
+    validate_resource_fields(spec, prefix)
     if not isinstance(spec.env_vars, dict) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in spec.env_vars.items()
     ):

@@ -64,23 +64,28 @@ class Teardown:
             return
         if state.kind == REUSED:
             return
-        for w in state.workers:
+        members = [m for instance in state.instances for m in instance.members]
+        for w in state.workers + members:  # members: of multi-node instances
             self.roles.ids.pop(w.id, None)
             self.roles.unrestartable.pop(w.id, None)
             self.gone(w, role)
         if state.kind == FORKED:
-            self.fan_out(lambda w: self._kill_forked(w, state.target), state.workers)
+            self.fan_out(
+                lambda w: self._kill_forked(w, state.target, state.hosts.get(w.index, w.index)),
+                state.workers,
+            )
         elif reverse_order:
             for worker in reversed(state.workers):  # one by one: rank 0 last
                 self.run_async(self.caller.retire([worker]))
             self.stop_launched(role, reverse_order=True)
         else:
-            self.run_async(self.caller.retire(state.workers))
+            self.run_async(self.caller.retire(state.workers + members))
             self.stop_launched(role)
         try:
-            self.name_resolve.clear_subtree(keys.role_prefix(self.experiment, self.trial, role))
-            for kind in ("_info", "_health"):
-                self.name_resolve.clear_subtree(f"{self.experiment}/{self.trial}/{kind}/{role}")
+            for name in (role, *{m.role for m in members}):
+                self.name_resolve.clear_subtree(keys.role_prefix(self.experiment, self.trial, name))
+                for kind in ("_info", "_health"):
+                    self.name_resolve.clear_subtree(f"{self.experiment}/{self.trial}/{kind}/{name}")
         except Exception as exc:
             log.warning("could not clear name-resolve entries of %s: %s", role, exc)
 
@@ -95,16 +100,16 @@ class Teardown:
             worker, "/destroy_engines", 5.0, "destroying engines of", identity=False
         )
 
-    def _kill_forked(self, worker: Worker, target_role: str | None) -> None:
+    def _kill_forked(self, worker: Worker, target_role: str | None, host: int) -> None:
         self._destroy_engines(worker)
 
-        def via_worker() -> None:  # the host worker stops its child
+        def via_worker() -> None:  # the host worker (rank ``host`` of the target) stops it
             target = self.roles.roles.get(target_role) if target_role else None
-            if target is None or worker.index >= len(target.workers):
+            if target is None or host >= len(target.workers):
                 return
             try:
                 self.caller.client.request(
-                    target.workers[worker.index].address,
+                    target.workers[host].address,
                     "/kill_forked_worker",
                     {"worker_id": worker.id},
                     timeout=10.0,

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from corral import keys
+from corral.capabilities import ServesCommands
 from corral.discovery.base import NameResolve
 from corral.errors import (
     CorralError,
@@ -24,6 +25,7 @@ from corral.errors import (
     WorkerPreemptedError,
     WorkerTimeoutError,
 )
+from corral.foreign import PROBE_INTERVAL, answers_health, foreign_worker
 from corral.launcher import Launcher, WorkerExit
 from corral.logs import tail
 from corral.paths import TrialPaths
@@ -60,10 +62,20 @@ class Watch:
         info = json.loads(raw) if raw else {}
         return Worker.from_registration(role, index, address, info)  # backend_id from its env
 
+    def read_foreign(self, role: str, index: int) -> Worker | None:
+        """The replica as a foreign server, if its command answers GET /health on the port
+        it was given (corral.foreign); None for a corral worker or one not up yet."""
+        if not isinstance(self.launcher, ServesCommands):
+            return None
+        at = self.launcher.served_at(role, index)
+        if at is None or not answers_health(at.ip, at.ports[0]):
+            return None
+        return foreign_worker(role, index, at)
+
     def await_registration(self, role: str, replicas: int, timeout: float) -> list[Worker]:
         deadline = time.monotonic() + timeout
         found: dict[int, Worker] = {}
-        next_poll = next_report = next_reason = 0.0
+        next_poll = next_report = next_reason = next_probe = 0.0
         started = time.monotonic()
         last_reason: str | None = None
         interval = 0.005
@@ -74,6 +86,13 @@ class Watch:
                     worker = self.read_worker(role, index)
                     if worker is not None:
                         found[index] = worker
+            if len(found) < replicas and now >= next_probe:
+                for index in range(replicas):
+                    if index not in found:
+                        worker = self.read_foreign(role, index)
+                        if worker is not None:
+                            found[index] = worker
+                next_probe = time.monotonic() + PROBE_INTERVAL
             if len(found) == replicas:
                 return [found[i] for i in range(replicas)]
             if now >= next_poll:
@@ -117,7 +136,7 @@ class Watch:
         deadline = time.monotonic() + timeout
         next_reason, last_reason = time.monotonic() + 1.0, None
         while time.monotonic() < deadline:
-            worker = self.read_worker(role, index)
+            worker = self.read_worker(role, index) or self.read_foreign(role, index)
             if worker is not None:
                 return worker
             dead = self.launcher.poll(role)

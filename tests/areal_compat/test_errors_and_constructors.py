@@ -196,3 +196,43 @@ def test_an_explicit_config_wins_over_keywords_as_in_areal(tmp_path):
         s.close()
     with pytest.raises(ValueError, match="experiment_name and trial_name must be provided"):
         SlurmScheduler(dry_run=True)
+
+
+def test_local_n_gpus_per_node_is_the_number_of_gpu_devices_as_in_areal(tmp_path):
+    """AReaL's LocalScheduler.n_gpus_per_node is len(gpu_devices) (issue 24, defect 5);
+    an explicit n_gpus_per_node keyword still wins."""
+    s = LocalScheduler(gpu_devices=[0, 1], fileroot=str(tmp_path))
+    try:
+        assert s.n_gpus_per_node == 2
+    finally:
+        s.close()
+    s = LocalScheduler(gpu_devices=[0, 1], fileroot=str(tmp_path), n_gpus_per_node=4)
+    try:
+        assert s.n_gpus_per_node == 4
+    finally:
+        s.close()
+
+
+def test_every_scheduler_takes_a_config_first_beside_any_keyword(tmp_path):
+    """``Scheduler(cfg, startup_timeout=60)`` is the same on every backend (issue 24,
+    defect 6): Ray raised Python's 'got multiple values for argument'."""
+    from corral.backends.ray import RayScheduler
+    from corral.backends.slurm import SlurmScheduler
+
+    cfg = BaseExperimentConfig(experiment_name="first", trial_name="t1")
+    cfg.cluster.fileroot = str(tmp_path)
+    made = [
+        LocalScheduler(cfg, startup_timeout=60, gpu_devices=[0]),
+        RayScheduler(cfg, startup_timeout=60, dry_run=True),
+        SlurmScheduler(cfg, n_gpus_per_node=4, startup_timeout=60, dry_run=True),
+    ]
+    try:
+        for s in made:
+            assert (s.experiment_name, s.startup_timeout) == ("first", 60.0), type(s).__name__
+            assert s.exp_config is cfg
+    finally:
+        for s in made:
+            s.close()
+    with pytest.raises(ConfigError, match="pass the experiment config once") as info:
+        LocalScheduler(cfg, exp_config=cfg)
+    assert info.value.field == "exp_config"

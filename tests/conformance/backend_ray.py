@@ -1,7 +1,9 @@
 """The Ray backend under test: ONE real Ray runtime for the whole session.
 
-Two Ray nodes on this machine (``ray.cluster_utils.Cluster``), each with 8 CPUs and 4
-declared GPUs (no physical GPU is needed: Ray only counts them). Conformance tests and
+Two Ray nodes on this machine (``ray.cluster_utils.Cluster``), each with 8 CPUs and 8
+declared GPUs (no physical GPU is needed: Ray only counts them). The nodes also declare
+an accelerator type each (``NODE_ACCELERATORS``, a Ray node resource) and the head a
+custom resource (``CUSTOM_RESOURCE``), for the heterogeneous-resource tests. Conformance tests and
 ``tests/ray`` share it through ``ray_cluster``; it is shut down when the last user is done.
 """
 
@@ -15,7 +17,11 @@ from tests.conformance.harness import BackendUnderTest, require_service
 
 NODES = 2
 CPUS_PER_NODE = 8
-GPUS_PER_NODE = 4
+GPUS_PER_NODE = 8
+NODE_ACCELERATORS = ("FAKE_A100", "FAKE_H100")
+"""Declared accelerator types of node 0 (head) and node 1 (no such hardware exists)."""
+CUSTOM_RESOURCE = ("rollout_slot", 4)
+"""A custom resource only the head node declares, and how much of it."""
 OBJECT_STORE = 128 * 1024**2
 
 _lock = threading.Lock()
@@ -89,14 +95,19 @@ def acquire_cluster() -> RayTestCluster:
                     head_node_args={
                         "num_cpus": CPUS_PER_NODE,
                         "num_gpus": GPUS_PER_NODE,
+                        "resources": {
+                            f"accelerator_type:{NODE_ACCELERATORS[0]}": 1,
+                            CUSTOM_RESOURCE[0]: CUSTOM_RESOURCE[1],
+                        },
                         "include_dashboard": False,
                         "object_store_memory": OBJECT_STORE,
                     },
                 )
-                for _ in range(NODES - 1):
+                for i in range(1, NODES):
                     cluster.add_node(
                         num_cpus=CPUS_PER_NODE,
                         num_gpus=GPUS_PER_NODE,
+                        resources={f"accelerator_type:{NODE_ACCELERATORS[i % 2]}": 1},
                         object_store_memory=OBJECT_STORE,
                     )
                 cluster.wait_for_nodes()

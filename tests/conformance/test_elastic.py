@@ -18,6 +18,22 @@ def env_of(sched, wid: str, name: str) -> str | None:
     return sched.call_engine(wid, "getenv", "e", name)
 
 
+def _log_names(path: str, worker_id: str, timeout: float = 15.0) -> bool:
+    """Whether the log at ``path`` shows ``worker_id`` serving (logs are copied as written:
+    bounded wait)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with open(path, errors="replace") as fh:
+                if f"corral worker {worker_id} serving" in fh.read():
+                    return True
+        except FileNotFoundError:
+            pass
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+
+
 def test_grow_then_shrink_a_role(sched):
     ids = sched.create_workers(Job(role="elastic", replicas=2, tasks=[SchedulingSpec(cpu=1)]))
     for wid in ids:
@@ -33,6 +49,8 @@ def test_grow_then_shrink_a_role(sched):
         asyncio.run(sched.create_engine(wid, ECHO, "e"))
     assert [env_of(sched, w, "RANK") for w in grown] == ["0", "1", "2", "3"]
     assert {env_of(sched, w, "WORLD_SIZE") for w in grown} == {"4"}
+    for index in (2, 3):  # each new replica writes its own log, under its own index
+        assert _log_names(sched.paths.replica_log("elastic", index), f"elastic/{index}")
 
     removed = sched.get_workers("elastic")[1:]
     kept = sched.scale("elastic", 1)

@@ -123,3 +123,16 @@ def test_large_payload_round_trip(sched, worker):
     data = np.random.default_rng(0).standard_normal(4 * 1024 * 1024).astype(np.float32)
     out = sched.call_engine(worker, "echo", "e", data)
     assert out.dtype == np.float32 and np.array_equal(out, data)
+
+
+def test_an_unknown_engine_name_is_both_worker_not_found_and_engine_call_error(sched, worker):
+    """AReaL's worker answers 404 and its controller raises EngineCallError; corral's
+    lookup error is WorkerNotFoundError: the error is both (issue 24, defect 4)."""
+    from corral import WorkerNotFoundError
+
+    asyncio.run(sched.create_engine(worker, ECHO, "e"))
+    with pytest.raises(EngineCallError, match="no engine named 'ghost'") as info:
+        sched.call_engine(worker, "echo", "ghost", 1)
+    assert isinstance(info.value, WorkerNotFoundError)
+    with pytest.raises(WorkerNotFoundError):
+        asyncio.run(sched.async_call_engine(worker, "echo", "ghost", 1))

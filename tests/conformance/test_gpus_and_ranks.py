@@ -1,7 +1,7 @@
 """Exact GPU device sets and per-node LOCAL_RANK on every backend, and the local GPU ledger.
 
 GPUs are declared, not physical: the local backend is given device indices, the Ray test
-cluster declares 4 GPUs per node and the Slurm lab 4 gres GPUs per node. What is checked is
+cluster declares 8 GPUs per node and the Slurm lab 4 gres GPUs per node. What is checked is
 the exact ``CUDA_VISIBLE_DEVICES`` each worker process sees.
 """
 

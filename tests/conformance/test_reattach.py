@@ -18,7 +18,7 @@ import uuid
 
 import pytest
 
-from corral import ConfigError
+from corral import ConfigError, TrialInUseError
 from tests.conformance.harness import pid_alive
 from tests.conformance.test_run_identity import end_controller, start_controller, wait_gone
 
@@ -106,6 +106,48 @@ def test_corral_stop_from_another_shell_stops_workers_that_outlive_their_control
         assert backend.leftovers(experiment, trial) == []
     finally:
         end_controller(proc)
+        _kill_left(first["pids"])
+
+
+def test_attach_to_a_run_whose_controller_lives_is_refused_even_if_it_outlives(backend):
+    """Workers that may outlive their controller (``outlive_controller > 0``) are still
+    that controller's while it lives: a second controller with ``attach=True`` is refused
+    naming the live run, and takes nothing over."""
+    experiment, trial = f"attach-{backend.name}", f"l{uuid.uuid4().hex[:6]}"
+    proc, first = start_controller(backend, experiment, trial, outlive=120)
+    try:
+        with pytest.raises(TrialInUseError) as info:
+            second = backend.scheduler(experiment=experiment, trial=trial, attach=True)
+            second.close()  # only reached when attaching wrongly succeeded
+        message = str(info.value)
+        assert "controller is alive" in message and f"{experiment}/{trial}" in message
+        assert first["run_id"] in message
+        assert proc.poll() is None and all(pid_alive(p) for p in first["pids"])
+        rows = [row for row in _cli(backend, "ps").splitlines() if trial in row]
+        assert any("(controller)" in row and "NOT RENEWED" not in row for row in rows), rows
+    finally:
+        end_controller(proc)
+        _cli(backend, "stop", experiment, trial)
+        _kill_left(first["pids"])
+
+
+def test_attach_after_the_grace_period_is_refused_naming_it(backend):
+    """Workers outlive their controller only for ``outlive_controller`` seconds past the
+    lease timeout: attaching later is refused with that reason (they have exited), not
+    tried on workers that are gone."""
+    experiment, trial = f"attach-{backend.name}", f"g{uuid.uuid4().hex[:6]}"
+    proc, first = start_controller(backend, experiment, trial, outlive=2)
+    try:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+        time.sleep(5.0 + 2.0 + 2.0)  # past the lease timeout (5 s) + grace (2 s) + 1 s
+        with pytest.raises(ConfigError) as info:
+            backend.scheduler(experiment=experiment, trial=trial, attach=True)
+        assert "past its grace period" in str(info.value) and first["run_id"] in str(info.value)
+        assert wait_gone(first["pids"], timeout=30) == []  # they left by themselves
+    finally:
+        end_controller(proc)
+        _cli(backend, "stop", experiment, trial)
         _kill_left(first["pids"])
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import time
 
 import numpy as np
 import pytest
@@ -17,7 +18,9 @@ from corral import (
     SchedulingSpec,
     WorkerFailedError,
 )
-from corral.rpc.client import WorkerUnreachableError
+from corral.errors import WorkerConnectionError
+from corral.rpc.async_client import AsyncRPCClient
+from corral.rpc.client import RPCClient, WorkerUnreachableError
 from tests.support.proxy import CuttingProxy, sockets_only
 
 ECHO = "corral.testing.engines.EchoEngine"
@@ -52,6 +55,56 @@ def test_retry_after_a_cut_request_runs_the_method_once(sched):
         )
         assert proxy.cut == 2
         assert sched.call_engine(wid, "count", "e") == 1
+    finally:
+        proxy.close()
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_max_retries_counts_attempts(sched, monkeypatch, mode):
+    """AReaL's ``max_retries=N`` is the number of attempts, not of retries after the first:
+    with every request cut before the worker has it all, the call is sent N times, then
+    fails naming the worker and the count; ``retry_delay`` is waited before each retry,
+    doubling. (Counted where the scheduler hands the call to
+    the RPC client: the sync client's own redial of a pooled connection is not an attempt.
+    The health probes between attempts are small and pass the proxy.)"""
+    (wid,) = sched.create_workers(Job(role="tries", replicas=1))
+    asyncio.run(sched.create_engine(wid, ECHO, "e"))
+    w = sched.get_workers("tries")[0]
+    sent: list[str] = []
+    client_class = RPCClient if mode == "sync" else AsyncRPCClient
+    real = client_class.request
+
+    def counted(self, address, path, *args, **kwargs):
+        if path == "/call":
+            sent.append(kwargs.get("request_id"))
+        return real(self, address, path, *args, **kwargs)
+
+    monkeypatch.setattr(client_class, "request", counted)
+    delay, waits = 0.0123, []  # retry_delay: waited before each retry, doubling
+    real_sleep = time.sleep if mode == "sync" else asyncio.sleep
+
+    def sleep(seconds, *args):
+        if seconds in (delay, 2 * delay):
+            waits.append(seconds)
+        return real_sleep(seconds, *args)
+
+    monkeypatch.setattr(time if mode == "sync" else asyncio, "sleep", sleep)
+    big = np.ones(4 << 20, dtype=np.float32)
+    proxy = CuttingProxy((w.ip, w.port), cut_after=1 << 20, cuts=1000)
+    try:
+        _through_proxy(sched, wid, proxy)
+        with pytest.raises(WorkerConnectionError, match="tries/0") as info:
+            if mode == "sync":
+                sched.call_engine(wid, "echo", "e", big, max_retries=3, retry_delay=delay)
+            else:
+                asyncio.run(
+                    sched.async_call_engine(wid, "echo", "e", big, max_retries=3, retry_delay=delay)
+                )
+        assert len(sent) == 3, f"{len(sent)} attempts for max_retries=3"
+        assert waits == [delay, 2 * delay]  # before the second and the third
+        assert len(set(sent)) == 1  # one request id: the attempts are one call
+        assert "broke 3 time(s)" in str(info.value)
+        assert proxy.cut >= 3  # every attempt was cut on the wire
     finally:
         proxy.close()
 

@@ -90,7 +90,7 @@ def test_dashboard_in_chromium_lists_workers_streams_logs_and_shows_a_failure(
         threading.Thread(target=load, daemon=True).start()
         exp, trial = sched.experiment_name, sched.trial_name
         dash = Dashboard(TrialSource(backend.fileroot, exp, trial), port=0).serve_in_thread()
-        browser.goto(f"{dash.url}#log={exp}/{trial}/{ids[0]}")
+        browser.goto(f"{dash.url}&log={exp}/{trial}/{ids[0]}")
 
         # every worker is listed, running, with its pid (and Slurm job id) in its row
         browser.wait_for(

@@ -9,6 +9,7 @@ import json
 import socket
 import time
 import uuid
+from types import SimpleNamespace
 
 import pytest
 
@@ -40,9 +41,11 @@ def dash(local_backend, trial):
     server.close()
 
 
-def _get(dash, path: str, cookie: str | None = None, timeout: float = 10):
+def _get(dash, path: str, token: str | None = None, timeout: float = 10, method="GET", **headers):
     conn = http.client.HTTPConnection("127.0.0.1", dash.port, timeout=timeout)
-    conn.request("GET", path, headers={"Cookie": cookie} if cookie else {})
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    conn.request(method, path, headers=headers)
     return conn, conn.getresponse()
 
 
@@ -60,9 +63,8 @@ def _events(response, wanted: str, count: int = 1, limit: int = 200) -> list:
     raise AssertionError(f"no {count} {wanted!r} event(s) in {limit} lines")
 
 
-def test_a_connection_that_never_sends_a_request_is_closed(local_backend, monkeypatch):
-    """Another local user's idle connections do not hold the dashboard's threads."""
-    monkeypatch.setattr("corral.observe.dashboard.IO_TIMEOUT", 0.5)
+def test_a_connection_that_never_sends_a_request_is_closed(local_backend):
+    """Another local user's idle connections do not hold the dashboard (10 s per head)."""
     server = Dashboard(TrialSource(local_backend.fileroot), port=0).serve_in_thread()
     try:
         with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
@@ -72,34 +74,40 @@ def test_a_connection_that_never_sends_a_request_is_closed(local_backend, monkey
         server.close()
 
 
-@pytest.mark.parametrize("path", ["/", "/api/trials", "/events", "/logs", "/static/dashboard.js"])
-def test_every_path_needs_the_token(dash, path):
+@pytest.mark.parametrize("path", ["/api/trials", "/events", "/logs", "/nope"])
+def test_every_data_path_needs_the_token_in_a_header(dash, path):
     _, r = _get(dash, path)
     assert r.status == 401
-    _, r = _get(dash, path + "?token=wrong")
+    _, r = _get(dash, path, token="wrong")
     assert r.status == 401
-    _, r = _get(dash, path, cookie=f"{dash.cookie}=wrong")
+    _, r = _get(dash, f"{path}?token={dash.token}")  # never in the address
+    assert r.status == 401
+    _, r = _get(dash, path, Cookie=f"corral_dash_{dash.port}={dash.token}")  # no cookies
     assert r.status == 401
 
 
-def test_token_becomes_a_cookie_and_leaves_the_address(dash):
-    _, r = _get(dash, f"/?token={dash.token}")
-    assert r.status == 303 and r.getheader("Location") == "/"
-    cookie = r.getheader("Set-Cookie")
-    assert cookie.startswith(f"{dash.cookie}={dash.token};")
-    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
-    _, page = _get(dash, "/", cookie=cookie.split(";")[0])
-    assert page.status == 200 and b"/static/dashboard.js" in page.read()
+def test_the_page_is_public_and_the_login_code_works_once(dash):
+    _, page = _get(dash, "/")
+    assert page.status == 200 and b"/static/session.js" in page.read()
     assert "default-src 'self'" in page.getheader("Content-Security-Policy")
+    assert page.getheader("Set-Cookie") is None
+    code = dash.url.split("#login=")[1]
+    _, r = _get(dash, "/api/session", token=code, method="POST")
+    assert r.status == 200 and r.getheader("Set-Cookie") is None
+    session = json.load(r)["session"]
+    _, r = _get(dash, "/api/trials", token=session)
+    assert r.status == 200
+    _, again = _get(dash, "/api/session", token=code, method="POST")
+    assert again.status == 401
 
 
 def test_trials_api_and_events_carry_the_running_trial(dash, trial):
     sched, wid = trial
-    _, r = _get(dash, f"/api/trials?token={dash.token}")
+    _, r = _get(dash, "/api/trials", token=dash.token)
     listed = {(t["experiment"], t["trial"]): t for t in json.load(r)}
     snap = listed[(sched.experiment_name, sched.trial_name)]
     assert snap["status"] == "live" and [w["id"] for w in snap["workers"]] == [wid]
-    conn, r = _get(dash, f"/events?token={dash.token}")
+    conn, r = _get(dash, "/events", token=dash.token)
     assert r.getheader("Content-Type") == "text/event-stream"
     first, second = _events(r, "trials", count=2)
     assert any(t["trial"] == sched.trial_name for t in first)
@@ -110,7 +118,7 @@ def test_trials_api_and_events_carry_the_running_trial(dash, trial):
 def test_log_stream_sends_the_tail_then_new_lines(dash, trial):
     sched, wid = trial
     query = f"experiment={sched.experiment_name}&trial={sched.trial_name}&worker={wid}"
-    conn, r = _get(dash, f"/logs?{query}&token={dash.token}")
+    conn, r = _get(dash, f"/logs?{query}", token=dash.token)
     (path,) = _events(r, "path")
     assert path.endswith(f"{wid}.log")
     (tail,) = _events(r, "lines")
@@ -127,18 +135,20 @@ def test_log_stream_sends_the_tail_then_new_lines(dash, trial):
 
 @pytest.mark.parametrize("experiment", ["..", "../../etc", "a/b"])
 def test_names_that_leave_the_fileroot_are_refused(dash, experiment):
-    _, r = _get(dash, f"/logs?experiment={experiment}&trial=t&worker=w/0&token={dash.token}")
+    _, r = _get(dash, f"/logs?experiment={experiment}&trial=t&worker=w/0", token=dash.token)
     assert r.status == 400
     assert "experiment" in json.load(r)["error"]
 
 
-def test_the_trial_secret_is_accepted_when_one_trial_is_named(local_backend, trial):
+def test_the_trial_secret_is_never_a_dashboard_token(local_backend, trial):
     sched, _ = trial
     source = TrialSource(local_backend.fileroot, sched.experiment_name, sched.trial_name)
-    server = Dashboard(source, port=0, extra_secrets=(sched.secret,)).serve_in_thread()
+    server = Dashboard(source, port=0).serve_in_thread()
     try:
-        _, r = _get(server, f"/api/trials?token={sched.secret}")
-        assert r.status == 200 and json.load(r)[0]["trial"] == sched.trial_name
+        _, r = _get(server, "/api/trials", token=sched.secret)
+        assert r.status == 401
+        _, r = _get(server, "/api/session", token=sched.secret, method="POST")
+        assert r.status == 401
     finally:
         server.close()
 
@@ -177,13 +187,57 @@ def test_corral_dashboard_command_prints_a_working_address(local_backend, trial)
         first = proc.stdout.readline().strip()
         assert first.startswith("corral dashboard: http://127.0.0.1:"), first
         url = first.split(": ", 1)[1]
-        base, token = url.split("?token=")
-        with urllib.request.urlopen(f"{base}api/trials?token={token}", timeout=10) as r:
+        base, code = url.split(" ")[0].split("#login=")
+        login = urllib.request.Request(
+            f"{base}api/session", method="POST", headers={"Authorization": f"Bearer {code}"}
+        )
+        with urllib.request.urlopen(login, timeout=10) as r:
+            session = json.load(r)["session"]
+        trials = urllib.request.Request(
+            f"{base}api/trials", headers={"Authorization": f"Bearer {session}"}
+        )
+        with urllib.request.urlopen(trials, timeout=10) as r:
             (only,) = json.load(r)
         assert only["trial"] == sched.trial_name and only["workers"][0]["id"] == wid
         with pytest.raises(urllib.error.HTTPError) as err:
             urllib.request.urlopen(f"{base}api/trials", timeout=10)
         assert err.value.code == 401
+    finally:
+        os.kill(proc.pid, signal.SIGINT)
+        assert proc.wait(timeout=10) == 130
+        proc.stdout.close()
+
+
+@pytest.mark.parametrize("named", [False, True], ids=["all-trials", "one-trial"])
+def test_corral_dashboard_refuses_an_empty_token(local_backend, trial, named):
+    """Every request needs the token: an empty ``corral_dash_<port>=`` cookie or
+    ``?token=`` is no login, whether or not the command was given a trial (whose secret it
+    then also accepts; without one it has no second secret, not an empty one)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    sched, _ = trial
+    names = [sched.experiment_name, sched.trial_name] if named else []
+    env = {k: v for k, v in os.environ.items() if k != "CORRAL_DASHBOARD_TOKEN"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "corral.cli", "--fileroot", local_backend.fileroot,
+         "dashboard", *names, "--port", "0"],
+        stdout=subprocess.PIPE, text=True, env=env, preexec_fn=sigint_not_ignored,
+    )  # fmt: skip
+    try:
+        first = proc.stdout.readline().strip()
+        assert first.startswith("corral dashboard: http://127.0.0.1:"), first
+        base, token = first.split(": ", 1)[1].split("?token=")
+        port = int(base.rstrip("/").rsplit(":", 1)[1])
+        server = SimpleNamespace(port=port)  # what _get needs
+
+        for path in ("/api/trials", "/api/trials?token=", "/"):
+            _, r = _get(server, path, cookie=f"corral_dash_{port}=")
+            assert r.status == 401, (path, r.status)
+        _, r = _get(server, "/api/trials", cookie=f"corral_dash_{port}={token}")
+        assert r.status == 200  # the real token still logs in
     finally:
         os.kill(proc.pid, signal.SIGINT)
         assert proc.wait(timeout=10) == 130
@@ -213,14 +267,14 @@ def test_a_trial_without_stats_comes_from_name_resolve_with_its_log(local_backen
     server = Dashboard(source, port=0).serve_in_thread()
     try:
         (wid,) = sched.create_workers(Job(role="solo", replicas=1))
-        _, r = _get(server, f"/api/trials?token={server.token}")
+        _, r = _get(server, "/api/trials", token=server.token)
         (snap,) = [t for t in json.load(r) if t["trial"] == sched.trial_name]
         assert snap["status"] == "registered"
         assert [(w["id"], w["pid"]) for w in snap["workers"]] == [
             (wid, sched.get_workers("solo")[0].pid)
         ]
         query = f"experiment={sched.experiment_name}&trial={sched.trial_name}&worker={wid}"
-        conn, r = _get(server, f"/logs?{query}&token={server.token}")
+        conn, r = _get(server, f"/logs?{query}", token=server.token)
         (tail,) = _events(r, "lines")
         assert any(f"corral worker {wid}" in line for line in tail)
         conn.close()

@@ -1,4 +1,4 @@
-"""RayScheduler on a real two-node Ray cluster (2 x 4 declared GPUs, see backend_ray.py)."""
+"""RayScheduler on a real two-node Ray cluster (2 x 8 declared GPUs, see backend_ray.py)."""
 
 from __future__ import annotations
 
@@ -101,19 +101,19 @@ def test_sigkill_of_an_actor_mid_call_gives_worker_failed_naming_the_ray_actor(m
 def test_unsatisfiable_request_names_what_was_asked_and_leaves_no_group(make, ray_cluster):  # noqa: F811
     sched = make(startup_timeout=3)
     with pytest.raises(WorkerCreationError) as info:
-        sched.create_workers(gpu_job("huge", 4, gpu=3))
+        sched.create_workers(gpu_job("huge", 6, gpu=3))
     text = str(info.value)
-    assert "GPU 3" in text and "GPU 12" in text, text  # per worker, and the role in total
-    assert "GPU 8" in text and "available" in text, text  # what the cluster has
+    assert "GPU 3" in text and "GPU 18" in text, text  # per worker, and the role in total
+    assert f"GPU {2 * GPUS_PER_NODE}" in text and "available" in text, text  # the cluster
     assert sched.roles == []
     assert ray_cluster.leftovers(sched.experiment_name, sched.trial_name) == []
 
 
 def test_deferred_groups_time_out_with_the_pending_request(make, ray_cluster):  # noqa: F811
-    make().create_workers(gpu_job("hog", 1, gpu=4))  # fits in total, not while that runs
+    make().create_workers(gpu_job("hog", 1, gpu=GPUS_PER_NODE))  # fits in total, not now
     sched = make(startup_timeout=3)
     with pytest.raises(WorkerTimeoutError, match="placement group") as info:
-        sched.create_workers(gpu_job("later", 2, gpu=4, strategy="deferred"))
+        sched.create_workers(gpu_job("later", 2, gpu=GPUS_PER_NODE, strategy="deferred"))
     assert "GPU" in str(info.value)
     assert ray_cluster.leftovers(sched.experiment_name, sched.trial_name) == []
 

@@ -167,6 +167,29 @@ def test_forged_etcd_record_is_refused_before_connecting(backend, tmp_path, slow
         etcd.stop()
 
 
+@pytest.mark.ray
+def test_forged_ray_record_is_refused_before_connecting(backend, ray_cluster, slow_start) -> None:
+    """Ray name-resolve (the GCS key-value store, which any process of the Ray cluster can
+    write): the same record signing as the file and etcd stores (issue 24, defect 3)."""
+    sched = backend.scheduler(name_resolve={"type": "ray"})
+    attacker_store = make_name_resolve({"type": "ray", "address": ray_cluster.address})
+    try:
+        assert sched.name_resolve.describe()["type"] == "ray"
+        listener, error = _attack_create(sched, attacker_store, slow_start)
+        assert isinstance(error, ForgedRecordError), error
+        assert "not written by this trial's worker" in str(error)
+        assert listener.connections == 0 and not listener.received
+        listener.close()
+        # the trial still works: its own records verify
+        (wid,) = sched.create_workers(Job(role="honest", replicas=1))
+        assert sched.health(wid)["status"] == "ok"
+        key = K.worker_address_key(sched.experiment_name, sched.trial_name, "honest", 0)
+        assert attacker_store.get(key).startswith("corral-signed")  # as stored in the GCS
+    finally:
+        attacker_store.close()
+        sched.close()
+
+
 def test_corral_stop_does_not_follow_a_forged_record(tmp_path) -> None:
     """The CLI (ps, stop) reads records too: a rewritten address is refused, not contacted."""
     root = tmp_path / "root"

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from corral import Job
-from corral.auth import TrialKeys
+from corral.auth import AUTH_HEADER, TrialKeys, sign_request_head
 from corral.errors import AuthenticationError
 from corral.rpc.client import AsyncRPCClient, RPCClient
 from corral.rpc.http import SocketReader
@@ -94,19 +94,26 @@ def test_request_with_an_altered_body_is_refused(recorded) -> None:
     assert sched.call_engine(wid, "count", "e") == 1
 
 
-def test_stale_timestamp_is_refused(recorded, monkeypatch) -> None:
+@pytest.mark.parametrize("offset", [-3600, 3600], ids=["an-hour-old", "an-hour-ahead"])
+def test_timestamp_too_far_from_the_workers_clock_is_refused(recorded, monkeypatch, offset) -> None:
+    """A request stamped too far from the worker's clock is refused, in the past (a
+    replay) and in the future (a request made now to be replayed later)."""
     sched, wid, target, _proxy = recorded
     client = RPCClient(sched.secret)
     real = time.time
-    monkeypatch.setattr("corral.auth.time.time", lambda: real() - 3600)
+    monkeypatch.setattr("corral.auth.time.time", lambda: real() + offset)
     try:
         with pytest.raises(AuthenticationError, match="401"):
             client.request(f"{target[0]}:{target[1]}", "/call",
                            {"engine_name": "e", "method": "echo", "args": [1]})  # fmt: skip
+        auth = sign_request_head(sched.secret, "GET", "/health")  # the same, by hand
     finally:
         monkeypatch.undo()
         client.close()
-    assert sched.call_engine(wid, "count", "e") == 1
+    assert sched.call_engine(wid, "count", "e") == 1  # the refused call never ran
+    head = f"GET /health HTTP/1.1\r\n{AUTH_HEADER}: {auth}\r\nContent-Length: 0\r\n\r\n"
+    reply = _send_raw(target, head.encode())
+    assert reply.status == 401 and b"off this host's clock" in bytes(reply.body), reply.body
 
 
 def test_impostor_without_the_secret_cannot_answer() -> None:

@@ -218,11 +218,11 @@ def test_reader_refuses_a_segment_that_is_not_this_users_private_memfd(owner) ->
 
 
 # ------------------------------------------------------------- signed headers
-def _call(worker, secret: str, extra: dict[str, str], tamper=None):
-    """One signed /call, built by hand with the shared-memory headers ``extra``;
-    ``tamper(headers)`` changes the head after it was signed. (reply, nonce)."""
+def _call(worker, secret: str, extra: dict[str, str], tamper=None, value="x"):
+    """One signed /call of ``echo(value)``, built by hand with the shared-memory headers
+    ``extra``; ``tamper(headers)`` changes the head after it was signed. (reply, nonce)."""
     body = b"".join(bytes(p) for p in wire.encode({"engine_name": "e", "method": "echo",
-                                                   "args": ["x"]}))  # fmt: skip
+                                                   "args": [value]}))  # fmt: skip
     request_id = new_request_id()
     headers = {"Host": "corral", REQUEST_ID_HEADER: request_id, "Content-Type": FRAME_TYPE,
                IDENTITY_HEADER: worker.identity, **extra}  # fmt: skip
@@ -281,3 +281,26 @@ def test_shared_memory_headers_are_covered_by_the_signatures(sched) -> None:
             verify(headers)
         assert what
     assert sched.call_engine(wid, "count", "e") == 1  # the tampered requests never ran
+
+
+def test_an_offer_from_another_host_is_never_taken_as_same_host(sched) -> None:
+    """A shared-memory offer carries the client's host token; one from another host (a
+    token that is not the worker's) gets a reply over the socket: no same-host answer, and
+    a large reply comes as bytes in the body, not as a segment it could not map."""
+    (wid,) = sched.create_workers(Job(role="shmfar", replicas=1))
+    asyncio.run(sched.create_engine(wid, ECHO, "e"))
+    worker = sched.get_workers("shmfar")[0]
+    assert shm.host_token(), "shared memory is off on this host: nothing to test"
+    foreign = hashlib.sha256(b"another boot, another host").hexdigest()[:24]
+    assert foreign != shm.host_token()
+    big = numpy.arange(1 << 20, dtype=numpy.float32)  # 4 MiB: would go through shared memory
+    reply, _nonce, _signer = _call(
+        worker, sched.secret, {shm.OFFER_HEADER: f"{foreign} {os.getpid()}"}, value=big
+    )
+    assert reply.status == 200, bytes(reply.body)
+    assert shm.LOCAL_HEADER not in reply.headers and shm.SEGMENT_HEADER not in reply.headers
+    assert numpy.array_equal(wire.decode(reply.body)["result"], big)
+    if sched.backend in ("local", "ray"):  # the same offer with this host's token is taken
+        mine = {shm.OFFER_HEADER: f"{shm.host_token()} {os.getpid()}"}
+        reply, _nonce, _signer = _call(worker, sched.secret, mine)
+        assert reply.status == 200 and shm.LOCAL_HEADER in reply.headers

@@ -137,6 +137,10 @@ def test_a_slurmctld_outage_does_not_fail_healthy_workers(make):  # noqa: F811
 @pytest.mark.slurm
 @pytest.mark.timeout(180)
 def test_preempted_role_fails_with_preempted_error_then_comes_back(make, tmp_path):  # noqa: F811
+    """``scontrol requeue`` (what a preemption with PreemptMode=REQUEUE does): engines hear
+    on_preempt, calls raise WorkerPreemptedError, the same job comes back with new
+    generations. The role allows restarts (``max_restarts=1``): a preempted worker is still
+    requeued with its job, never restarted in place (no restart job, no early hook)."""
     import asyncio
     import os
 
@@ -150,7 +154,7 @@ def test_preempted_role_fails_with_preempted_error_then_comes_back(make, tmp_pat
         made.append(worker_id)
 
     sched.set_restart_hook("spot", hook)
-    ids = sched.create_workers(cpu_job("spot", 2))
+    ids = sched.create_workers(cpu_job("spot", 2, max_restarts=1))
     markers = [str(tmp_path / f"preempted-{i}") for i in range(2)]
     for wid, marker in zip(ids, markers, strict=True):
         asyncio.run(sched.create_engine(wid, "corral.testing.engines.EchoEngine", "e"))
@@ -172,6 +176,8 @@ def test_preempted_role_fails_with_preempted_error_then_comes_back(make, tmp_pat
             sched.call_engine(ids[0], "echo", "e", 1, rpc_meta={"timeout": 5})
         except WorkerPreemptedError as exc:
             assert "requeued" in str(exc) and "wait_role" in str(exc)
+            assert not exc.restarted, str(exc)
+            assert "restarted it" not in str(exc) and "restarting it" not in str(exc)
             break
         assert time.monotonic() < deadline, "no WorkerPreemptedError"
         time.sleep(0.2)
@@ -184,9 +190,11 @@ def test_preempted_role_fails_with_preempted_error_then_comes_back(make, tmp_pat
     assert sched.wait_role("spot", timeout=90) == ids
     after = sched.get_workers("spot")
     assert all(a.generation != b.generation for a, b in zip(after, before, strict=True))
-    assert made == ids  # the hook recreated the engines
+    assert made == ids  # the hook recreated the engines, once each, after the return
     assert [sched.call_engine(w, "echo", "e", 7) for w in ids] == [7, 7]
     assert sched.launcher_jobs["spot"] == job  # the same job, requeued, not a new one
+    jobs = trial_jobs(sched.experiment_name, sched.trial_name)
+    assert [line.split()[0] for line in jobs] == [job], jobs  # and no restart job beside it
 
 
 def _sbatch_hog(tmp_path, name: str, *args: str) -> str:

@@ -36,6 +36,7 @@ from corral.backends.slurm import (
     render_dry_run,
     state_is_final,
 )
+from corral.paths import exit_code_path
 from tests.conformance.backend_slurm import (
     lab_gpus_per_node,
     slurm_conf,
@@ -96,6 +97,29 @@ def test_state_descriptions_and_exit_codes():
     assert ending_state_from_log(log, "3") == "CANCELLED"
     assert ending_state_from_log(log, "4") == "TIMEOUT"
     assert ending_state_from_log(log, "5") is None
+
+
+def test_a_job_slurm_ended_is_named_whatever_its_workers_exit_code(tmp_path):
+    """Which ending names a worker whose exit file is there: Slurm's, when Slurm ends the
+    job (also while COMPLETING, from slurmstepd's line), never a job that ends because
+    its tasks exited."""
+    from corral.backends.slurm_queue import JobState, RoleJob
+    from corral.backends.slurm_watch import slurm_ending
+    from corral.paths import sbatch_log_path
+
+    job = RoleJob("7", [0], str(tmp_path), "")
+    with open(sbatch_log_path(str(tmp_path), "r"), "w") as fh:
+        fh.write(
+            "slurmstepd-node2: error: *** JOB 7 ON node2 CANCELLED AT 2026-12-04T02:56:34 ***\n"
+        )
+    completing = JobState("COMPLETING", completing=True)
+    assert slurm_ending(job, "r", completing) == "Slurm job 7 CANCELLED"
+    assert slurm_ending(job, "r", JobState("CANCELLED")) == "Slurm job 7 CANCELLED"
+    assert slurm_ending(job, "r", JobState("TIMEOUT")) == "Slurm job 7 TIMEOUT"
+    for by_its_tasks in ("RUNNING", "COMPLETED", "FAILED"):
+        assert slurm_ending(job, "r", JobState(by_its_tasks)) is None
+    assert slurm_ending(job, "other", completing) is None  # no stepd line: its tasks ended it
+    assert slurm_ending(job, "r", None) is None
 
 
 def _cfg(root: str, trial: str | None = None, gpus: int = 8) -> BaseExperimentConfig:
@@ -202,6 +226,9 @@ def test_role_over_two_nodes_gets_distinct_hosts_and_gpus_by_local_id(make, lab)
 
 @pytest.mark.slurm
 def test_scancel_from_outside_gives_worker_failed_naming_cancelled(make):
+    """Named CANCELLED whatever code the worker's own stop returned: that code differs
+    between clusters (143 here, 1 where the process tracking also signals the batch
+    script's subshell before it records the code), Slurm's state of the job does not."""
     sched = make()
     (wid,) = sched.create_workers(Job(role="victim", replicas=1))
     job_id = sched.launcher_jobs["victim"]
@@ -217,13 +244,22 @@ def test_scancel_from_outside_gives_worker_failed_naming_cancelled(make):
         time.sleep(0.2)
     assert error is not None, "scancel from outside went unnoticed"
     assert error.worker_id == wid
-    assert f"Slurm job {job_id} CANCELLED" in str(error) or "killed by SIGTERM" in str(error)
+    assert f"Slurm job {job_id} CANCELLED" in str(error), str(error)
+    # the worker's exit file is there (it holds the code of its own stop): Slurm's
+    # ending, not that code, still names why it went, whenever the backend looks
+    exit_file = exit_code_path(str(sched.log_dir), "victim", 0, job_id)
+    deadline = time.monotonic() + 20
+    while not os.path.exists(exit_file) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert os.path.exists(exit_file), "the batch script wrote no exit file"
+    (exit_,) = sched.launcher.poll("victim").values()
+    assert exit_.reason == f"Slurm job {job_id} CANCELLED", exit_.reason
     # once Slurm has taken the job away, the reason is Slurm's state
     deadline = time.monotonic() + 20
     while not _squeue_state(job_id).startswith("CANCELLED") and time.monotonic() < deadline:
         time.sleep(0.2)
     for exit_ in sched.launcher.poll("victim").values():
-        assert exit_.log_path
+        assert exit_.log_path and exit_.reason == f"Slurm job {job_id} CANCELLED"
     assert error.log_path
 
 

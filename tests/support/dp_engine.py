@@ -55,6 +55,14 @@ class DPGroupEngine:
     def current_data_parallel_head(self) -> int:
         return self.rank - self.rank % self.group_size
 
+    @property
+    def data_parallel_rank(self) -> int:
+        return self.rank // self.group_size
+
+    @property
+    def data_parallel_world_size(self) -> int:
+        return self.world_size // self.group_size
+
     def is_data_parallel_head(self) -> bool:
         return self.rank == self.current_data_parallel_head()
 

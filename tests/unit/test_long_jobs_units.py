@@ -135,7 +135,8 @@ def test_an_adopted_process_is_polled_and_waited_for_by_pid():
     from corral.procs import AdoptedProcess
 
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
-    adopted = AdoptedProcess(child.pid)
+    adopted = AdoptedProcess(child.pid, lambda pid: pid == child.pid)  # the identity check
+    assert AdoptedProcess(child.pid, lambda pid: False).poll() == -1  # not the worker: exited
     assert adopted.poll() is None
     with pytest.raises(subprocess.TimeoutExpired):
         adopted.wait(0.1)

@@ -3,6 +3,8 @@ chunks read across a frame's parts, bounded waits, and pulls whose upstream fail
 
 from __future__ import annotations
 
+import gc
+import os
 import threading
 import time
 
@@ -17,15 +19,51 @@ from corral.rpc import wire
 FRAME = wire.encode([np.arange(40_000, dtype=np.float32), np.arange(9, dtype=np.int64)])
 WHOLE = b"".join(bytes(p) for p in FRAME)
 
+_MADE: list[Relays] = []
+
+
+def _relays() -> Relays:
+    """A Relays that is emptied when the test ends (see ``_relay_memory_released``)."""
+    made = Relays()
+    _MADE.append(made)
+    return made
+
+
+def _relay_memfds() -> list[str]:
+    """This process's mappings and open descriptors of relay memory."""
+    with open("/proc/self/maps") as fh:
+        found = [line.split()[-2] for line in fh if "/memfd:corral-relay" in line]
+    for entry in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{entry}")
+        except OSError:
+            continue
+        if target.startswith("/memfd:corral-relay"):
+            found.append(target)
+    return found
+
+
+@pytest.fixture(autouse=True)
+def _relay_memory_released():
+    """Each test's relays give their memory back when it ends. A Relays left alone keeps
+    retired buffers' memfds pooled for POOL_IDLE (60 s), alive through its sweeper thread,
+    in this pytest process: a later test's leak check (tests/conformance/test_data_plane.py
+    counts the controller's corral memfds) would see them as its own leak."""
+    yield
+    while _MADE:
+        _MADE.pop().clear()
+    gc.collect()  # buffers made without a Relays close their memory when collected
+    assert _relay_memfds() == [], "a relay test left relay memory mapped in this process"
+
 
 def _owner() -> tuple[Relays, dict]:
-    owner = Relays()
+    owner = _relays()
     plan = owner.plan(["k1", "k2"], lambda: FRAME, "r/0#g")
     return owner, plan
 
 
 def test_the_owner_hands_out_a_chain_and_encodes_once():
-    owner = Relays()
+    owner = _relays()
     encoded = []
 
     def encode():
@@ -80,7 +118,7 @@ def test_a_relay_serves_what_it_has_and_waits_bounded_for_the_rest():
 
 def test_a_relay_named_before_its_own_pull_began_waits_for_its_buffer(monkeypatch):
     owner, plan = _owner()
-    reader = Relays()
+    reader = _relays()
     got: list = []
     early = threading.Thread(target=lambda: got.append(bytes(reader.chunk(plan["blob"], 0, 10))))
     early.start()  # the downstream asks before this reader's pull has made its buffer
@@ -108,7 +146,7 @@ def _fetcher(owner: Relays, blob: str, upstream_dies_at: int | None, log: list):
 @pytest.mark.parametrize("dies_after", [0, 3])
 def test_an_upstream_that_dies_midway_falls_back_to_the_owner(dies_after):
     owner, plan = _owner()
-    reader = Relays()
+    reader = _relays()
     log: list = []
     plan = {**plan, "upstream": "r/9#g"}
     fetch = _fetcher(owner, plan["blob"], dies_after * 20_000, log)
@@ -123,7 +161,7 @@ def test_an_upstream_that_dies_midway_falls_back_to_the_owner(dies_after):
 
 def test_chunk_requests_overlap_up_to_the_depth():
     owner, plan = _owner()
-    reader = Relays()
+    reader = _relays()
     out, most, lock = [0], [0], threading.Lock()
     gate = threading.Barrier(relay.DEPTH, timeout=10)
 
@@ -142,7 +180,7 @@ def test_chunk_requests_overlap_up_to_the_depth():
 
 
 def test_an_owner_failure_is_the_pull_error_and_drops_the_buffer():
-    reader = Relays()
+    reader = _relays()
 
     def fetch(source, offset, size):
         raise RefLostError("owner gone", "o/0")
@@ -154,7 +192,7 @@ def test_an_owner_failure_is_the_pull_error_and_drops_the_buffer():
 
 def test_a_frame_pulled_once_serves_a_second_pull_and_downstream_readers():
     owner, plan = _owner()
-    reader = Relays()
+    reader = _relays()
     log: list = []
     fetch = _fetcher(owner, plan["blob"], None, log)
     first = bytes(reader.pull(plan, fetch, chunk=50_000))
@@ -169,7 +207,7 @@ def test_a_frame_pulled_once_serves_a_second_pull_and_downstream_readers():
 
 def test_memory_is_reused_only_when_no_view_of_it_is_left():
     owner, plan = _owner()
-    reader = Relays()
+    reader = _relays()
     fetch = _fetcher(owner, plan["blob"], None, [])
     mine = reader.pull(plan, fetch)  # this reader's values
     buffer = reader._buffers[plan["blob"]]
@@ -197,7 +235,7 @@ def test_pooled_memory_outlives_the_gap_between_two_training_steps():
     """A buffer retired 20 s ago (one weight broadcast per training step) is still pooled
     and the next frame of its size gets it (warm pages); after POOL_IDLE it is dropped."""
     owner, plan = _owner()
-    reader = Relays()
+    reader = _relays()
     mine = reader.pull(plan, _fetcher(owner, plan["blob"], None, []))
     del mine
     buffer = reader._buffers.pop(plan["blob"])

@@ -141,6 +141,29 @@ GOLDEN_CASES = {
         env={"WANDB_MODE": "offline", "QUOTED": 'it\'s a "value" with $dollar'},
         name_resolve='{"type": "etcd", "address": "10.0.0.5:2379"}',
     ),
+    "heterogeneous": lambda: make_params(
+        role="actor",
+        job_name="demo_run1_actor",
+        replicas=4,
+        spec=SchedulingSpec(
+            cpu=4,
+            gpu=2,
+            mem=16,
+            partition="b200",
+            constraint="b200&ib",
+            reservation="rl-week",
+            exclusive=True,
+        ),
+        n_gpus_per_node=8,
+        partition="a100",  # the scheduler's partition: the spec's wins
+    ),
+    "multinode_2x8": lambda: make_params(
+        role="server",
+        job_name="demo_run1_server",
+        replicas=2,
+        spec=SchedulingSpec(cpu=16, gpu=16, mem=64),
+        n_gpus_per_node=8,
+    ),
 }
 
 
@@ -332,11 +355,22 @@ def assert_config_error(fn, field: str, *fragments: str) -> ConfigError:
 
 def test_gpu_more_than_a_node():
     err = assert_config_error(
-        lambda: render_sbatch_script(make_params(spec=SchedulingSpec(gpu=4), n_gpus_per_node=2)),
+        lambda: render_sbatch_script(make_params(spec=SchedulingSpec(gpu=3), n_gpus_per_node=2)),
         "SchedulingSpec.gpu",
         "n_gpus_per_node=2",
     )
-    assert err.value == 4
+    assert err.value == 3
+
+
+def test_a_multinode_spec_whose_cpu_does_not_divide_is_refused():
+    err = assert_config_error(
+        lambda: render_sbatch_script(
+            make_params(spec=SchedulingSpec(gpu=16, cpu=3), n_gpus_per_node=8)
+        ),
+        "SchedulingSpec.cpu",
+        "3 % 2 = 1",
+    )
+    assert err.value == 3
 
 
 def test_gpu_on_a_cluster_without_gpus():

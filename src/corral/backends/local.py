@@ -8,19 +8,23 @@ import os
 import shlex
 import socket
 import threading
+from functools import partial
 from typing import Any
 
+from corral import identity
 from corral import options as opts
-from corral.capabilities import Adoptable, Elastic
+from corral.capabilities import Adoptable, Elastic, ServesCommands
 from corral.config import cluster_field
 from corral.errors import ConfigError, GPURequestError, SchedulerError
+from corral.foreign import ServedAt
 from corral.launcher import Launcher, LaunchRequest, WorkerExit, env_lines
 from corral.logs import LogPump, replica_log_path
 from corral.procs import AdoptedProcess, describe_returncode, spawn, stop_process_groups
 from corral.scheduler import Scheduler
 from corral.spec import NormalizedJob, SchedulingSpec
 from corral.worker import env as E
-from corral.worker.args import args_from_env, command_argv, free_port
+from corral.worker.args import args_from_env, command_argv, free_ports
+from corral.worker.env import advertise_host
 
 GPU_SHARING = ("exclusive", "round_robin")
 log = logging.getLogger("corral")
@@ -33,18 +37,20 @@ def detect_gpu_devices() -> list[int]:
     return sorted(int(p.removeprefix("/dev/nvidia")) for p in glob.glob("/dev/nvidia[0-9]*"))
 
 
-def _argv(spec: SchedulingSpec, env: dict[str, str], port: int | None) -> list[str]:
+def _argv(spec: SchedulingSpec, env: dict[str, str], port: int) -> list[str]:
     """A worker's command: corral's worker reads its environment only; a module of the
-    user's (``spec.cmd``) gets AReaL's arguments too, with a free port (``port=None``)."""
+    user's (``spec.cmd``) gets AReaL's arguments too, told to serve on ``port``."""
     argv = command_argv(spec.cmd)
     if argv[1:] == ["-m", "corral.worker"]:
         return argv
-    return argv + args_from_env(env, port=free_port() if port is None else port)
+    return argv + args_from_env(env, port=port)
 
 
-class LocalLauncher(Launcher, Elastic, Adoptable):
+class LocalLauncher(Launcher, Elastic, Adoptable, ServesCommands):
     name = "local"
-    fds_per_worker = 5  # output pipe, three log files, a connection
+    # its output pipe and the connection of a call fan-out; log files are shared by all
+    # workers, at most 16 open (corral.logs.OpenFiles): within fdlimit.MARGIN
+    fds_per_worker = 2
 
     def __init__(self, gpu_devices: list[int] | None = None, gpu_sharing: str = "exclusive"):
         devices = detect_gpu_devices() if gpu_devices is None else list(gpu_devices)
@@ -66,9 +72,11 @@ class LocalLauncher(Launcher, Elastic, Adoptable):
         self._procs: dict[str, list] = {}
         self._gpus: dict[str, list[list[int]]] = {}
         self._specs: dict[str, tuple] = {}
+        self._served: dict[tuple[str, int], ServedAt] = {}  # worker commands' --port
         self._log_dir = ""
         self._pump = LogPump(on_error=lambda text: self.progress(text))
         self._lock = threading.Lock()
+        self.host = socket.gethostname()
 
     def check(self, job: NormalizedJob) -> None:
         need = job.total_gpus
@@ -141,7 +149,14 @@ class LocalLauncher(Launcher, Elastic, Adoptable):
 
     def _start(self, role: str, index: int, spec, env: dict[str, str], devices: list[int]):
         env = self._process_env(env, devices)
-        argv = _argv(spec, env, port=None)
+        ports = free_ports(max(spec.port_count, 1)) if spec.cmd else [0]
+        argv = _argv(spec, env, port=ports[0])
+        proc = self._spawn(role, index, argv, env)
+        if spec.cmd:
+            self._served[(role, index)] = ServedAt(advertise_host(), ports, self.host, proc.pid)
+        return proc
+
+    def _spawn(self, role: str, index: int, argv: list[str], env: dict[str, str]):
         if self.outlive:  # outlives the controller (corral.attach): writes its own log
             path = replica_log_path(self._log_dir, role, index)
             os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
@@ -162,7 +177,13 @@ class LocalLauncher(Launcher, Elastic, Adoptable):
                     f"cannot adopt {worker.id}: it runs on {worker.host!r} with pid "
                     f"{worker.pid}, not on this host ({host}); attach from that host"
                 )
-        self._procs[role] = [AdoptedProcess(int(w.pid)) for w in workers]
+        self._procs[role] = [
+            AdoptedProcess(
+                int(w.pid),
+                partial(identity.matches, role=role, index=str(w.index), log_dir=log_dir),
+            )
+            for w in workers
+        ]
         self._gpus[role] = [[] for _ in workers]  # its GPUs stay with the old ledger's run
         self._specs[role] = tuple(SchedulingSpec() for _ in workers)
 
@@ -218,6 +239,8 @@ class LocalLauncher(Launcher, Elastic, Adoptable):
 
     def stop(self, role: str, reverse: bool = False) -> None:
         procs = self._procs.pop(role, [])
+        for index in range(len(procs)):
+            self._served.pop((role, index), None)
         if reverse:
             for proc in reversed(procs):
                 stop_process_groups([proc])
@@ -228,6 +251,9 @@ class LocalLauncher(Launcher, Elastic, Adoptable):
                 if self.sharing == "exclusive":
                     self._free.extend(devices)
             self._free.sort()
+
+    def served_at(self, role: str, index: int) -> ServedAt | None:
+        return self._served.get((role, index))
 
     def pids(self, role: str) -> list[int]:
         return [p.pid for p in self._procs.get(role, [])]
@@ -250,6 +276,7 @@ class LocalScheduler(Scheduler):
 
     backend = "local"
 
+    @opts.config_first
     def __init__(
         self,
         gpu_devices: list[int] | None = None,
@@ -274,6 +301,7 @@ class LocalScheduler(Scheduler):
         opts.check_exp_config(exp_config)
         if gpu_devices is None:
             gpu_devices = cluster_field(exp_config, "gpu_devices")
+        declared = kwargs.get("n_gpus_per_node") is not None
         super().__init__(
             exp_config,
             launcher=LocalLauncher(gpu_devices, gpu_sharing),
@@ -289,6 +317,8 @@ class LocalScheduler(Scheduler):
             etcd3_addr=etcd3_addr,
             **kwargs,
         )
+        if not declared:  # AReaL: this machine is the node and its GPUs are gpu_devices
+            self._n_gpus_per_node = len(self.launcher.devices)
 
     @property
     def gpu_devices(self) -> list[int]:

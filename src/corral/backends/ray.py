@@ -4,21 +4,11 @@ Each worker is a Ray actor that hosts the ordinary corral worker runtime in its 
 process: it binds a port, registers in name-resolve and serves the same RPC as a local
 worker. Ray only places the actor, keeps its resources reserved and tells us when it died.
 
-Placement (``SchedulingSpec.ray_placement_strategy``, one value per role):
-
-``"separate"`` (default)
-    One placement group per worker, each with a single bundle that matches the worker's
-    spec. Ray places single-bundle groups on the least loaded node that fits, so the
-    workers of a role spread over the nodes when they can. Every group is created and
-    waited for (up to ``startup_timeout``) before any actor starts.
-``"shared"``
-    One placement group for the whole role, one bundle per worker, strategy ``PACK``: the
-    workers sit on as few nodes as possible. Created and waited for like ``separate``.
-``"deferred"``
-    Like ``separate``, but the actors are created at once without waiting for their
-    groups; each actor starts when its group is placed. A group that never fits ends in
-    the scheduler's ``WorkerTimeoutError`` (with the pending request in its message)
-    instead of ``WorkerCreationError``. Use it on autoscaling clusters.
+Placement (``SchedulingSpec.ray_placement_strategy``, one value per role; docs/backends.md):
+``"separate"`` (default) is one single-bundle placement group per worker, so a role
+spreads over the nodes; ``"shared"`` is one ``PACK`` group per role; ``"deferred"`` is
+``separate`` without waiting for the groups before the actors start (autoscaling
+clusters: a group that never fits ends in ``WorkerTimeoutError``).
 
 A bundle holds ``CPU=cpu`` and ``gpu`` units of the cluster's accelerator resource:
 ``GPU`` if the cluster has GPUs, else ``NPU`` if it has NPUs (read from
@@ -46,6 +36,7 @@ core restarts a dead worker through ``restart``, as a new actor on the old one's
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
@@ -79,10 +70,12 @@ from corral.backends.ray_support import (  # name_prefix, apply_quiet_env: impor
     name_prefix,
 )
 from corral.backends.ray_teardown import RayTeardown
-from corral.capabilities import Adoptable, Elastic, Preemptible
+from corral.capabilities import Adoptable, Elastic, MultiNode, Preemptible
 from corral.errors import ConfigError, PlacementError, WorkerCreationError
 from corral.launcher import Launcher, LaunchRequest, WorkerExit, env_lines
 from corral.logs import replica_log_path
+from corral.multinode import per_node
+from corral.resources import ray_extra_resources, unknown_ray_resources
 from corral.scheduler import Scheduler
 from corral.spec import NormalizedJob, Worker
 from corral.worker import env as E
@@ -103,6 +96,7 @@ class RayLauncher(
     Elastic,
     Preemptible,
     Adoptable,
+    MultiNode,
 ):
     """Places workers with placement groups and runs each in a ``RayWorkerActor``.
 
@@ -115,6 +109,9 @@ class RayLauncher(
 
     name = "ray"
     shares_filesystem = False
+    # the connection of a call fan-out, and the gRPC channel Ray opens to the actor's
+    # process (measured: tests/conformance/test_fd_budget.py)
+    fds_per_worker = 2
 
     def __init__(
         self,
@@ -140,6 +137,7 @@ class RayLauncher(
         self._forks: dict[str, _Role] = {}
         self._lock = threading.RLock()
         self.ray = None
+        self.n_gpus_per_node = 0  # set by RayScheduler: multi-node workers (corral.multinode)
         self._nodes: NodeWatch | None = None  # drained nodes, dead raylets (ray_nodes)
         if dry_run:
             return
@@ -194,8 +192,19 @@ class RayLauncher(
                     f"{format_resources(self.ray.cluster_resources())}); use gpu=0, join a "
                     "cluster with GPUs, or declare them with ray.init(num_gpus=N)",
                 )
-        bundles = [self._bundle(spec, kind) for spec in job.tasks]
-        why = infeasible(bundles, node_totals(self.ray), format_resources)
+        k = self.nodes_per_worker(job)
+        bundles = [self._bundle(per_node(spec, k), kind) for spec in job.tasks for _ in range(k)]
+        if k > len(node_totals(self.ray)):
+            raise PlacementError(
+                f"{job.role}: nodes",
+                k,
+                f"each worker holds {k} whole nodes but the Ray cluster has "
+                f"{len(node_totals(self.ray))} alive; lower gpu or add nodes",
+            )
+        wanted = {name for spec in job.tasks for name in ray_extra_resources(spec)}
+        why = unknown_ray_resources(wanted, self.ray.cluster_resources()) or infeasible(
+            bundles, node_totals(self.ray), format_resources
+        )
         if why:
             raise PlacementError(
                 f"{job.role}: placement",
@@ -213,10 +222,18 @@ class RayLauncher(
         kind = self.accelerator_kind() if self.ray is not None else "GPU"
         prefix = name_prefix(request.envs[0][E.EXPERIMENT], request.envs[0][E.TRIAL])
         strategy = job.tasks[0].ray_placement_strategy
-        bundles = [self._bundle(spec, kind) for spec in job.tasks]
+        k = self.nodes_per_worker(job)  # > 1: one STRICT_SPREAD group of k nodes per worker
+        bundles = [self._bundle(per_node(spec, k), kind) for spec in job.tasks]
         where = self.address or "the runtime of this process, RAY_ADDRESS or a local one"
         lines = [f"# dry run (ray): {job.replicas} {job.role} actor(s) on {where}"]
-        for group, group_strategy, name in group_specs(prefix, job.role, bundles, strategy):
+        if k > 1:
+            lines.append(f"# each worker holds {k} nodes: a {job.role}.members actor per node")
+        specs = [
+            ([b] * k, "STRICT_SPREAD", f"{prefix}:{job.role}:{i}") for i, b in enumerate(bundles)
+        ]
+        for group, group_strategy, name in (
+            specs if k > 1 else group_specs(prefix, job.role, bundles, strategy)
+        ):
             lifetime = ", lifetime='detached'" if self.outlive else ""
             lines.append(
                 f"placement_group({group}, strategy='{group_strategy}', name='{name}'{lifetime})"
@@ -229,7 +246,7 @@ class RayLauncher(
                 "max_restarts": 0,
                 "placement_group_bundle_index": index if strategy == "shared" else 0,
                 **detached_options(self.outlive),
-                **accelerator_options(kind, spec.gpu),
+                **accelerator_options(kind, per_node(spec, k).gpu),
             }
             if spec.gpu == 0:
                 env = {**env, "CUDA_VISIBLE_DEVICES": env.get("CUDA_VISIBLE_DEVICES", "")}
@@ -241,14 +258,22 @@ class RayLauncher(
         return "\n".join(lines)
 
     def launch(self, request: LaunchRequest) -> None:
+        k = self.nodes_per_worker(request.job)
+        if k > 1:  # the share of one node; the worker on bundle 0, members on the others
+            tasks = tuple(per_node(t, k) for t in request.job.tasks)
+            request = dataclasses.replace(
+                request, job=dataclasses.replace(request.job, tasks=tasks)
+            )
         job = request.job
         record = _Role(strategy=job.tasks[0].ray_placement_strategy)
         with self._lock:
             self._roles[job.role] = record
-        kind, bundles, (record.pgs, record.bundles, places) = self._new_groups(request, record)
-        if record.strategy != "deferred":
+        kind, bundles, (record.pgs, record.bundles, places) = self._new_groups(request, record, k=k)
+        if record.strategy != "deferred" or k > 1:
             self._wait_groups(job, record, bundles)
-        self._start_mains(request, record, places, kind)
+        self._start_mains(request, record, places[::k], kind)
+        if k > 1:
+            self._start_members(request, places, kind, k)
 
     def restart(self, role: str, index: int, env: dict[str, str]) -> None:
         """A new actor for replica ``index`` in the old one's placement group bundle."""
@@ -295,6 +320,8 @@ class RayLauncher(
                     if first and exit_.preempted and r.parent is None:
                         self._bring_back(r)
         dead = {r.index: r.exit for r in replicas if r.exit is not None}
+        for index, exit_ in self._member_deaths(role).items():
+            dead.setdefault(index, exit_)
         if self.requeue:
             dead.update(self._node_loss.still_lost(ray, role))
         return dead
@@ -368,6 +395,7 @@ class RayScheduler(Scheduler):
 
     backend = "ray"
 
+    @opts.config_first
     def __init__(
         self,
         startup_timeout: float | None = None,
@@ -403,6 +431,7 @@ class RayScheduler(Scheduler):
             **kwargs,
         )
         self.launcher.startup_timeout = self.startup_timeout
+        self.launcher.n_gpus_per_node = self.n_gpus_per_node
 
 
 __all__ = [

@@ -12,6 +12,7 @@ from corral.backends.ray_start import _Role
 from corral.backends.ray_support import _pg_name, format_resources, name_prefix
 from corral.errors import WorkerCreationError
 from corral.launcher import LaunchRequest
+from corral.multinode import nodes_of
 from corral.spec import NormalizedJob
 from corral.worker import env as E
 
@@ -52,15 +53,26 @@ class PlacementGroups:
     """Mixin of RayLauncher: a role's groups, waiting for them and saying what they wait
     for (uses ``self.ray``, ``self._lock``, ``self._roles``, ``self.startup_timeout``)."""
 
+    def nodes_per_worker(self, job: NormalizedJob) -> int:
+        """Whole nodes one worker of ``job`` holds (corral.multinode)."""
+        return nodes_of(job.tasks[0], self.n_gpus_per_node)
+
     def _new_groups(
-        self, request: LaunchRequest, record: _Role, first: int = 0
+        self, request: LaunchRequest, record: _Role, first: int = 0, k: int = 1
     ) -> tuple[str | None, list[dict], tuple[list[Any], list[list[dict]], list[tuple[Any, int]]]]:
         """The accelerator kind, each worker's bundle, and the groups created for
-        replicas ``first``.. of ``request`` (see create_groups)."""
+        replicas ``first``.. of ``request`` (see create_groups); ``k > 1``: each worker
+        holds k whole nodes (one STRICT_SPREAD group of k per-node bundles)."""
         kind = self.accelerator_kind()
         env = request.envs[0]
         bundles = [self._bundle(spec, kind) for spec in request.job.tasks]
         prefix = name_prefix(env[E.EXPERIMENT], env[E.TRIAL])
+        if k > 1:  # a multi-node instance: one group of k whole nodes per worker
+            specs = [
+                ([b] * k, "STRICT_SPREAD", f"{prefix}:{request.job.role}:{first + i}")
+                for i, b in enumerate(bundles)
+            ]
+            return kind, bundles, create_groups(specs, detached=bool(self.outlive))
         specs = group_specs(prefix, request.job.role, bundles, record.strategy, first)
         return kind, bundles, create_groups(specs, detached=bool(self.outlive))
 

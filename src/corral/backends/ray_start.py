@@ -9,6 +9,8 @@ from typing import Any
 from corral.backends.ray_support import _actor_class, name_prefix
 from corral.errors import WorkerCreationError
 from corral.launcher import LaunchRequest, WorkerExit
+from corral.multinode import NNODES, NODE_RANK, member_index, member_role
+from corral.resources import ray_extra_resources
 from corral.worker import env as E
 
 MAIN_SINGLE_GPU_SHARE = 0.9
@@ -80,6 +82,7 @@ class ActorStarter:
             bundle[kind] = float(spec.gpu)
         if self.reserve_memory and spec.mem:
             bundle["memory"] = float(spec.mem * 1024**3)
+        bundle.update(ray_extra_resources(spec))  # custom resources, accelerator type
         return bundle or {"CPU": 0.001}
 
     def _start_mains(
@@ -181,3 +184,51 @@ class ActorStarter:
             log_dir=log_dir,
             parent=parent,
         )
+
+    def _start_members(
+        self, request: LaunchRequest, places: list, kind: str | None, k: int, first: int = 0
+    ) -> None:
+        """The member workers of multi-node instances (corral.multinode): one actor on
+        each bundle after the first of every instance's group, child records of the
+        instance (stopped with it, their deaths reported as its own)."""
+        job = request.job
+        members = member_role(job.role)
+        for i, (spec, env) in enumerate(zip(job.tasks, request.envs, strict=True)):
+            for rank in range(1, k):
+                pg, bundle_index = places[i * k + rank]
+                index = member_index(first + i, rank, k)
+                member_env = {**env, E.ROLE: members, E.INDEX: str(index)}
+                member_env.update({NNODES: str(k), NODE_RANK: str(rank)})
+                replica = self._start_main(
+                    members, index, spec, member_env, pg, bundle_index, kind, request.log_dir
+                )
+                replica.parent = (job.role, first + i)
+                with self._lock:
+                    self._forks.setdefault(members, _Role(strategy="members")).replicas.append(
+                        replica
+                    )
+
+    def _member_deaths(self, role: str) -> dict[int, WorkerExit]:
+        """Instances of ``role`` with a dead member: the member's node and why."""
+        members = member_role(role)
+        if members not in self._forks:
+            return {}
+        dead: dict[int, WorkerExit] = {}
+        for index, exit_ in sorted(self.poll(members).items()):
+            replica = next(r for r in self._records(members) if r.index == index)
+            instance = replica.parent[1]
+            try:
+                node = self._info(replica, 1.0).get("node_id", "?")
+            except Exception:
+                node = "?"
+            rank = int(replica.env.get(NODE_RANK, "0"))
+            dead.setdefault(
+                instance,
+                WorkerExit(
+                    f"member {members}/{index} on node {node} (node rank {rank}) died: "
+                    f"{exit_.reason}",
+                    exit_.exit_code,
+                    exit_.log_path,
+                ),
+            )
+        return dead

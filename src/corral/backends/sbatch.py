@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import shlex
 
+from corral.backends import slurm_members as members
 from corral.backends.sbatch_params import (  # the parameters stay importable from here
     _SIGNAL_RE,
     RESERVED_ENV,
@@ -46,6 +47,7 @@ from corral.paths import (
     role_log_path,
     sbatch_log_path,
 )
+from corral.resources import slurm_directives
 from corral.spec import CONTAINER_TYPES, validate_role_name
 from corral.worker import env as E
 
@@ -137,16 +139,19 @@ def render_task_script(params: SbatchParams) -> str:
     """
     role = validate_role_name(params.role)
     log_dir = _check_path("log_dir", params.log_dir)
-    gpus = params.spec.gpu
+    layout = params.layout()
+    k = layout.nodes_per_worker
+    gpus = layout.gpus_per_task
     restartable = params.spec.max_restarts > 0
     argv = _worker_argv(params)
-    role_dir = f"{log_dir.rstrip('/')}/{role}"
+    role_dir = _q(f"{log_dir.rstrip('/')}/{role}") if k == 1 else '"$corral_dir"'
+    who = role if k == 1 else "${corral_role}"
 
-    lines = [
-        "set -u",
-        "export PYTHONUNBUFFERED=1",
-        "corral_index=$(( ${CORRAL_INDEX_OFFSET:-0} + ${SLURM_PROCID:-0} ))",
-    ]
+    lines = ["set -u", "export PYTHONUNBUFFERED=1"]
+    if k == 1:
+        lines.append("corral_index=$(( ${CORRAL_INDEX_OFFSET:-0} + ${SLURM_PROCID:-0} ))")
+    else:  # a multi-node instance: its worker, or a member (backends/slurm_members.py)
+        lines += members.task_lines(role, log_dir, k, _q)
     if gpus > 0:
         # GPUs LOCALID*g .. LOCALID*g+g-1 of this node. When Slurm exported the job's
         # GPUs on this node (e.g. "2,3" on a node another job also uses), pick from
@@ -173,18 +178,20 @@ def render_task_script(params: SbatchParams) -> str:
         lines.append('export CUDA_VISIBLE_DEVICES=""  # CPU-only role: no GPU visible')
         lines.append('export ASCEND_RT_VISIBLE_DEVICES=""')
     lines += [
-        f'corral_prefix="[{role}/${{corral_index}}] "',
-        f"corral_log={_q(role_dir)}/${{corral_index}}.log",
-        f"corral_exit={_q(role_dir)}/${{corral_index}}${{SLURM_JOB_ID:+.$SLURM_JOB_ID}}.exit",
-        f"mkdir -p {_q(role_dir)}",
+        f'corral_prefix="[{who}/${{corral_index}}] "',
+        f"corral_log={role_dir}/${{corral_index}}.log",
+        f"corral_exit={role_dir}/${{corral_index}}${{SLURM_JOB_ID:+.$SLURM_JOB_ID}}.exit",
+        f"mkdir -p {role_dir}",
         # the job id may be one an earlier run used: none of its files speak for this job
         'rm -f "$corral_exit" "$corral_exit.pid" "$corral_exit.rc"',
     ]
     if restartable:  # where this replica runs, for a restart on the same node and GPUs
         lines.append(
             'printf "%s %s\\n" "${SLURMD_NODENAME:-$(hostname)}" "$CUDA_VISIBLE_DEVICES" > '
-            f"{_q(role_dir)}/${{corral_index}}.place"
+            f"{role_dir}/${{corral_index}}.place"
         )
+    if k > 1:
+        lines.append(members.node_line())
     for i, cmd in enumerate(params.spec.additional_bash_cmds):
         if not isinstance(cmd, str):
             raise ConfigError(f"SchedulingSpec.additional_bash_cmds[{i}]", cmd, "use a str")
@@ -273,7 +280,8 @@ def render_sbatch_script(params: SbatchParams) -> str:
             )
         directives.append(f"--signal={p.signal}")
     o = p.options
-    for name, value in (("partition", o.partition), ("account", o.account), ("qos", o.qos)):
+    directives += slurm_directives(p.spec, o.partition)  # partition, constraint, ...
+    for name, value in (("account", o.account), ("qos", o.qos)):
         if value is not None:
             directives.append(f"--{name}={value}")
     if o.time_limit is not None:

@@ -61,10 +61,11 @@ from corral.backends.slurm_queue import (  # the state names stay importable fro
     state_is_final,
 )
 from corral.backends.slurm_requeue import SlurmPreemption
+from corral.backends.slurm_resources import SlurmResources, read_resources, resource_problem
 from corral.backends.slurm_restart import SlurmRestarts
 from corral.backends.slurm_stop import SlurmStop
 from corral.backends.slurm_watch import SlurmWatch
-from corral.capabilities import Adoptable, Elastic, Preemptible
+from corral.capabilities import Adoptable, Elastic, MultiNode, Preemptible
 from corral.config import cluster_field
 from corral.dryrun import job_of
 from corral.errors import ConfigError, PlacementError
@@ -90,6 +91,7 @@ class SlurmLauncher(
     Elastic,
     Preemptible,
     Adoptable,
+    MultiNode,
 ):
     """One ``sbatch`` job per role; this class renders, checks and submits.
 
@@ -121,6 +123,7 @@ class SlurmLauncher(
         """Role -> its jobs: the first one, then one per restarted replica."""
         self._specs: dict[str, NormalizedJob] = {}
         self._inventory: dict | None = None
+        self._resources: SlurmResources | None = None
         self._steps: dict[tuple[str, int], subprocess.Popen] = {}
         """Replicas restarted as steps inside their job: the ``srun --overlap`` clients."""
         self._lock = threading.Lock()
@@ -172,9 +175,12 @@ class SlurmLauncher(
             return
         if self._inventory is None:
             self._inventory = read_inventory(_run) or {}
-        problem = fit_problem(
-            self._inventory, self.options.partition, layout.nodes, layout.gpus_per_node
-        )
+        if self._resources is None:
+            self._resources = read_resources(_run) or SlurmResources()
+        partition = spec.partition or self.options.partition
+        problem = resource_problem(
+            self._resources, partition, spec.constraint, spec.reservation
+        ) or fit_problem(self._inventory, partition, layout.nodes, layout.gpus_per_node)
         if problem is not None:
             name, value, why = problem
             raise PlacementError(
@@ -267,6 +273,7 @@ class SlurmScheduler(Scheduler):
 
     backend = "slurm"
 
+    @opts.config_first
     def __init__(
         self,
         n_gpus_per_node: int | None = None,

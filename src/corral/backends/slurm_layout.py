@@ -9,10 +9,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from corral.errors import ConfigError
+from corral.multinode import nodes_of, per_node
 from corral.spec import SchedulingSpec, validate_spec
 
 # spec fields that mean nothing to Slurm and may differ between replicas
-_NOT_SLURM_FIELDS = frozenset({"ray_placement_strategy"})
+_NOT_SLURM_FIELDS = frozenset({"ray_placement_strategy", "ray_resources", "accelerator_type"})
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,9 @@ class SlurmLayout:
     """GPUs requested on every node (``--gres=gpu:<n>``); 0 for CPU-only roles."""
     mem_per_node_gb: int
     """``--mem`` per node in GiB; 0 means no ``--mem`` line."""
+    nodes_per_worker: int = 1
+    """A multi-node instance's whole nodes (corral.multinode): one task per node, the
+    worker's on the first, a member's on each other."""
 
 
 def plan_layout(
@@ -64,11 +68,34 @@ def plan_layout(
             "the cluster is configured with n_gpus_per_node=0; set n_gpus_per_node to the "
             "GPUs of one node or use gpu=0",
         )
+    k = nodes_of(spec, n_gpus_per_node)
+    if k > 1:  # one task per node, k nodes per worker
+        for name in ("cpu", "mem"):
+            if getattr(spec, name) % k:
+                value = getattr(spec, name)
+                raise ConfigError(
+                    f"SchedulingSpec.{name}",
+                    value,
+                    f"a {k}-node worker takes {name}/{k} on each node, but {value} % {k} = "
+                    f"{value % k}; use a multiple of {k}",
+                )
+        node = per_node(spec, k)
+        return SlurmLayout(
+            nodes=replicas * k,
+            ntasks=replicas * k,
+            ntasks_per_node=1,
+            cpus_per_task=max(1, node.cpu),
+            gpus_per_task=node.gpu,
+            gpus_per_node=node.gpu,
+            mem_per_node_gb=node.mem,
+            nodes_per_worker=k,
+        )
     if gpu > n_gpus_per_node:
         raise ConfigError(
             "SchedulingSpec.gpu",
             gpu,
-            f"one worker cannot span nodes: use gpu <= n_gpus_per_node={n_gpus_per_node}",
+            f"one worker spans nodes only with whole nodes: use gpu <= n_gpus_per_node="
+            f"{n_gpus_per_node} or a multiple of it",
         )
 
     total_gpus = replicas * gpu

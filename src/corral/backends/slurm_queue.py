@@ -10,7 +10,7 @@ import shutil
 import subprocess
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from corral.errors import SchedulerError
 
@@ -152,6 +152,8 @@ class RoleJob:
     script: str
     seen_active: bool = False
     requeues_seen: int = 0
+    exits_seen: set[int] = field(default_factory=set)
+    """Replicas whose exit file was seen (the job's state is looked up afresh for a new one)."""
 
 
 class SlurmQueue:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 
 from corral.backends.slurm_cluster import never_clears
+from corral.backends.slurm_members import member_exits
 from corral.backends.slurm_queue import (
     ACTIVE,
     ENDED,
@@ -22,6 +23,7 @@ from corral.backends.slurm_queue import (
 )
 from corral.backends.slurm_steps import step_failure
 from corral.launcher import WorkerExit
+from corral.multinode import nodes_of
 from corral.paths import exit_code_path, replica_log_path, sbatch_log_path
 
 
@@ -55,6 +57,20 @@ class SlurmWatch:
                     mine[index] = WorkerExit(
                         _describe_code(code), code, replica_log_path(job.log_dir, role, index)
                     )
+            k = self._nodes_per_worker(role)
+            if k > 1:  # a dead member is its instance's death, named by its node
+                mine.update(member_exits(job.log_dir, role, indices, job.job_id, k))
+            if mine and not set(mine) <= job.exits_seen:
+                job.exits_seen.update(mine)
+                self.queue.invalidate()  # a new exit file: what Slurm says of the job now
+                states = None
+            if mine:
+                if states is None:
+                    states = self._states()
+                ended = slurm_ending(job, role, states.get(job.job_id))
+                if ended:  # the code its stop returned stays in the error (exit code N)
+                    for index, exit_ in mine.items():
+                        mine[index] = WorkerExit(ended, exit_.exit_code, exit_.log_path)
             if len(mine) < len(indices):
                 if states is None:
                     states = self._states()
@@ -78,6 +94,10 @@ class SlurmWatch:
                     path = replica_log_path(job.log_dir, role, index) if job else None
                     dead[index] = WorkerExit(why, proc.returncode, path)
         return dead
+
+    def _nodes_per_worker(self, role: str) -> int:
+        job = self._specs.get(role)
+        return nodes_of(job.tasks[0], self.n_gpus_per_node) if job else 1
 
     def _job_ended(
         self,
@@ -154,3 +174,31 @@ class SlurmWatch:
                 _run(["scancel", job.job_id])
                 return f"Slurm job {job.job_id} is PENDING ({why}); it was cancelled"
         return None
+
+
+#: job states that say Slurm itself ended the job (not its tasks, by exiting)
+SLURM_ENDINGS = frozenset(
+    ("CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "DEADLINE", "BOOT_FAIL", "OUT_OF_MEMORY")
+)
+
+
+def slurm_ending(job: RoleJob, role: str, state: JobState | None) -> str | None:
+    """``"Slurm job 12 CANCELLED"`` (TIMEOUT, NODE_FAIL, ...) if Slurm itself is ending or
+    ended ``job``, else None.
+
+    A worker's exit file holds the code its own stop returned, and that depends on the
+    cluster (which processes its process tracking signals, how long KillWait lets them
+    drain): 143 on one, 1 on another. It is not why the worker went. Slurm marks the job
+    (COMPLETING, and slurmstepd's ``*** JOB ... CANCELLED AT`` line in the batch log)
+    before it signals the tasks, so a look at the job once the exit file is there names
+    the cause on any cluster."""
+    if state is None:
+        return None
+    name = normalize_state(state.state)
+    if state.completing or name == "COMPLETING":
+        from corral.logs import tail
+
+        name = ending_state_from_log(tail(sbatch_log_path(job.log_dir, role), 50), job.job_id)
+    if name not in SLURM_ENDINGS:
+        return None
+    return describe_state(job.job_id, name)

@@ -62,6 +62,16 @@ class DataRoutes:
         except CorralError as exc:
             return failure(500, exc)
 
+    def split(self, p: dict) -> list:
+        """``/data/split``: refs to row ranges of a ref this worker owns (dispatch)."""
+        spans = p.get("spans")
+        if not isinstance(spans, list) or not all(
+            isinstance(s, list) and len(s) == 2 and all(isinstance(x, int) for x in s)
+            for s in spans
+        ):
+            raise ProtocolError(f"bad /data/split spans {spans!r}")
+        return self.store.split(str(p["key"]), str(p["trial"]), str(p["generation"]), spans)
+
     def free(self, p: dict) -> int:
         return self.store.free([str(k) for k in p.get("keys", [])])
 

@@ -101,6 +101,12 @@ class ObjectStore:
                 )
             return [self._values[k] for k in keys]
 
+    def split(self, key: str, trial: str, generation: str, spans: list) -> list[Ref]:
+        """Refs to rows ``start:stop`` of value ``key``, one per span (views, no copy):
+        ``dispatch`` hands each worker its own rows of a ref."""
+        (value,) = self.get([key], trial, generation)
+        return [self.put(value[int(a) : int(b)]) for a, b in spans]
+
     def check(self, trial: str, generation: str) -> None:
         if trial != self.trial:
             raise RefError(

@@ -74,6 +74,17 @@ async def _step(
     return float(all_rewards.mean()), {"weights": weights}
 
 
+def quiet_ray(init_kwargs: dict) -> None:
+    """Keep Ray's driver-side log lines (INFO, WARNING) and its processes' backend logs
+    off the terminal; errors still show."""
+    import logging
+
+    import ray  # noqa: F401 (importing ray sets its logger's level: lower it after)
+
+    init_kwargs["logging_level"] = logging.ERROR
+    logging.getLogger("ray").setLevel(logging.ERROR)
+
+
 def run_demo(
     scheduler_type: str = "local",
     steps: int = 20,
@@ -85,7 +96,9 @@ def run_demo(
     trial: str | None = None,
     use_torch: bool | None = None,
     overrides: dict | None = None,
+    verbose: bool = False,
 ) -> DemoResult:
+    """``verbose``: let the backend's own log lines (Ray's INFO and WARNING) through."""
     cfg = BaseExperimentConfig(
         experiment_name=experiment, trial_name=trial or time.strftime("run-%Y%m%d-%H%M%S")
     )
@@ -109,6 +122,8 @@ def run_demo(
         # A runtime the demo starts itself declares logical CPUs, so the 6 small workers
         # fit on a laptop; a cluster it joins is used as it is.
         extra["init_kwargs"] = {"num_cpus": max(8, os.cpu_count() or 1)}
+        if not verbose:  # the demo's own lines only (Ray's: corral demo --verbose)
+            quiet_ray(extra["init_kwargs"])
     sched = make_scheduler(cfg, progress=lambda text: say(f"  .. {text}"), **extra)
     try:
         rollout = sched.create_workers(

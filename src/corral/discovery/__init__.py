@@ -12,7 +12,7 @@ TYPE_CHECKING = False  # typing's, without importing typing (a worker's start)
 if TYPE_CHECKING:
     from typing import Any
 
-NAME_RESOLVE_TYPES = ("nfs", "memory", "etcd3")
+NAME_RESOLVE_TYPES = ("nfs", "memory", "etcd3", "ray")
 
 
 def make_name_resolve(cfg: Any, fileroot: str | None = None) -> NameResolve:
@@ -35,6 +35,10 @@ def make_name_resolve(cfg: Any, fileroot: str | None = None) -> NameResolve:
                 "cluster.name_resolve.etcd3_addr", address, "set it to host:port of your etcd"
             )
         return EtcdNameResolve(address)
+    if kind == "ray":  # Ray's GCS key-value store (a worker gets the address in describe())
+        from corral.discovery.ray_kv import RayNameResolve
+
+        return RayNameResolve(get("address"))
     raise ConfigError(
         "cluster.name_resolve.type", kind, f"use one of {', '.join(NAME_RESOLVE_TYPES)}"
     )
@@ -57,6 +61,8 @@ def describe_name_resolve(cfg: Any, fileroot: str | None = None) -> dict:
                 "cluster.name_resolve.etcd3_addr", address, "set it to host:port of your etcd"
             )
         return {"type": "etcd3", "address": address}
+    if kind == "ray":
+        return {"type": "ray", "address": get("address") or "(the Ray cluster's GCS)"}
     raise ConfigError(
         "cluster.name_resolve.type", kind, f"use one of {', '.join(NAME_RESOLVE_TYPES)}"
     )

@@ -1,32 +1,41 @@
 """``corral dashboard``: a small web page with a live view of every trial it can see.
 
-Standard library only (``http.server``): one thread per request; live updates are
-server-sent events (``/events`` for trial snapshots, ``/logs`` for one worker's log).
-Every request needs the token printed at start (``?token=`` once, then a cookie), or the
-trial's secret when one trial is named. The page, script and style ship in
-``corral/observe/static`` (no CDN) and are served under a strict Content-Security-Policy.
+Standard library handlers (``http.server``) behind the gate (``corral.observe.http_guard``:
+no thread per waiting connection, a whole-head deadline, caps per peer and in total); live
+updates are server-sent events (``/events`` for trial snapshots, ``/logs`` for one
+worker's log). The page, script and style (``corral/observe/static``, no CDN, a strict
+Content-Security-Policy) are public; every data request needs ``Authorization: Bearer``
+with a session token of this server (``corral.observe.dash_auth``: a one-time login code
+in the printed address, no cookie, never the trial secret).
 """
 
 from __future__ import annotations
 
-import hmac
 import json
 import os
-import secrets
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from importlib import resources
 from urllib.parse import parse_qs, urlsplit
 
 from corral.errors import ConfigError
+from corral.observe import inert
+from corral.observe.dash_auth import DashboardAuth, bearer
 from corral.observe.follow import follow_lines
+from corral.observe.http_guard import PRIVATE, PUBLIC, GuardedHTTPServer
 from corral.observe.source import TrialSource
 
 STATIC = {
     "/": ("index.html", "text/html; charset=utf-8"),
     "/static/dashboard.js": ("dashboard.js", "text/javascript; charset=utf-8"),
     "/static/dashboard.css": ("dashboard.css", "text/css; charset=utf-8"),
+    "/static/session.js": ("session.js", "text/javascript; charset=utf-8"),
 }
+SESSION_PATH = "/api/session"
+#: connections waiting for their head, and authorized requests served at once (streams
+#: included): the dashboard's budget of descriptors and threads
+MAX_WAITING = 128
+MAX_STREAMS = 32
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; "
     "frame-ancestors 'none'; base-uri 'none'; form-action 'none'",
@@ -35,8 +44,8 @@ SECURITY_HEADERS = {
     "Cache-Control": "no-store",
 }
 DEFAULT_PORT = 8470
-#: seconds a connection may take to send its request head (and any one read or write may
-#: stall): a client that never finishes a request does not hold its thread for ever
+#: seconds any one write to a client may stall (the head was read, whole, by the gate
+#: within its 10 s deadline)
 IO_TIMEOUT = 30.0
 
 
@@ -53,39 +62,44 @@ class Dashboard:
         host: str = "127.0.0.1",
         port: int = DEFAULT_PORT,
         token: str | None = None,
-        extra_secrets: tuple[str, ...] = (),
         interval: float = 1.0,
     ):
         self.source = source
-        self.token = token or secrets.token_urlsafe(24)
-        self._accepted = [self.token, *[s for s in extra_secrets if s]]
+        self.auth = DashboardAuth(token)
+        self.token = self.auth.token  # the API token (Authorization: Bearer), for scripts
         self.interval = interval
         self.stop = threading.Event()
         try:
-            self.httpd = ThreadingHTTPServer((host, port), _handler(self))
+            self.httpd = GuardedHTTPServer(
+                (host, port), _handler(self), self._judge, name="corral-dashboard",
+                unauthorized=UNAUTHORIZED, max_waiting=MAX_WAITING,
+                max_waiting_per_peer=MAX_WAITING // 2, max_public=8, max_private=MAX_STREAMS,
+            )  # fmt: skip
         except (OSError, OverflowError) as exc:
             reason = getattr(exc, "strerror", None) or str(exc)
             raise ConfigError(
                 "--host/--port", f"{host}:{port}", f"cannot listen there ({reason}); use a "
                 "local address and a free port 1-65535, or port 0 for any free one"
             ) from None  # fmt: skip
-        self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
-        self.cookie = f"corral_dash_{self.port}"
         shown = "127.0.0.1" if host in ("", "0.0.0.0") else host
         self.base_url = f"http://{shown}:{self.port}/"
-        self.url = f"{self.base_url}?token={self.token}"
+        self.url = self.login_url()
         self._thread: threading.Thread | None = None
 
-    def authorized(self, query_token: str | None, cookie_header: str | None) -> bool:
-        offered = [query_token] if query_token else []
-        for part in (cookie_header or "").split(";"):
-            name, _, value = part.strip().partition("=")
-            if name == self.cookie:
-                offered.append(value)
-        return any(
-            hmac.compare_digest(o.encode(), a.encode()) for o in offered for a in self._accepted
-        )
+    def login_url(self) -> str:
+        """An address that signs one browser tab in, once (a fresh one-time code)."""
+        return f"{self.base_url}#login={self.auth.new_login()}"
+
+    def authorized(self, authorization: str | None) -> bool:
+        return self.auth.authorized(authorization)
+
+    def _judge(self, method: str, target: str, headers: dict) -> str | None:
+        """In the gate's thread, before any handler thread: public, private or refused."""
+        path = urlsplit(target).path
+        if method == "GET" and path in STATIC or method == "POST" and path == SESSION_PATH:
+            return PUBLIC
+        return PRIVATE if self.auth.authorized(headers.get("authorization")) else None
 
     def serve_in_thread(self) -> Dashboard:
         self._thread = threading.Thread(
@@ -101,6 +115,12 @@ class Dashboard:
         self.stop.set()
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+UNAUTHORIZED = (
+    b"corral dashboard: open the address printed at start (it ends in #login=...), "
+    b"or send Authorization: Bearer <CORRAL_DASHBOARD_TOKEN>\n"
+)
 
 
 def _handler(dash: Dashboard) -> type[BaseHTTPRequestHandler]:
@@ -138,27 +158,30 @@ def _handler(dash: Dashboard) -> type[BaseHTTPRequestHandler]:
             self.wfile.flush()
 
         # ------------------------------------------------------------ routes
+        def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+            """``/api/session``: spend a one-time login code for a session token."""
+            if urlsplit(self.path).path != SESSION_PATH:
+                self._send(404, b"not found\n", "text/plain")
+                return
+            session = dash.auth.exchange(bearer(self.headers.get("Authorization")))
+            if session is None:
+                self._send(401, UNAUTHORIZED, "text/plain; charset=utf-8")
+                return
+            self._json({"session": session})
+
         def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
             url = urlsplit(self.path)
             query = {k: v[0] for k, v in parse_qs(url.query).items()}
-            if not dash.authorized(query.get("token"), self.headers.get("Cookie")):
-                self._send(
-                    401,
-                    b"corral dashboard: open the address printed at start (it ends in ?token=...)\n",
-                    "text/plain; charset=utf-8",
-                )
+            if url.path in STATIC:
+                name, content_type = STATIC[url.path]
+                self._send(200, static_file(name), content_type)
                 return
-            if url.path == "/" and dash.authorized(query.get("token"), None):
-                # the token goes into a cookie and out of the address bar
-                cookie = f"{dash.cookie}={query['token']}; HttpOnly; SameSite=Strict; Path=/"
-                self._send(303, b"", "text/plain", Location="/", **{"Set-Cookie": cookie})
+            if not dash.authorized(self.headers.get("Authorization")):
+                self._send(401, UNAUTHORIZED, "text/plain; charset=utf-8")
                 return
             try:
-                if url.path in STATIC:
-                    name, content_type = STATIC[url.path]
-                    self._send(200, static_file(name), content_type)
-                elif url.path == "/api/trials":
-                    self._json(dash.source.trials())
+                if url.path == "/api/trials":
+                    self._json(inert.deep(dash.source.trials()))
                 elif url.path == "/events":
                     self._stream_trials()
                 elif url.path == "/logs":
@@ -173,7 +196,7 @@ def _handler(dash: Dashboard) -> type[BaseHTTPRequestHandler]:
         def _stream_trials(self) -> None:
             self._start_events()
             while not dash.stop.is_set():
-                self._event("trials", dash.source.trials())
+                self._event("trials", inert.deep(dash.source.trials()))
                 if dash.stop.wait(dash.interval):
                     break
 
@@ -193,9 +216,9 @@ def _handler(dash: Dashboard) -> type[BaseHTTPRequestHandler]:
                 path = dash.source.log_path(experiment, trial, worker)
             self._event("path", path)
             idle = 0
-            for lines in follow_lines(path, dash.stop):
+            for lines in follow_lines(path, dash.stop, match=query.get("q") or None):
                 if lines:
-                    self._event("lines", lines)
+                    self._event("lines", [inert.lines(line) for line in lines])
                     idle = 0
                 else:
                     idle += 1
@@ -213,13 +236,13 @@ def run_dashboard(
     source: TrialSource,
     host: str = "127.0.0.1",
     port: int = DEFAULT_PORT,
-    trial_secret: str | None = None,
     print_fn=print,
 ) -> None:
-    """Serve until Ctrl-C (``corral dashboard``)."""
+    """Serve until Ctrl-C (``corral dashboard``). The address printed signs one browser
+    tab in, once; scripts send ``Authorization: Bearer $CORRAL_DASHBOARD_TOKEN``."""
     token = os.environ.get("CORRAL_DASHBOARD_TOKEN") or None
-    dash = Dashboard(source, host, port, token=token, extra_secrets=(trial_secret or "",))
-    print_fn(f"corral dashboard: {dash.url}")
+    dash = Dashboard(source, host, port, token=token)
+    print_fn(f"corral dashboard: {dash.url}  (signs in one browser tab, once)")
     if host not in ("127.0.0.1", "localhost", "::1"):
         print_fn(
             f"warning: listening on {host}: anyone who can reach it and has the token sees the logs"

@@ -5,6 +5,13 @@ Off by default; the controller serves it when ``CORRAL_METRICS_PORT`` is set (bo
 secrets or log lines — and only to a scraper that sends ``Authorization: Bearer <token>``
 (Prometheus: ``authorization: {credentials_file: ...}``), so that other users of the host
 cannot read a trial's call figures.
+
+The server runs in the controller, so it has a budget of its own (``corral.observe.
+http_guard``): at most ``MAX_WAITING`` connections wait for their head (10 s each, no
+thread), a request without the token is answered ``401`` without a thread, and at most
+``MAX_HANDLERS`` authorized requests are served at once. Whatever peers do, it never holds
+more than about 40 descriptors and 6 threads of the controller, so its lease and its
+connections to the workers are never short of either.
 """
 
 from __future__ import annotations
@@ -12,9 +19,13 @@ from __future__ import annotations
 import hmac
 import threading
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+
+from corral.observe.http_guard import PRIVATE, GuardedHTTPServer
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+MAX_WAITING = 32
+MAX_HANDLERS = 4
 
 
 def _label(value: object) -> str:
@@ -72,8 +83,10 @@ def render(snapshot: dict | None) -> str:
             ({"role": r["role"], "quantile": q}, r["calls"][f"p{q[2:]}_ms"] / 1e3)
             for r in roles
             for q in ("0.50", "0.99")
+            if r["calls"][f"p{q[2:]}_ms"] is not None  # no calls in the last second
         ],
     )
+    per_worker_and_method(snapshot, family)
     workers = snapshot["workers"]
     family(
         "corral_worker_up",
@@ -96,6 +109,44 @@ def render(snapshot: dict | None) -> str:
     return "\n".join(lines) + "\n"  # fmt: skip
 
 
+def per_worker_and_method(snapshot: dict, family: Callable) -> None:
+    """Call figures per worker and per method, and each worker's CPU, memory and GPU
+    use where measured (corral.observe.resources)."""
+    calls = [(w["id"], w["calls"]) for w in snapshot["workers"] if w.get("calls")]
+    methods = [
+        ({"role": r["role"], "method": m}, k)
+        for r in snapshot["roles"]
+        for m, k in sorted((r.get("methods") or {}).items())
+    ]
+    for suffix, key, kind, what in (
+        ("calls_total", "total", "counter", "Engine calls completed"),
+        ("call_errors_total", "errors", "counter", "Engine calls that raised"),
+    ):
+        family(f"corral_worker_{suffix}", kind, f"{what}, per worker.",
+               [({"worker": wid}, k[key]) for wid, k in calls])  # fmt: skip
+        family(f"corral_method_{suffix}", kind, f"{what}, per role and method.",
+               [(labels, k[key]) for labels, k in methods])  # fmt: skip
+    quantiles = (("0.50", "p50_ms"), ("0.99", "p99_ms"))
+    family("corral_worker_call_latency_seconds", "gauge",
+           "Engine call latency quantiles over the last second, per worker.",
+           [({"worker": wid, "quantile": q}, k[f] / 1e3) for wid, k in calls
+            for q, f in quantiles if k[f] is not None])  # fmt: skip
+    family("corral_method_call_latency_seconds", "gauge",
+           "Engine call latency quantiles over the last second, per role and method.",
+           [({**labels, "quantile": q}, k[f] / 1e3) for labels, k in methods
+            for q, f in quantiles if k[f] is not None])  # fmt: skip
+    for name, key, scale, what in (
+        ("corral_worker_cpu_percent", "cpu_percent", 1, "CPU use of the worker's process tree (%)."),
+        ("corral_worker_rss_bytes", "rss_bytes", 1, "Resident memory of the worker's process tree."),
+        ("corral_worker_gpu_utilization_percent", "gpu_util", 1, "Mean utilisation of its GPUs."),
+        ("corral_worker_gpu_memory_bytes", "gpu_mem_bytes", 1, "Memory used on its GPUs."),
+    ):  # fmt: skip
+        samples = [({"worker": w["id"]}, w[key] * scale) for w in snapshot["workers"]
+                   if w.get(key) is not None]  # fmt: skip
+        if samples:
+            family(name, "gauge", what, samples)
+
+
 class MetricsServer:
     """``GET /metrics`` on a daemon thread for requests bearing ``token``; ``source()``
     returns the latest snapshot."""
@@ -110,7 +161,7 @@ class MetricsServer:
         expected = f"Bearer {token}".encode()
 
         class Handler(BaseHTTPRequestHandler):
-            timeout = 30  # a client that stalls mid-request does not hold a thread for ever
+            timeout = 10  # each write of the reply (the head was read by the gate)
 
             def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
                 offered = (self.headers.get("Authorization") or "").encode()
@@ -133,8 +184,15 @@ class MetricsServer:
             def log_message(self, *args: object) -> None:
                 pass
 
-        self.httpd = ThreadingHTTPServer((host, port), Handler)
-        self.httpd.daemon_threads = True
+        def judge(method: str, path: str, headers: dict) -> str | None:
+            offered = headers.get("authorization", "").encode()
+            return PRIVATE if hmac.compare_digest(offered, expected) else None
+
+        self.httpd = GuardedHTTPServer(
+            (host, port), Handler, judge, name="corral-metrics",
+            www_authenticate='Bearer realm="corral"', max_waiting=MAX_WAITING,
+            max_waiting_per_peer=MAX_WAITING // 2, max_public=1, max_private=MAX_HANDLERS,
+        )  # fmt: skip
         self.url = f"http://{host}:{self.httpd.server_address[1]}/metrics"
         self.token_file: str | None = None  # where the scraper reads the token, if written
         self._thread = threading.Thread(

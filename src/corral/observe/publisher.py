@@ -82,7 +82,7 @@ class StatsPublisher:
     def publish(self, closed: bool = False) -> dict | None:
         with self._lock:
             try:
-                snap = self.builder.build(self.calls.sample(), closed=closed)
+                snap = self.builder.build(self.calls.sample_all(), closed=closed)
                 if self.metrics_server is not None:
                     snap["metrics_url"] = self.metrics_server.url
                     snap["metrics_token_file"] = self.metrics_server.token_file
@@ -92,6 +92,12 @@ class StatsPublisher:
             except Exception as exc:  # never let the view break the trial
                 log.debug("publishing stats failed: %s", exc)
                 return None
+
+    def before_delete(self) -> None:
+        """Publish now, so the final table of the roles about to be deleted holds every
+        worker with its last figures (see corral.observe.finished)."""
+        if self._thread is not None:
+            self.publish()
 
     def stop(self) -> None:
         """Stop the thread and write a last snapshot marked closed."""

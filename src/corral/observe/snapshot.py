@@ -11,6 +11,9 @@ from typing import Any
 
 from corral import keys
 from corral.logs import replica_log_path, tail
+from corral.observe.calls import CallFigures
+from corral.observe.finished import FinishedRoles
+from corral.observe.resources import ResourceSampler
 
 SNAPSHOT_VERSION = 1
 LOG_TAIL_LINES = 20
@@ -33,6 +36,9 @@ class SnapshotBuilder:
         self.started = time.time()
         self._gpus: dict[str, str | None] = {}
         self._seen: dict[str, tuple[int, str]] = {}  # worker id -> (restarts, generation)
+        self._died: dict[str, float] = {}  # "id#generation" -> when first seen dead
+        self.finished = FinishedRoles()
+        self.resources = ResourceSampler()
 
     def _gpus_of(self, worker: Any) -> str | None:
         key = f"{worker.id}#{worker.generation}"
@@ -47,7 +53,10 @@ class SnapshotBuilder:
                 return None
         return self._gpus[key]
 
-    def build(self, calls: dict[str, dict], closed: bool = False) -> dict:
+    def build(self, calls: CallFigures | dict[str, dict], closed: bool = False) -> dict:
+        """``calls``: a ``CallFigures`` sample (or its per-role dict alone)."""
+        if not isinstance(calls, CallFigures):
+            calls = CallFigures(roles=calls)
         s = self.scheduler
         roles_out, workers_out = [], []
         dead_by_role: dict[str, dict] = {}
@@ -64,19 +73,28 @@ class SnapshotBuilder:
                     "kind": state.kind,
                     "target": state.target,
                     "replicas": state.job.replicas,
-                    "calls": calls.get(role) or _no_calls(),
+                    "calls": calls.roles.get(role) or _no_calls(),
+                    "methods": calls.methods.get(role, {}),
                 }
             )
             if state.kind == "reused":
                 continue
             own = _poll(s, role) if state.kind == "forked" else {}  # Ray: forks are actors
             workers_out.extend(self._worker_rows(role, state, dead_by_role[owner], own))
+        now = time.time()
+        for row in workers_out:
+            row["calls"] = calls.workers.get(row["id"]) or _no_calls(history=False)
+            self._time_of_death(row, now)
+        self.resources.sample(workers_out)
+        roles_out, workers_out = self.finished.merge(
+            roles_out, workers_out, now, calls.roles, calls.workers
+        )
         return {
             "version": SNAPSHOT_VERSION,
             "experiment": s.experiment_name,
             "trial": s.trial_name,
             "backend": s.backend,
-            "time": time.time(),
+            "time": now,
             "closed": closed,
             "controller": {
                 "pid": os.getpid(),
@@ -84,6 +102,7 @@ class SnapshotBuilder:
                 "started": self.started,
             },
             "log_dir": str(s.log_dir),
+            "resources_note": self.resources.note,
             "roles": roles_out,
             "workers": workers_out,
         }
@@ -156,6 +175,17 @@ class SnapshotBuilder:
             rows.append(row)
         return rows
 
+    def _time_of_death(self, row: dict, now: float) -> None:
+        """``died_at`` of a failed or exited row: the health monitor's time where it
+        recorded the death, else when a snapshot first saw it."""
+        if row["state"] not in ("failed", "exited"):
+            return
+        key = f"{row['id']}#{row.get('generation')}"
+        if key not in self._died:
+            health = getattr(getattr(self.scheduler, "monitor", None), "dead", {}).get(row["id"])
+            self._died[key] = getattr(health, "time", None) or now
+        row["died_at"] = self._died[key]
+
     def _deaths_of_forked(self, role: str) -> dict[int, dict]:
         """index -> the death record the host worker wrote for a forked child that died
         alone (worker/fork.py); one name-resolve listing per forked role."""
@@ -201,13 +231,15 @@ def _pending_reason(s: Any, role: str) -> str | None:
         return None
 
 
-def _no_calls() -> dict:
+def _no_calls(history: bool = True) -> dict:
+    if not history:
+        return {k: v for k, v in _no_calls().items() if k != "history"}
     return {
         "total": 0,
         "errors": 0,
         "in_flight": 0,
         "rate": 0.0,
-        "p50_ms": 0.0,
-        "p99_ms": 0.0,
+        "p50_ms": None,
+        "p99_ms": None,
         "history": [],
     }

@@ -61,8 +61,13 @@ class Message:
 
 
 def parse_head(raw: bytes | bytearray) -> Message:
-    """Parse a request or status line and its headers (without the blank line)."""
-    first, *lines = raw.decode("latin-1").split("\r\n")
+    """Parse a request or status line and its headers (without the blank line). A bare LF
+    or CR anywhere (inside a value too) is refused: lines end with CRLF only, so no header
+    value can carry another header (``shm.signed_headers`` relies on it)."""
+    text = raw.decode("latin-1")
+    first, *lines = text.split("\r\n")
+    if text.count("\n") != len(lines) or text.count("\r") != len(lines):
+        raise ProtocolError("bare LF or CR in an HTTP head: lines must end with CRLF")
     headers: dict[str, str] = {}
     for line in lines:
         name, sep, value = line.partition(":")

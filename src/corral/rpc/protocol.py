@@ -22,7 +22,7 @@ SMALL_BODY = 64 * 1024
 _REMOTE_ERRORS = {
     name: getattr(errors, name)
     for name in (
-        "EngineImportError", "EngineCreationError", "EngineCallError",
+        "EngineImportError", "EngineCreationError", "EngineCallError", "EngineNotFoundError",
         "WorkerNotFoundError", "ConfigError", "ProtocolError", "WorkerCreationError",
         "RefError", "RefLostError",
     )

@@ -1,4 +1,4 @@
-"""The worker's RPC server: one thread per keep-alive connection, authenticated first.
+"""The worker's RPC server: one thread per authenticated keep-alive connection.
 
 A connection is either one request at a time (the client sends its next request after it
 has read the last reply: that next request proves delivery) or *pipelined* (requests carry
@@ -8,26 +8,27 @@ segment with an ``ACK``/``NAK`` line naming the request id (``rpc.pipeline.ack``
 
 Every request head must carry a valid signature made with the trial secret (see
 ``corral.auth``); one without gets 401 before its body is read, and the connection is
-closed. The server bounds what an unauthenticated peer can hold: a connection must send a
-complete head within ``head_timeout`` of connecting (and between requests may idle for
-``idle_timeout``), at most ``max_unauthenticated`` connections wait for their first head
-(the oldest is dropped for a new one), at most ``max_connections`` are open in all, and
-when the process runs out of file descriptors the accept loop backs off and keeps going.
+closed. The server bounds what an unauthenticated peer can hold: until it has sent a whole
+first head a connection waits in the gate (``corral.rpc.gate``: no thread, a whole-head
+deadline of ``head_timeout``, at most ``max_unauthenticated`` waiting, half of them per
+peer address, the oldest dropped for a new one); an ``ACK``/``NAK`` line before the first
+signed request closes the connection; at most ``max_connections`` are served in all (an
+authenticated connection may idle ``idle_timeout`` between requests), and when the process
+runs out of file descriptors the gate backs off and keeps accepting.
 """
 
 from __future__ import annotations
 
-import errno
 import os
 import socket
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Callable
 
 from corral.auth import AUTH_HEADER, RequestVerifier, TrialKeys
 from corral.errors import ProtocolError
 from corral.rpc import shm
+from corral.rpc.gate import HeadGate
 from corral.rpc.http import (
     IDENTITY_HEADER,
     PIPELINE_HEADER,
@@ -49,7 +50,6 @@ IDLE_TIMEOUT = 300.0
 BODY_IDLE_TIMEOUT = 60.0
 MAX_CONNECTIONS = 512
 MAX_UNAUTHENTICATED = 64
-_FD_ERRORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 _ACKS = ("ACK", "NAK")
 _STATUS_LINES = {code: f"HTTP/1.1 {code} {reason}" for code, reason in REASONS.items()}
 #: request ids a pipelined connection remembers for their ACK (the client ACKs at once)
@@ -133,21 +133,28 @@ class RPCServer:
         self.max_unauthenticated = max_unauthenticated
         self._sock = socket.create_server((host, port), backlog=512, reuse_port=False)
         self.port: int = self._sock.getsockname()[1]
-        self._closed = threading.Event()
-        self.stopping = False  # the same as _closed, read once per request (cheaper)
+        self.stopping = False
         self._conns: set[socket.socket] = set()
-        self._waiting: OrderedDict[socket.socket, None] = OrderedDict()  # no request yet
         self._lock = threading.Lock()
-        self._thread = threading.Thread(target=self._accept_loop, name="rpc-accept", daemon=True)
-        self.fd_exhausted = 0  # times accept() ran out of descriptors (for tests and logs)
+        # connections wait in the gate (no thread) until they have sent a whole head
+        self.gate = HeadGate(
+            self._sock, self._admit, name="rpc-accept", head_timeout=head_timeout,
+            max_waiting=max_unauthenticated,
+            max_waiting_per_peer=max(1, max_unauthenticated // 2),
+        )  # fmt: skip
+
+    @property
+    def fd_exhausted(self) -> int:
+        """Times accept() ran out of descriptors (for tests and logs)."""
+        return self.gate.fd_exhausted
 
     def start(self) -> RPCServer:
-        self._thread.start()
+        self.gate.start()
         return self
 
     def stop(self) -> None:
         self.stopping = True
-        self._closed.set()
+        self.gate.close()
         try:
             self._sock.shutdown(socket.SHUT_RDWR)
         except OSError:
@@ -158,60 +165,32 @@ class RPCServer:
                 _shutdown(conn)
 
     # -------------------------------------------------------------- accepting
-    def _accept_loop(self) -> None:
-        backoff = 0.01
-        while not self._closed.is_set():
-            try:
-                conn, _ = self._sock.accept()
-            except OSError as exc:
-                if self._closed.is_set():
-                    return
-                if exc.errno in _FD_ERRORS:
-                    self.fd_exhausted += 1
-                    if self.fd_exhausted == 1 or self.fd_exhausted % 100 == 0:
-                        _warn("accept: %s; dropping a waiting connection, retrying", exc)
-                    self._drop_oldest_waiting()
-                    time.sleep(backoff)
-                    backoff = min(backoff * 2, 1.0)
-                continue
-            backoff = 0.01
-            self._admit(conn)
-
-    def _admit(self, conn: socket.socket) -> None:
+    def _admit(self, conn: socket.socket, head: bytes, _peer: str) -> None:
+        """Called by the gate with a connection that has sent a whole first head."""
         with self._lock:
-            if len(self._conns) >= self.max_connections:
-                over = True
-            else:
-                over = False
+            over = len(self._conns) >= self.max_connections
+            if not over:
                 self._conns.add(conn)
-                self._waiting[conn] = None
-                while len(self._waiting) > self.max_unauthenticated:
-                    oldest, _ = self._waiting.popitem(last=False)
-                    _shutdown(oldest)
         if over:
             conn.close()
             return
         try:
             tune_socket(conn)
-            threading.Thread(target=self._serve, args=(conn,), name="rpc-conn", daemon=True).start()
+            threading.Thread(
+                target=self._serve, args=(conn, head), name="rpc-conn", daemon=True
+            ).start()
         except (RuntimeError, OSError) as exc:  # no thread left: refuse this one
             _warn("cannot serve a new connection: %s", exc)
             self._forget(conn)
             conn.close()
 
-    def _drop_oldest_waiting(self) -> None:
-        with self._lock:
-            if self._waiting:
-                oldest, _ = self._waiting.popitem(last=False)
-                _shutdown(oldest)
-
     def _forget(self, conn: socket.socket) -> None:
         with self._lock:
             self._conns.discard(conn)
-            self._waiting.pop(conn, None)
 
-    def _serve(self, conn: socket.socket) -> None:
+    def _serve(self, conn: socket.socket, head: bytes = b"") -> None:
         reader = SocketReader(conn, kernel_timeouts=True)
+        reader.pending += head  # the first head, read by the gate
         answered: str | None = None
         held: list = []  # a reply's segment, kept until the client has mapped it
         held_by_id: dict[str, tuple] = {}  # the same on a pipelined connection
@@ -225,6 +204,9 @@ class RPCServer:
             while not self.stopping:
                 msg = reader.read_head(idle, self.head_timeout)
                 if msg is None or not msg.method:
+                    return
+                if first and msg.method in _ACKS:  # nothing to acknowledge before a request
+                    self._refuse(conn, "ACK/NAK before any signed request", wlock)
                     return
                 acked = msg.headers.get(REQUEST_ID_HEADER) if msg.method in _ACKS else None
                 if acked is not None:  # pipelined: the client read (or not) that reply
@@ -260,10 +242,7 @@ class RPCServer:
                 if why is not None:
                     self._refuse(conn, why, wlock)
                     return
-                if first:  # it is no longer a connection that has yet to say anything
-                    first = False
-                    with self._lock:
-                        self._waiting.pop(conn, None)
+                first = False
                 idle = self.idle_timeout
                 if PIPELINE_HEADER in msg.headers:
                     pipelined = True  # from now on no request proves an earlier delivery

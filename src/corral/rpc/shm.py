@@ -69,8 +69,8 @@ def host_token() -> str:
 
 def signed_headers(headers) -> str:
     """The shared-memory headers of one message as the text its signature covers (``""``
-    when it has none). Lines cannot occur inside a header value, so no value can pass for
-    another header's."""
+    when it has none). No header value can hold a line break (``http.parse_head`` refuses a
+    bare LF or CR anywhere in a head), so no value can pass for another header's."""
     if headers.keys().isdisjoint(_SIGNED_SET):  # the common case, without a generator
         return ""
     return "\n".join(f"{n}: {headers[n]}" for n in SIGNED_HEADERS if n in headers)

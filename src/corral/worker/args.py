@@ -76,6 +76,16 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct ports free on this host now (AReaL's ``port_count``)."""
+    ports: list[int] = []
+    while len(ports) < count:
+        port = free_port()
+        if port not in ports:
+            ports.append(port)
+    return ports
+
+
 def command_argv(
     cmd: str | None, python: str = sys.executable, rewrite_python: bool = True
 ) -> list[str]:

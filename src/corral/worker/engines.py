@@ -18,7 +18,7 @@ from corral.errors import (
     EngineCallError,
     EngineCreationError,
     EngineImportError,
-    WorkerNotFoundError,
+    EngineNotFoundError,
 )
 from corral.worker import broadcast as _bcast
 from corral.worker.env import ENGINE_ALLOW
@@ -273,7 +273,7 @@ class EngineHost:
             return self.engines[name]
         except KeyError:
             known = ", ".join(sorted(self.engines)) or "none"
-            raise WorkerNotFoundError(
+            raise EngineNotFoundError(
                 f"no engine named {name!r} on this worker (engines: {known}); create it first"
             ) from None
 

@@ -14,13 +14,14 @@ from dataclasses import dataclass
 from corral import keys
 from corral.discovery.base import NameResolve
 from corral.errors import ConfigError, WorkerCreationError
+from corral.foreign import PROBE_INTERVAL, answers_health
 from corral.logs import LogPump, replica_log_path, tail
 from corral.procs import describe_returncode, spawn, stop_process_groups
 from corral.spec import validate_role_name
 from corral.worker import env as E
 from corral.worker.args import DEFAULT_WORKER_MODULES, contract_args, free_port, module_argv
 from corral.worker.engines import is_stdlib_module
-from corral.worker.env import WorkerSettings
+from corral.worker.env import WorkerSettings, advertise_host, node_name
 
 log = logging.getLogger("corral")
 _MODULE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
@@ -43,6 +44,7 @@ class ForkManager:
         self._secret = secret
         self.name_resolve = name_resolve
         self.children: dict[str, Child] = {}
+        self._starting: dict[str, bool] = {}  # child id -> cancelled before it was spawned
         self._lock = threading.Lock()
         self._pump = LogPump()
 
@@ -62,8 +64,18 @@ class ForkManager:
             )
         child_id = f"{role}/{index}"
         with self._lock:
-            if child_id in self.children:
+            if child_id in self.children or child_id in self._starting:
                 raise WorkerCreationError(f"this worker already forked {child_id}")
+            self._starting[child_id] = False
+        try:
+            return self._fork(child_id, role, index, module, env, timeout)
+        finally:
+            with self._lock:
+                self._starting.pop(child_id, None)
+
+    def _fork(
+        self, child_id: str, role: str, index: int, module: str, env: dict, timeout: float
+    ) -> dict:
         child_env = dict(os.environ)
         child_env.update({str(k): str(v) for k, v in env.items()})
         child_env.update({
@@ -83,10 +95,11 @@ class ForkManager:
         try:
             child_env[E.SECRET_FD] = str(read_end)
             own = module in DEFAULT_WORKER_MODULES
+            port = 0 if own else free_port()
             argv = module_argv(module)
             if not own:  # a module of the user's gets AReaL's arguments; corral's reads env
                 argv += contract_args(
-                    port=free_port(),
+                    port=port,
                     experiment=s.experiment,
                     trial=s.trial,
                     role=role,
@@ -105,11 +118,26 @@ class ForkManager:
                 pass  # the child is gone already; reported below
         with self._lock:
             self.children[child_id] = Child(role, index, proc)
+            cancelled = self._starting.get(child_id, False)
+        if cancelled:  # kill() came while it was being spawned: its caller gave up
+            self.kill(child_id)
+            raise WorkerCreationError(f"forked worker {child_id} was stopped while starting")
+        # a foreign server (corral.foreign) is ready when it answers GET /health on --port
+        foreign = None if own else {
+            "address": f"{advertise_host()}:{port}", "worker_ports": [str(port)],
+            "host": node_name(), "pid": proc.pid, "foreign": True,
+        }  # fmt: skip
         if s.log_dir:
             self._pump.add(proc.stdout, s.log_dir, role, index)
         deadline = time.monotonic() + timeout
         pause = 0.001  # a child starts in tens of ms: look often at first, then every 10 ms
+        next_probe = 0.0
         while time.monotonic() < deadline:
+            if foreign is not None and time.monotonic() >= next_probe:
+                if answers_health("127.0.0.1", port):
+                    self._watch(child_id)
+                    return foreign
+                next_probe = time.monotonic() + PROBE_INTERVAL
             value = self.name_resolve.get(address_key)
             if value is not None:
                 info = self.name_resolve.get(
@@ -130,7 +158,11 @@ class ForkManager:
             time.sleep(pause)
             pause = min(pause * 1.5, 0.01)
         self.kill(child_id)
-        raise WorkerCreationError(f"forked worker {child_id} did not register within {timeout}s")
+        raise WorkerCreationError(
+            f"forked worker {child_id} did not register"
+            + ("" if foreign is None else f" or answer GET /health on port {port}")
+            + f" within {timeout}s"
+        )
 
     def _watch(self, child_id: str) -> None:
         """Publish the child's death if it dies alone (not stopped by ``kill``)."""
@@ -175,8 +207,11 @@ class ForkManager:
             log.warning("could not record the death of forked worker %s: %s", child_id, exc)
 
     def kill(self, child_id: str, grace: float = 3.0) -> bool:
+        """Stop child ``child_id``; one still being spawned is stopped once it is."""
         with self._lock:
             child = self.children.pop(child_id, None)
+            if child is None and child_id in self._starting:
+                self._starting[child_id] = True
         if child is None:
             return False
         stop_process_groups([child.proc], grace)

@@ -20,8 +20,10 @@ from corral.rpc.server import Deferred, Reply, RPCServer
 from corral.worker import env as E
 from corral.worker.broadcast import parse_flag
 from corral.worker.data_side import LazyWorkerData
+from corral.worker.dp_layout import layout
 from corral.worker.engines import EngineHost
 from corral.worker.env import WorkerSettings, advertise_host, node_name, read_secret
+from corral.worker.group_side import LazyGroupMember
 from corral.worker.latch import StopLatch
 from corral.worker.replies import EngineCallReply, failure, ok, uses_refs
 from corral.worker.result_cache import (  # noqa: F401  (names importable from here too)
@@ -81,6 +83,7 @@ class WorkerRuntime:
         self.address = f"{advertised}:{self.server.port}"
         # the data plane (refs, keep, /data/*) is imported and made on first use
         self.data = LazyWorkerData(settings, self.generation, self.name_resolve, secret)
+        self.groups = LazyGroupMember(settings.worker_id, advertised)  # cross-role groups
         self._routes = {
             ("GET", "/health"): self._health,
             ("POST", "/create_engine"): self._create_engine,
@@ -93,6 +96,11 @@ class WorkerRuntime:
             ("POST", "/shutdown"): self._shutdown,
             ("POST", "/data/free"): lambda p: self.data.get().routes.free(p),
             ("POST", "/data/stats"): lambda p: self.data.get().routes.stats(p),
+            ("POST", "/data/split"): lambda p: self.data.get().routes.split(p),
+            ("POST", "/dp_layout"): self._dp_layout,
+            ("POST", "/group/open"): self.groups.open,
+            ("POST", "/group/join"): self.groups.join,
+            ("POST", "/group/destroy"): self.groups.destroy,
         }
 
     # made on first use -----------------------------------------------------
@@ -271,6 +279,10 @@ class WorkerRuntime:
         result = self.engines.call(name, p["method"], args, kwargs, broadcast)
         keep = None if data is None else data.parse_keep(p.get("keep"))
         return result if keep is None else data.store.keep_tree(result, keep)
+
+    def _dp_layout(self, p: dict) -> dict:
+        name = p.get("engine_name") or self.settings.worker_id
+        return layout(self.engines.get(name), name)
 
     def _set_env(self, p: dict) -> None:
         env = p.get("env", {})

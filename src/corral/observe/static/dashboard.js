@@ -3,7 +3,7 @@
 "use strict";
 
 const SVG_NS = "http://www.w3.org/2000/svg";
-const WINDOW_SECONDS = 300;
+const WINDOW_SECONDS = 3600;  // the history the controller keeps (down-sampled past 5 min)
 const MAX_LOG_LINES = 5000;
 let updates = 0;
 let logSource = null;
@@ -42,6 +42,19 @@ function duration(seconds) {
 
 function num(value, digits) {
   return value === null || value === undefined ? "" : Number(value).toFixed(digits);
+}
+
+function ms(value) {
+  // a latency, or "–" when there were no calls in the window
+  return value === null || value === undefined ? "–" : Number(value).toFixed(3);
+}
+
+function bytes(n) {
+  if (n === null || n === undefined) return "";
+  const units = ["B", "KiB", "MiB", "GiB"];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) { n /= 1024; i += 1; }
+  return i ? `${n.toFixed(1)} ${units[i]}` : `${n} B`;
 }
 
 function clock(unix) {
@@ -95,8 +108,8 @@ function roleCharts(trial) {
       el("figure", { "data-role": role.role, class: "chart" },
         el("figcaption", {}, el("b", {}, `${role.role} · latency`),
           el("span", { class: "legend" },
-            el("span", { class: "k-p50" }, `p50 ${num(role.calls.p50_ms, 2)} ms`),
-            el("span", { class: "k-p99" }, `p99 ${num(role.calls.p99_ms, 2)} ms`))),
+            el("span", { class: "k-p50" }, `p50 ${ms(role.calls.p50_ms)} ms`),
+            el("span", { class: "k-p99" }, `p99 ${ms(role.calls.p99_ms)} ms`))),
         plot(h, [[2, "p50"], [3, "p99"]], "ms")));
   }
   return box;
@@ -114,11 +127,35 @@ function rolesTable(trial) {
       el("td", { class: "num" }, r.calls.errors),
       el("td", { class: "num in-flight" }, r.calls.in_flight),
       el("td", { class: "num rate" }, num(r.calls.rate, 1)),
-      el("td", { class: "num p50" }, num(r.calls.p50_ms, 3)),
-      el("td", { class: "num p99" }, num(r.calls.p99_ms, 3))));
+      el("td", { class: "num p50" }, ms(r.calls.p50_ms)),
+      el("td", { class: "num p99" }, ms(r.calls.p99_ms))));
   return el("table", { class: "roles-table" },
     el("thead", {}, el("tr", {}, ...head.map((h, i) => el("th", { class: i > 1 ? "num" : null }, h)))),
     el("tbody", {}, ...body));
+}
+
+function methodsTable(trial) {
+  const rows = [];
+  for (const r of trial.roles) {
+    for (const [m, k] of Object.entries(r.methods || {}).sort()) rows.push([r.role, m, k]);
+  }
+  if (!rows.length) return null;
+  const head = ["role", "method", "calls", "errors", "calls/s", "p50 ms", "p99 ms"];
+  return el("table", { class: "methods-table" },
+    el("thead", {}, el("tr", {}, ...head.map((h, i) => el("th", { class: i > 1 ? "num" : null }, h)))),
+    el("tbody", {}, ...rows.map(([role, m, k]) =>
+      el("tr", { "data-role": role, "data-method": m },
+        el("td", {}, role), el("td", {}, m),
+        el("td", { class: "num calls-total" }, k.total), el("td", { class: "num" }, k.errors),
+        el("td", { class: "num rate" }, num(k.rate, 1)),
+        el("td", { class: "num p50" }, ms(k.p50_ms)), el("td", { class: "num p99" }, ms(k.p99_ms))))));
+}
+
+function use(w) {
+  if (w.cpu_percent === null || w.cpu_percent === undefined) return "";
+  let text = `${Number(w.cpu_percent).toFixed(0)}% · ${bytes(w.rss_bytes)}`;
+  if (w.gpu_util !== null && w.gpu_util !== undefined) text += ` · GPU ${Number(w.gpu_util).toFixed(0)}% ${bytes(w.gpu_mem_bytes)}`;
+  return text;
 }
 
 function placement(w) {
@@ -128,8 +165,8 @@ function placement(w) {
 }
 
 function workersTable(trial) {
-  const head = ["worker", "backend", "host", "GPUs", "pid / job / actor", "generation", "state",
-    "uptime", "restarts", "exit code", ""];
+  const head = ["worker", "backend", "host", "GPUs", "pid / job / actor", "started", "state",
+    "uptime", "restarts", "exit code", "calls", "errors", "p50 ms", "CPU · memory", "ended", ""];
   const rows = trial.workers.map((w) => {
     const alive = ["running", "registered"].includes(w.state) && w.started;
     const genTime = w.started ? clock(w.started) : "";
@@ -141,9 +178,15 @@ function workersTable(trial) {
       el("td", { class: "placement" }, placement(w)),
       el("td", { class: "generation", title: w.generation || "" }, genTime),
       el("td", { class: "state" }, el("span", { class: `badge ${w.state}` }, w.state)),
-      el("td", { class: "num uptime" }, alive ? duration(trial.time - w.started) : ""),
+      el("td", { class: "num uptime" }, alive ? duration(trial.time - w.started)
+        : (w.duration !== null && w.duration !== undefined ? `ran ${duration(w.duration)}` : "")),
       el("td", { class: "num restarts" }, w.restarts),
       el("td", { class: "num exit-code" }, w.exit_code === null || w.exit_code === undefined ? "" : w.exit_code),
+      el("td", { class: "num calls-total" }, w.calls ? w.calls.total : ""),
+      el("td", { class: "num errors" }, w.calls ? w.calls.errors : ""),
+      el("td", { class: "num p50" }, w.calls ? ms(w.calls.p50_ms) : ""),
+      el("td", { class: "use" }, use(w)),
+      el("td", { class: "ended" }, clock(w.ended || w.died_at)),
       el("td", {}, el("button", { type: "button", class: "log-button",
         onclick: () => openLog(trial.experiment, trial.trial, w.id) }, "logs")));
   });
@@ -159,6 +202,7 @@ function failures(trial) {
     el("div", { class: "failure", "data-worker": w.id },
       el("h3", {}, `${w.id} failed`,
         w.exit_code === null || w.exit_code === undefined ? "" : ` · exit code ${w.exit_code}`,
+        w.died_at ? ` · died at ${clock(w.died_at)}` : "",
         w.reason ? ` · ${w.reason}` : ""),
       el("pre", { class: "log-tail" }, w.log_tail || "(empty log)"))));
 }
@@ -173,7 +217,8 @@ function trialSection(t) {
         (c.started ? ` · up ${duration(t.time - c.started)}` : "") +
         (t.status === "registered" ? " · no stats file: workers from name-resolve only" : "") +
         (["live", "registered"].includes(t.status) ? "" : ` · last update ${duration(t.age)} ago`))),
-    rolesTable(t), roleCharts(t), workersTable(t), failures(t));
+    rolesTable(t), roleCharts(t), methodsTable(t), workersTable(t), failures(t),
+    t.resources_note ? el("p", { class: "meta" }, t.resources_note) : null);
 }
 
 function render(trials) {
@@ -196,8 +241,10 @@ function openLog(experiment, trial, worker) {
   document.getElementById("log-path").textContent = "";
   view.replaceChildren();
   history.replaceState(null, "", `#log=${encodeURIComponent(`${experiment}/${trial}/${worker}`)}`);
+  const search = document.getElementById("log-search").value;
   const q = new URLSearchParams({ experiment, trial, worker });
-  logSource = new EventSource(`/logs?${q}`);
+  if (search) q.set("q", search);  // the whole file's matching lines, then new ones
+  logSource = new CorralEventSource(`/logs?${q}`);
   logSource.addEventListener("path", (ev) => {
     document.getElementById("log-path").textContent = JSON.parse(ev.data);
   });
@@ -218,8 +265,13 @@ function closeLog() {
 
 function start() {
   document.getElementById("log-close").addEventListener("click", closeLog);
+  document.getElementById("log-search").addEventListener("change", () => {
+    const panel = document.getElementById("log-panel");
+    const [experiment, trial, ...rest] = (panel.dataset.worker || "").split("/");
+    if (!panel.hidden && experiment && trial) openLog(experiment, trial, rest.join("/"));
+  });
   const conn = document.getElementById("conn");
-  const events = new EventSource("/events");
+  const events = new CorralEventSource("/events");
   events.addEventListener("open", () => { conn.dataset.state = "live"; conn.textContent = "live"; });
   events.addEventListener("error", () => { conn.dataset.state = "reconnecting"; conn.textContent = "reconnecting"; });
   events.addEventListener("trials", (ev) => render(JSON.parse(ev.data)));
