@@ -317,7 +317,9 @@ class LocalScheduler(Scheduler):
             etcd3_addr=etcd3_addr,
             **kwargs,
         )
-        if not declared:  # AReaL: this machine is the node and its GPUs are gpu_devices
+        if not declared and self.launcher.devices:
+            # AReaL: this machine is the node and its GPUs are gpu_devices (none declared:
+            # the cluster config's figure stands)
             self._n_gpus_per_node = len(self.launcher.devices)
 
     @property
