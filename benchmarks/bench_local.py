@@ -2,6 +2,8 @@
 
 Rows (keys):
 
+* ``local.worker_start.n{1,8,32}`` a worker's own start: N ``python -m corral.worker``
+  until each registered vs N bare ``python -c pass`` (``worker_start.py``)
 * ``local.cold_start.n{1,8,32}``  create_workers of N replicas until all are ready
   vs N bare ``python -c pass`` started in parallel
 * ``local.noop.p50`` / ``.p99``   call_engine(EchoEngine.noop) vs a raw-socket ping-pong
@@ -25,6 +27,7 @@ from typing import Any
 import baselines
 import numpy as np
 import stats_overhead
+import worker_start
 from common import (
     BackendUnavailable,
     Context,
@@ -67,6 +70,7 @@ class Plan:
     def __init__(self, quick: bool):
         self.cold_sizes = [1, 8] if quick else [1, 8, 32]
         self.cold_reps = 1 if quick else 3
+        self.start_reps = 1 if quick else 5
         self.noop_warmup = 100 if quick else 300
         self.noop_calls = 300 if quick else 2000
         self.noop_blocks = 3 if quick else 10
@@ -238,6 +242,7 @@ def bench_fork(sched, plan: Plan) -> list[Row]:
             value=median(forks),
             baseline=median(bare),
             baseline_label="1 x `python -c pass`",
+            targets=[Target("ratio", "<=", 3.0, "<= 3x bare")],  # as a worker's own start
             samples={"corral": rounded(forks), "baseline": rounded(bare)},
         )
     ]
@@ -573,7 +578,9 @@ def run(ctx: Context) -> list[Row]:
         servers.append(baselines.EchoServer())
     ports = [s.port for s in servers]
 
-    rows, deletes = bench_cold_start(ctx, sched, plan)
+    rows = worker_start.rows(ctx.fileroot, plan.cold_sizes, plan.start_reps)
+    cold, deletes = bench_cold_start(ctx, sched, plan)
+    rows += cold
     rows += bench_fork(sched, plan)
     role = "main"
     log(f"starting {plan.workers} workers with an {ENGINE.rsplit('.', 1)[1]} each")

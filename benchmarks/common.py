@@ -170,7 +170,65 @@ def machine_info(repo: str) -> dict[str, Any]:
         "torch": _version("torch"),
         "corral": _version("corral"),
         "git_commit": _git_commit(repo),
+        "baseline_python": python_provenance(),
     }
+
+
+def python_provenance() -> dict[str, Any]:
+    """How the baselines' ``python -c pass`` (and every worker) was made: the interpreter,
+    the venv, where packages come from, and whether corral's bytecode was cached."""
+    import site
+
+    prefix = sys.prefix if sys.prefix != sys.base_prefix else None
+    try:
+        packages = site.getsitepackages()
+    except AttributeError:
+        packages = []
+    return {
+        "interpreter": sys.executable,
+        "version": sys.version.split()[0],
+        "venv": prefix,
+        "site_packages": packages,
+        "PYTHONDONTWRITEBYTECODE": os.environ.get("PYTHONDONTWRITEBYTECODE") or None,
+        "corral_bytecode": _corral_bytecode(),
+    }
+
+
+def _corral_bytecode() -> str:
+    """Whether corral's modules have their bytecode cached (PYTHONDONTWRITEBYTECODE=1 in
+    an environment without it makes every worker compile corral at each start)."""
+    folder = _corral_folder()
+    if folder is None:
+        return "corral not found"
+    state = "present" if _has_bytecode(folder) else "missing: each worker compiles corral"
+    return f"{state} ({folder})"
+
+
+def ensure_corral_bytecode() -> None:
+    """Compile corral's modules if their bytecode is missing, as installing a package does
+    (an editable checkout under PYTHONDONTWRITEBYTECODE=1 never gets it)."""
+    import compileall
+
+    folder = _corral_folder()
+    if folder is not None and not _has_bytecode(folder):
+        compileall.compile_dir(folder, quiet=1)
+
+
+def _corral_folder() -> str | None:
+    import importlib.util
+
+    spec = importlib.util.find_spec("corral")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return list(spec.submodule_search_locations)[0]
+
+
+def _has_bytecode(folder: str) -> bool:
+    import importlib.util
+
+    return os.path.exists(
+        importlib.util.cache_from_source(os.path.join(folder, "worker", "runtime.py"))
+    )
 
 
 class Context:

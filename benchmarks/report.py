@@ -75,6 +75,8 @@ def markdown(doc: dict[str, Any], rows: list[Row]) -> str:
         f"commit {(m.get('git_commit') or '?')[:10]} · "
         f"{'quick' if doc['options']['quick'] else 'full'} run",
         "",
+        _provenance(m.get("baseline_python") or {}),
+        "",
         RATIO_NOTE,
         "",
         "| metric | corral | baseline | ratio | target | met? |",
@@ -89,7 +91,7 @@ def markdown(doc: dict[str, Any], rows: list[Row]) -> str:
                 for x in (
                     f"{r.label} (`{r.key}`)",
                     fmt(r.value, r.unit),
-                    f"{fmt(r.baseline, r.unit)} — {r.baseline_label}",
+                    f"{fmt(r.baseline, r.unit)} — {r.baseline_label}{_moved(r)}",
                     fmt_ratio(r.ratio),
                     target,
                     fmt_met(r),
@@ -128,12 +130,51 @@ def markdown(doc: dict[str, Any], rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
+def _provenance(p: dict[str, Any]) -> str:
+    if not p:
+        return "Baselines: interpreter not recorded."
+    return (
+        f"Baselines and workers: `{p.get('interpreter')}` (Python {p.get('version')}; venv "
+        f"{p.get('venv') or 'none'}; site-packages {', '.join(p.get('site_packages') or [])}; "
+        f"corral bytecode {p.get('corral_bytecode')}; PYTHONDONTWRITEBYTECODE="
+        f"{p.get('PYTHONDONTWRITEBYTECODE') or 'unset'}), each measured beside corral in the "
+        f"same minute. **moved** marks a baseline more than {MOVED:.0%} away from the "
+        "previous run's."
+    )
+
+
+#: a baseline this far from the previous run's is marked in the table (the ratio hides it)
+MOVED = 0.30
+
+
+def mark_moved_baselines(previous_json: str, rows: list[Row]) -> None:
+    """Note in each row's ``extra`` how far its baseline moved from the previous run's."""
+    try:
+        with open(previous_json) as fh:
+            before = {r["key"]: r.get("baseline") for r in json.load(fh).get("rows", [])}
+    except (OSError, ValueError, KeyError, TypeError):
+        return
+    for r in rows:
+        old = before.get(r.key)
+        if isinstance(old, int | float) and old > 0 and r.baseline is not None:
+            moved = round(r.baseline / old - 1.0, 3)  # a new dict: rows may share one
+            r.extra = {**r.extra, "baseline_previous": old, "baseline_moved": moved}
+
+
+def _moved(r: Row) -> str:
+    moved = r.extra.get("baseline_moved")
+    if moved is None or abs(moved) <= MOVED:
+        return ""
+    return f" (**moved** {moved:+.0%} from the previous run's {fmt(r.extra['baseline_previous'], r.unit)})"
+
+
 def _load(load: list[float] | None) -> str:
     return "/".join(f"{x:.2f}" for x in load) if load else "?"
 
 
 def write(out_dir: str, doc: dict[str, Any], rows: list[Row]) -> tuple[str, str]:
     os.makedirs(out_dir, exist_ok=True)
+    mark_moved_baselines(os.path.join(out_dir, "latest.json"), rows)
     doc = _finite(dict(doc, rows=[r.to_json() for r in rows], ratio_note=RATIO_NOTE))
     json_path = os.path.join(out_dir, "latest.json")
     md_path = os.path.join(out_dir, "latest.md")

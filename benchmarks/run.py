@@ -28,6 +28,7 @@ REPO = os.path.dirname(HERE)
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
+import common  # noqa: E402
 import report  # noqa: E402
 from common import BackendUnavailable, Context, Row, log, machine_info  # noqa: E402
 
@@ -95,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     args.backends = resolve_order(args.backends)
     signal.signal(signal.SIGTERM, _sigterm)
+    common.ensure_corral_bytecode()  # workers read it, as from an installed package
     ctx = Context(quick=args.quick, repo=REPO)
     doc = {
         "schema": 1,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 import time
 
 from common import Row, Target, log, median, percentile, rounded
@@ -89,7 +90,21 @@ def bench(sched, ids: list[str], quick: bool) -> list[Row]:
                     _with(sched, previous)
         return rates
 
-    rates = asyncio.run(fan())
+    # the publisher's thread samples the recorder once a second (draining, sorting,
+    # percentiles): that work competes for the controller's GIL, so it runs here too
+    done = threading.Event()
+
+    def publisher() -> None:
+        while not done.wait(1.0):
+            on.sample()
+
+    sampler = threading.Thread(target=publisher, name="bench-stats-sampler", daemon=True)
+    sampler.start()
+    try:
+        rates = asyncio.run(fan())
+    finally:
+        done.set()
+        sampler.join()
     p50 = {m: percentile(v, 50) for m, v in lat.items()}
     before = "bare" if "bare" in p50 else "off"
     log(

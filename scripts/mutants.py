@@ -191,7 +191,7 @@ MUTANTS: list[Mutant] = [
       f"{ENGINES} -k one_engine_thread",
       why="synchronous engine methods run on several threads"),
     M("engines-import-path-check", "worker/engines.py",
-      "if not isinstance(path, str) or not _IMPORT_PATH.fullmatch(path):",
+      "if not isinstance(path, str) or not re.fullmatch(_IMPORT_PATH, path):",
       "if not isinstance(path, str):", f"{RPC} {ENGINES} -k import",
       why="malformed engine import paths are passed to importlib"),
     # ------------------------------------------------------------------ scheduler.py

@@ -1,69 +1,56 @@
 """corral: launch, reach and retire the workers of distributed training jobs.
 
 The same API on a laptop (LocalScheduler), a Ray cluster (RayScheduler) or a Slurm
-cluster (SlurmScheduler). Backends other than local are imported only when used.
+cluster (SlurmScheduler). Every public name is imported on first use (``_EXPORTS``), so
+``import corral`` costs next to nothing and a worker process, which imports
+``corral.worker``, loads none of the controller's modules (config, spec, backends).
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-from corral.backends import lazy_exports
-from corral.config import (
-    BaseExperimentConfig,
-    ClusterSpecConfig,
-    NameResolveConfig,
-    SchedulerConfig,
-    load_expr_config,
-    make_scheduler,
-)
-from corral.data.ref import Ref
-from corral.errors import (
-    ConfigError,
-    CorralError,
-    EngineCallError,
-    EngineCreationError,
-    EngineImportError,
-    GPUAllocationError,
-    PlacementError,
-    PortAllocationError,
-    ProcessGroupError,
-    RefError,
-    RefLostError,
-    ResourceLimitError,
-    RPCConnectionError,
-    SchedulerError,
-    TrialInUseError,
-    WorkerConfigurationError,
-    WorkerConnectionError,
-    WorkerCreationError,
-    WorkerFailedError,
-    WorkerNotFoundError,
-    WorkerPreemptedError,
-    WorkerTimeoutError,
-)
-from corral.spec import Job, SchedulingSpec, SchedulingStrategy, SchedulingStrategyType, Worker
-
 __version__ = "0.1.0"
 
+_CONFIG = ("BaseExperimentConfig", "ClusterSpecConfig", "NameResolveConfig", "SchedulerConfig",
+           "load_expr_config", "make_scheduler")  # fmt: skip
+_SPEC = ("Job", "SchedulingSpec", "SchedulingStrategy", "SchedulingStrategyType", "Worker")
+_ERRORS = (
+    "ConfigError", "CorralError", "EngineCallError", "EngineCreationError", "EngineImportError",
+    "GPUAllocationError", "PlacementError", "PortAllocationError", "RefError", "RefLostError",
+    "ResourceLimitError", "RPCConnectionError", "SchedulerError", "TrialInUseError", "ProcessGroupError",
+    "WorkerConfigurationError", "WorkerConnectionError", "WorkerCreationError",
+    "WorkerFailedError", "WorkerNotFoundError", "WorkerPreemptedError", "WorkerTimeoutError",
+)  # fmt: skip
 
-def __getattr__(name: str) -> Any:
-    module = {"Scheduler": "corral.scheduler", **lazy_exports()}.get(name)
+#: public name -> the module that defines it (the backends' classes come from their registry)
+_EXPORTS: dict[str, str] = {
+    **dict.fromkeys(_CONFIG, "corral.config"),
+    **dict.fromkeys(_SPEC, "corral.spec"),
+    **dict.fromkeys(_ERRORS, "corral.errors"),
+    "Ref": "corral.data.ref",
+    "Scheduler": "corral.scheduler",
+}
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None and name[:1].isupper():  # not `from corral import keys` (a submodule)
+        from corral.backends import lazy_exports
+
+        module = lazy_exports().get(name)
     if module is None:
         raise AttributeError(f"module 'corral' has no attribute {name!r}")
     import importlib
 
-    return getattr(importlib.import_module(module), name)
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # the next lookup is a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
 
 
 __all__ = [
-    "BaseExperimentConfig", "ClusterSpecConfig", "NameResolveConfig", "SchedulerConfig",
-    "load_expr_config", "make_scheduler", "Job", "SchedulingSpec", "SchedulingStrategy",
-    "Worker", "Scheduler", "LocalScheduler", "RayScheduler", "SlurmScheduler",
-    "CorralError", "ConfigError", "SchedulerError", "WorkerCreationError", "WorkerTimeoutError",
-    "WorkerFailedError", "WorkerNotFoundError", "EngineCreationError", "EngineImportError",
-    "EngineCallError", "SchedulingStrategyType", "WorkerConfigurationError",
-    "WorkerConnectionError", "PortAllocationError", "GPUAllocationError", "RPCConnectionError",
-    "EngineCallError", "TrialInUseError", "PlacementError", "ResourceLimitError", "WorkerPreemptedError",
-    "Ref", "RefError", "RefLostError", "ProcessGroupError",
+    *_CONFIG, *_SPEC, "Scheduler", "LocalScheduler", "RayScheduler", "SlurmScheduler", *_ERRORS,
+    "Ref",
 ]  # fmt: skip

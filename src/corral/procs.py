@@ -13,6 +13,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from corral.liveness import pid_alive  # noqa: F401  (importable from here too)
+
 _spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="corral-spawner")
 
 
@@ -135,17 +137,3 @@ def _exited(pidfd: int, timeout: float | None) -> bool:
     poller.register(pidfd, select.POLLIN)
     return bool(poller.poll(None if timeout is None else int(timeout * 1000)))
 
-
-def pid_alive(pid: int) -> bool:
-    """True if ``pid`` runs here and is not a zombie waiting to be reaped."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split(") ", 1)[1][0] != "Z"
-    except (OSError, IndexError):
-        return True

@@ -8,7 +8,6 @@ refuses such a directory, and any ancestor another user could use to swap it, wi
 
 from __future__ import annotations
 
-import getpass
 import os
 import stat
 
@@ -23,6 +22,8 @@ def user_name() -> str:
         return pwd.getpwuid(os.getuid()).pw_name
     except (KeyError, ImportError):
         try:
+            import getpass
+
             return getpass.getuser()
         except (KeyError, OSError):
             return str(os.getuid())

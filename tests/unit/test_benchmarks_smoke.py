@@ -18,6 +18,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 RUN = os.path.join(REPO, "benchmarks", "run.py")
 
 EXPECTED_KEYS = [
+    "local.worker_start.n1",
+    "local.worker_start.n8",
     "local.cold_start.n1",
     "local.cold_start.n8",
     "local.noop.p50",

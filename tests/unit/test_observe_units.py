@@ -7,7 +7,11 @@ import re
 import threading
 import time
 
-from corral.observe.calls import CallStats, NullCallStats, percentile
+from corral.observe.calls import (
+    CallStats,
+    NullCallStats,
+    percentile,
+)
 from corral.observe.dashboard import static_file
 from corral.observe.follow import follow_lines
 from corral.observe.prometheus import render

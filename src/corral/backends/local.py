@@ -37,6 +37,15 @@ def detect_gpu_devices() -> list[int]:
     return sorted(int(p.removeprefix("/dev/nvidia")) for p in glob.glob("/dev/nvidia[0-9]*"))
 
 
+def _argv(spec: SchedulingSpec, env: dict[str, str], port: int) -> list[str]:
+    """A worker's command: corral's worker reads its environment only; a module of the
+    user's (``spec.cmd``) gets AReaL's arguments too, told to serve on ``port``."""
+    argv = command_argv(spec.cmd)
+    if argv[1:] == ["-m", "corral.worker"]:
+        return argv
+    return argv + args_from_env(env, port=port)
+
+
 class LocalLauncher(Launcher, Elastic, Adoptable, ServesCommands):
     name = "local"
     # its output pipe and the connection of a call fan-out; log files are shared by all
@@ -98,7 +107,7 @@ class LocalLauncher(Launcher, Elastic, Adoptable, ServesCommands):
             else:
                 devices, free = free[: spec.gpu], free[spec.gpu :]
             env = self._process_env(env, devices)
-            argv = command_argv(spec.cmd) + args_from_env(env, port=0)
+            argv = _argv(spec, env, port=0)
             lines += [
                 f"## {job.role}/{index}: GPUs {devices or 'none'}",
                 "$ " + shlex.join(argv) + ("  (--port: a free port at launch)" if spec.cmd else ""),
@@ -141,7 +150,7 @@ class LocalLauncher(Launcher, Elastic, Adoptable, ServesCommands):
     def _start(self, role: str, index: int, spec, env: dict[str, str], devices: list[int]):
         env = self._process_env(env, devices)
         ports = free_ports(max(spec.port_count, 1)) if spec.cmd else [0]
-        argv = command_argv(spec.cmd) + args_from_env(env, port=ports[0])
+        argv = _argv(spec, env, port=ports[0])
         proc = self._spawn(role, index, argv, env)
         if spec.cmd:
             self._served[(role, index)] = ServedAt(advertise_host(), ports, self.host, proc.pid)

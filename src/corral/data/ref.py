@@ -11,9 +11,12 @@ plane (found by trial name), which frees it on the owner once the last copy is d
 from __future__ import annotations
 
 import weakref
-from typing import Any
 
 from corral.errors import ProtocolError, RefError
+
+TYPE_CHECKING = False  # typing's, without importing typing (a worker's start)
+if TYPE_CHECKING:
+    from typing import Any
 
 WIRE_TAG = "ref"
 _FIELDS = ("owner", "key", "dtype", "shape", "nbytes", "generation", "trial", "kind")

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import os
-from typing import Any
 
 from corral.discovery.base import NameResolve, check_key
 from corral.discovery.files import FileNameResolve
-from corral.discovery.memory import MemoryNameResolve
 from corral.errors import ConfigError
-from corral.paths import records_root
-from corral.safedirs import default_fileroot
+
+TYPE_CHECKING = False  # typing's, without importing typing (a worker's start)
+if TYPE_CHECKING:
+    from typing import Any
 
 NAME_RESOLVE_TYPES = ("nfs", "memory", "etcd3", "ray")
 
@@ -20,11 +20,11 @@ def make_name_resolve(cfg: Any, fileroot: str | None = None) -> NameResolve:
     get = cfg.get if isinstance(cfg, dict) else lambda k, d=None: getattr(cfg, k, d)
     kind = get("type", "nfs") or "nfs"
     if kind in ("nfs", "files"):
-        root = get("nfs_record_root") or get("root")
-        if not root:
-            root = records_root(fileroot or default_fileroot())
+        root = get("nfs_record_root") or get("root") or _default_records(fileroot)
         return FileNameResolve(root)
     if kind == "memory":
+        from corral.discovery.memory import MemoryNameResolve
+
         return MemoryNameResolve()
     if kind == "etcd3":
         from corral.discovery.etcd import EtcdNameResolve
@@ -50,7 +50,7 @@ def describe_name_resolve(cfg: Any, fileroot: str | None = None) -> dict:
     get = cfg.get if isinstance(cfg, dict) else lambda k, d=None: getattr(cfg, k, d)
     kind = get("type", "nfs") or "nfs"
     if kind in ("nfs", "files"):
-        root = get("nfs_record_root") or get("root") or records_root(fileroot or default_fileroot())
+        root = get("nfs_record_root") or get("root") or _default_records(fileroot)
         return {"type": "nfs", "root": os.path.abspath(root)}
     if kind == "memory":
         return {"type": "memory"}
@@ -68,15 +68,25 @@ def describe_name_resolve(cfg: Any, fileroot: str | None = None) -> dict:
     )
 
 
-class PlannedNameResolve(MemoryNameResolve):
-    """A dry run's store: empty, in memory, describing the store a real run would use."""
+def _default_records(fileroot: str | None) -> str:
+    """The records under ``fileroot`` (default: the user's own fileroot)."""
+    from corral.paths import records_root
+    from corral.safedirs import default_fileroot
 
-    def __init__(self, description: dict):
-        super().__init__()
-        self.description = description
+    return records_root(fileroot or default_fileroot())
 
-    def describe(self) -> dict:
-        return dict(self.description)
+
+def __getattr__(name: str) -> Any:
+    # the in-memory stores are imported on first use: a worker never needs them
+    if name == "MemoryNameResolve":
+        from corral.discovery.memory import MemoryNameResolve
+
+        return MemoryNameResolve
+    if name == "PlannedNameResolve":
+        from corral.discovery.memory import PlannedNameResolve
+
+        return PlannedNameResolve
+    raise AttributeError(f"module 'corral.discovery' has no attribute {name!r}")
 
 
 def name_resolve_from_description(desc: dict) -> NameResolve:

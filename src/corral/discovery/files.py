@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 
 from corral.discovery.base import KEY_SEP, NameResolve, check_key
 from corral.errors import ConfigError, NameResolveError
@@ -46,7 +44,10 @@ class FileNameResolve(NameResolve):
         directory = self._path(key)
         make_private_subdir(directory)
         target = os.path.join(directory, _VALUE_FILE)
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-")
+        # a fresh name made O_EXCL, as tempfile.mkstemp would (whose import, with shutil and
+        # random, is a large part of a worker's start)
+        tmp = os.path.join(directory, f".tmp-{os.getpid()}-{os.urandom(8).hex()}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             with os.fdopen(fd, "w") as fh:
                 fh.write(value)
@@ -93,6 +94,8 @@ class FileNameResolve(NameResolve):
             pass
 
     def clear_subtree(self, prefix: str) -> None:
+        import shutil
+
         shutil.rmtree(self._path(prefix), ignore_errors=True)
 
     def describe(self) -> dict:

@@ -59,3 +59,14 @@ class MemoryNameResolve(NameResolve):
                     raise TimeoutError(f"name-resolve key {key!r} did not appear within {timeout}s")
                 self._changed.wait(remaining)
             return self._data[key]
+
+
+class PlannedNameResolve(MemoryNameResolve):
+    """A dry run's store: empty, in memory, describing the store a real run would use."""
+
+    def __init__(self, description: dict):
+        super().__init__()
+        self.description = description
+
+    def describe(self) -> dict:
+        return dict(self.description)

@@ -21,7 +21,6 @@ Prometheus endpoint and the dashboard (``corral.observe.http_guard``).
 from __future__ import annotations
 
 import errno
-import logging
 import selectors
 import socket
 import threading
@@ -31,7 +30,14 @@ from collections.abc import Callable
 
 from corral.rpc.peer_uid import peer_uid
 
-log = logging.getLogger("corral")
+
+def _warn(text: str, *args: object) -> None:
+    """A warning; ``logging`` is imported only when there is one (a worker's start is lean)."""
+    import logging
+
+    logging.getLogger("corral").warning(text, *args)
+
+
 HEAD_TIMEOUT = 10.0
 MAX_HEAD_BYTES = 64 * 1024
 _FD_ERRORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
@@ -157,7 +163,7 @@ class HeadGate:
                     return
                 self.fd_exhausted += 1
                 if self.fd_exhausted == 1 or self.fd_exhausted % 100 == 0:
-                    log.warning("accept: %s; dropping a waiting connection", exc)
+                    _warn("accept: %s; dropping a waiting connection", exc)
                 if self._drop_oldest(None):
                     continue  # a descriptor is free again: the next accept can take it
                 # nothing of ours to drop: back off (10 ms doubling to 1 s), keep the rest
@@ -203,7 +209,7 @@ class HeadGate:
                 entry.conn.setblocking(True)
                 self.dispatch(entry.conn, bytes(entry.data), entry.peer)
             except Exception as exc:  # never let one connection end the loop
-                log.warning("serving a connection: %s", exc)
+                _warn("serving a connection: %s", exc)
                 entry.conn.close()
         elif len(entry.data) > self.max_head_bytes:
             text = f"HTTP head longer than {self.max_head_bytes} bytes".encode()

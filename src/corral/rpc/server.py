@@ -19,14 +19,11 @@ runs out of file descriptors the gate backs off and keeps accepting.
 
 from __future__ import annotations
 
-import logging
 import os
 import socket
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
 
 from corral.auth import AUTH_HEADER, RequestVerifier, TrialKeys
 from corral.errors import ProtocolError
@@ -43,7 +40,10 @@ from corral.rpc.http import (
     tune_socket,
 )
 
-log = logging.getLogger(__name__)
+TYPE_CHECKING = False  # typing's, without importing typing (a worker's start)
+if TYPE_CHECKING:
+    from typing import Any
+
 DEFAULT_MAX_BODY = 8 * 1024**3
 HEAD_TIMEOUT = 10.0
 IDLE_TIMEOUT = 300.0
@@ -56,13 +56,35 @@ _STATUS_LINES = {code: f"HTTP/1.1 {code} {reason}" for code, reason in REASONS.i
 ACKABLE = 4096
 
 
-@dataclass
 class Reply:
-    status: int = 200
-    parts: list = field(default_factory=list)
-    content_type: str = "application/x-corral-frame"
-    #: a prebuilt shared-memory copy of ``parts`` (sent instead when the peer is local)
-    segment: Any = None
+    """A reply's status, body parts and content type. ``segment``: a prebuilt
+    shared-memory copy of ``parts`` (sent instead when the peer is local). A plain class,
+    not a dataclass: a worker's start does not import ``dataclasses`` (and ``inspect``)."""
+
+    __slots__ = ("status", "parts", "content_type", "segment")
+
+    def __init__(
+        self,
+        status: int = 200,
+        parts: list | None = None,
+        content_type: str = "application/x-corral-frame",
+        segment: Any = None,
+    ):
+        self.status = status
+        self.parts = [] if parts is None else parts
+        self.content_type = content_type
+        self.segment = segment
+
+    def __repr__(self) -> str:
+        return f"Reply({self.status}, {len(self.parts)} part(s), {self.content_type!r})"
+
+
+def _warn(text: str, *args: Any) -> None:
+    """Log a warning; ``logging`` (with traceback, linecache, tokenize) is imported only
+    when there is one: a worker's start does not load it."""
+    import logging
+
+    logging.getLogger(__name__).warning(text, *args)
 
 
 class Deferred:
@@ -158,7 +180,7 @@ class RPCServer:
                 target=self._serve, args=(conn, head), name="rpc-conn", daemon=True
             ).start()
         except (RuntimeError, OSError) as exc:  # no thread left: refuse this one
-            log.warning("cannot serve a new connection: %s", exc)
+            _warn("cannot serve a new connection: %s", exc)
             self._forget(conn)
             conn.close()
 

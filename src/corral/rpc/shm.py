@@ -22,7 +22,6 @@ import functools
 import hashlib
 import mmap
 import os
-import secrets
 import threading
 import time
 import weakref
@@ -87,7 +86,7 @@ class Segment:
     def __init__(self, capacity: int):
         self.capacity = capacity
         self.size = 0
-        self.name = f"{_PREFIX}{secrets.token_hex(8)}"
+        self.name = f"{_PREFIX}{os.urandom(8).hex()}"
         self.last_used = time.monotonic()
         self.readers: dict[int, int] = {}
         self.held = False
@@ -145,7 +144,7 @@ def _close(fd: int, mapping: mmap.mmap) -> None:
 
 
 def _alive(pid: int) -> bool:
-    from corral.procs import pid_alive
+    from corral.liveness import pid_alive
 
     return pid_alive(pid)
 

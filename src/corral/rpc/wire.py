@@ -19,7 +19,6 @@ proved the sender holds the trial secret, so importing is never offered to stran
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 import importlib
 import json
@@ -27,13 +26,15 @@ import math
 import re
 import struct
 import sys
-from typing import TYPE_CHECKING, Any
 
 from corral.data.ref import WIRE_TAG as _REF_TAG
 from corral.data.ref import Ref
 from corral.errors import ProtocolError
 
+TYPE_CHECKING = False  # typing's, without importing typing (a worker's start)
 if TYPE_CHECKING:
+    from typing import Any
+
     import numpy as np
 
 MAGIC = b"CRL1"
@@ -64,7 +65,7 @@ _JSON_ENCODE = _json_encoder()
 _JSON_DECODE = json.JSONDecoder().decode
 _NUMPY_KINDS = set("biufc?mM")
 _PLAIN = (type(None), bool, int, str)
-_MODULE_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+_MODULE_PATH = r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$"  # compiled (and cached) by re on first use
 _TORCH_DTYPES = {
     "float32", "float64", "float16", "bfloat16", "int8", "int16", "int32", "int64",
     "uint8", "bool", "complex64", "complex128", "float8_e4m3fn", "float8_e5m2",
@@ -147,9 +148,11 @@ class _Encoder:
         torch = sys.modules.get("torch")
         if torch is not None and isinstance(obj, torch.dtype):
             return {TAG: "dtype", "v": str(obj).removeprefix("torch.")}
-        if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        # a dataclass exists only where its module is loaded (a worker may never load it)
+        dcs = sys.modules.get("dataclasses")
+        if dcs is not None and dcs.is_dataclass(obj) and not isinstance(obj, type):
             cls = type(obj)
-            fields = {f.name: self.encode(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+            fields = {f.name: self.encode(getattr(obj, f.name)) for f in dcs.fields(obj)}
             return {TAG: "dc", "c": f"{cls.__module__}:{cls.__qualname__}", "v": fields}
         if isinstance(obj, set | frozenset):
             return {TAG: "set", "v": [self.encode(x) for x in obj]}
@@ -275,7 +278,7 @@ class _Decoder:
         importable under the policy, or no such attribute)."""
         module_name, _, qualname = str(path).partition(":")
         module: Any = sys.modules.get(module_name)
-        if module is None and self.import_types and _MODULE_PATH.fullmatch(module_name):
+        if module is None and self.import_types and re.fullmatch(_MODULE_PATH, module_name):
             try:
                 module = importlib.import_module(module_name)
             except Exception as exc:
@@ -354,8 +357,9 @@ class _Decoder:
     def dataclass(self, node: dict) -> Any:
         fields = {k: self.decode(v) for k, v in node["v"].items()}
         cls = self.find_class(node["c"])
-        if cls is not None and dataclasses.is_dataclass(cls):
-            init = {f.name for f in dataclasses.fields(cls) if f.init}
+        dcs = sys.modules.get("dataclasses")  # loaded wherever a dataclass is
+        if cls is not None and dcs is not None and dcs.is_dataclass(cls):
+            init = {f.name for f in dcs.fields(cls) if f.init}
             try:
                 obj = cls(**{k: v for k, v in fields.items() if k in init})
             except (TypeError, ValueError):

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import socket
 import sys
 
@@ -95,6 +94,8 @@ def command_argv(
     ``python3`` becomes ``python`` (the controller's interpreter, as AReaL does locally)."""
     if not cmd:
         return [python, "-m", "corral.worker"]
+    import shlex
+
     try:
         argv = shlex.split(cmd)
     except ValueError as exc:

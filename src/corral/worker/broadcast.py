@@ -19,9 +19,11 @@ CUDA device for NCCL, the CPU otherwise), everything else in one pickled message
 
 from __future__ import annotations
 
-from typing import Any
-
 from corral.errors import EngineCallError, ProtocolError
+
+TYPE_CHECKING = False  # typing's, without importing typing (a worker's start)
+if TYPE_CHECKING:
+    from typing import Any
 
 #: What an engine needs for its calls to be broadcast (AReaL's TrainEngine interface).
 INTERFACE = ("initialized", "current_data_parallel_head", "context_and_model_parallel_group")

@@ -5,14 +5,12 @@ Read from AReaL's ``TrainEngine`` interface: ``data_parallel_rank``,
 
 from __future__ import annotations
 
-from typing import Any
-
 from corral.errors import EngineCallError
 
 NEEDED = ("data_parallel_rank", "data_parallel_world_size", "is_data_parallel_head")
 
 
-def layout(engine: Any, engine_name: str) -> dict:
+def layout(engine: object, engine_name: str) -> dict:
     missing = [n for n in NEEDED if not hasattr(engine, n)]
     if missing:
         raise EngineCallError(

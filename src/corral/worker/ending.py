@@ -116,10 +116,9 @@ def kill_process_groups_now(procs: list) -> None:
 
 def arm_stop_watchdog(runtime, code: int, reason: str) -> StopWatchdog:
     """For ``corral.worker.runtime.main``: the watchdog of a stopping worker process."""
-    forks = runtime.forks
 
     def kill_children() -> None:
-        kill_process_groups_now([child.proc for child in list(forks.children.values())])
+        kill_process_groups_now(runtime.child_processes())
 
     watchdog = StopWatchdog(runtime.settings.worker_id, kill_children)
     watchdog.arm(code, reason)

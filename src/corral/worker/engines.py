@@ -8,14 +8,11 @@ from __future__ import annotations
 
 import _thread
 import importlib
-import inspect
 import os
 import queue
 import re
 import sys
 import threading
-import traceback
-from typing import Any
 
 from corral.errors import (
     EngineCallError,
@@ -26,14 +23,17 @@ from corral.errors import (
 from corral.worker import broadcast as _bcast
 from corral.worker.env import ENGINE_ALLOW
 
-_IMPORT_PATH = re.compile(
-    r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*([:.][A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*)?$"
-)
+TYPE_CHECKING = False  # typing's, without importing typing (a worker's start)
+if TYPE_CHECKING:
+    from typing import Any
+
+# a pattern, compiled (and cached by ``re``) by the first engine, not by a worker's start
+_IMPORT_PATH = r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*([:.][A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*)?$"
 
 
 def resolve_import_path(path: str) -> Any:
     """``pkg.mod.Class`` or ``pkg.mod:Class.Inner`` -> the object. Raises EngineImportError."""
-    if not isinstance(path, str) or not _IMPORT_PATH.fullmatch(path):
+    if not isinstance(path, str) or not re.fullmatch(_IMPORT_PATH, path):
         raise EngineImportError(
             f"engine import path {path!r} is not of the form 'pkg.module.Class'"
         )
@@ -63,17 +63,40 @@ _CORRAL_ENGINE_MODULES = ("corral.testing", "corral.demo")
 _COROUTINE_FUNCTIONS: dict[Any, bool] = {}
 
 
+# ``inspect`` (with ast, dis and tokenize) is imported by the first engine, not by a
+# worker's start: the functions below import it where they need it.
+_PLAIN = frozenset({type(None), bool, int, float, str, bytes, list, tuple, dict})
+
+
+def _awaitable(value: Any) -> bool:
+    """``inspect.isawaitable(value)``, answered at once for the plain values most calls
+    return."""
+    if type(value) in _PLAIN:
+        return False
+    import inspect
+
+    return inspect.isawaitable(value)
+
+
+def _traceback() -> str:
+    import traceback
+
+    return traceback.format_exc()
+
+
 def is_coroutine_method(fn: Any) -> bool:
     """``inspect.iscoroutinefunction(fn)``, remembered per function (a bound method's
     ``__func__``): asking ``inspect`` costs more than a small engine call itself."""
     key = getattr(fn, "__func__", None)
-    if key is None:
-        return inspect.iscoroutinefunction(fn)
-    known = _COROUTINE_FUNCTIONS.get(key)
+    known = None if key is None else _COROUTINE_FUNCTIONS.get(key)
     if known is None:
-        if len(_COROUTINE_FUNCTIONS) >= 4096:  # functions made on the fly: stay bounded
-            _COROUTINE_FUNCTIONS.clear()
-        known = _COROUTINE_FUNCTIONS[key] = inspect.iscoroutinefunction(fn)
+        import inspect
+
+        known = inspect.iscoroutinefunction(fn)
+        if key is not None:
+            if len(_COROUTINE_FUNCTIONS) >= 4096:  # functions made on the fly: stay bounded
+                _COROUTINE_FUNCTIONS.clear()
+            _COROUTINE_FUNCTIONS[key] = known
     return known
 
 
@@ -106,6 +129,8 @@ def check_engine_factory(path: str, factory: Any) -> None:
         f"name a class or function of your own package, or list {path!r} in {ENGINE_ALLOW} "
         "on the worker if you really mean it"
     )
+    import inspect
+
     if not (inspect.isclass(factory) or inspect.isfunction(factory)):
         raise EngineImportError(
             f"engine import path {path!r} names a {type(factory).__name__}, not a class or a "
@@ -234,12 +259,12 @@ class EngineHost:
         check_engine_factory(import_path, factory)
         try:
             engine = self._on_engine_thread(factory, *args, **kwargs)
-            if inspect.isawaitable(engine):
+            if _awaitable(engine):
                 engine = self._await(engine)
         except Exception as exc:
             raise EngineCreationError(
                 f"creating engine {name!r} from {import_path!r} raised {type(exc).__name__}: {exc}\n"
-                + traceback.format_exc()
+                + _traceback()
             ) from exc
         self.engines[name] = engine
 
@@ -288,13 +313,13 @@ class EngineHost:
         args, kwargs = self._arguments(engine, name, method, broadcast, args, kwargs)
         try:
             result = fn(*args, **kwargs)
-            if inspect.isawaitable(result):
+            if _awaitable(result):
                 result = self._await(result)
             return result
         except Exception as exc:
             raise EngineCallError(
                 f"{type(engine).__name__}.{method} raised {type(exc).__name__}: {exc}",
-                remote_traceback=traceback.format_exc(),
+                remote_traceback=_traceback(),
             ) from exc
 
     def submit(self, task: Any) -> None:
@@ -320,7 +345,7 @@ class EngineHost:
         except Exception as exc:
             raise EngineCallError(
                 f"{type(engine).__name__}.{method} raised {type(exc).__name__}: {exc}",
-                remote_traceback=traceback.format_exc(),
+                remote_traceback=_traceback(),
             ) from exc
 
     def destroy_all(self) -> list[str]:
@@ -332,7 +357,7 @@ class EngineHost:
             if callable(destroy):
                 try:
                     result = self._on_engine_thread(destroy)
-                    if inspect.isawaitable(result):
+                    if _awaitable(result):
                         self._await(result)
                 except Exception as exc:
                     problems.append(f"{name}: {type(exc).__name__}: {exc}")
@@ -348,7 +373,7 @@ class EngineHost:
                 continue
             try:
                 result = self._on_engine_thread(fn, *args)
-                if inspect.isawaitable(result):
+                if _awaitable(result):
                     self._await(result)
             except Exception as exc:
                 problems.append(f"{name}.{method}: {type(exc).__name__}: {exc}")

@@ -5,9 +5,7 @@ from __future__ import annotations
 import json
 import os
 import socket
-from dataclasses import dataclass
-
-from corral import envvars
+from collections import namedtuple
 
 EXPERIMENT = "CORRAL_EXPERIMENT"
 TRIAL = "CORRAL_TRIAL"
@@ -84,6 +82,8 @@ def worker_environment(
     if engines:
         env[ENGINES] = json.dumps(engines)
     # AReaL's variables: PYTHONPATH, caches, thread counts, torch_memory_saver
+    from corral import envvars  # the controller's side only: a worker never needs it
+
     env.update(envvars.controller_env(cpu, env_vars or {}, offload))
     env.update(env_vars or {})
     return env
@@ -120,8 +120,11 @@ def advertise_host() -> str:
     explicit = os.environ.get(ADVERTISE_HOST)
     if explicit:
         return explicit
+    name = socket.gethostname()
     try:
-        return socket.gethostbyname(socket.gethostname())
+        # an ASCII name as bytes: a str would load the idna codec (with stringprep and
+        # unicodedata), a large part of a worker's start
+        return socket.gethostbyname(name.encode() if name.isascii() else name)
     except OSError:
         return "127.0.0.1"
 
@@ -133,25 +136,44 @@ def node_name() -> str:
     return os.environ.get(NODE) or os.environ.get("SLURMD_NODENAME") or socket.gethostname()
 
 
-@dataclass
-class WorkerSettings:
-    experiment: str
-    trial: str
-    role: str
-    index: int
-    name_resolve: dict
-    log_dir: str | None
-    port_count: int
-    lease_timeout: float
-    controller_pid: int | None
-    controller_host: str | None
-    die_with_parent: bool
-    bind_host: str  # "" = the advertised address; "0.0.0.0" (explicit) = every interface
-    backend_id: str | None
-    forked: bool
-    engines: dict
-    run_id: str = ""
-    outlive: float = 0.0
+class WorkerSettings(
+    namedtuple(
+        "WorkerSettings",
+        (
+            "experiment",
+            "trial",
+            "role",
+            "index",
+            "name_resolve",
+            "log_dir",
+            "port_count",
+            "lease_timeout",
+            "controller_pid",
+            "controller_host",
+            "die_with_parent",
+            "bind_host",
+            "backend_id",
+            "forked",
+            "engines",
+            "run_id",
+            "outlive",
+        ),
+        defaults=("", 0.0),
+    )
+):
+    """What a worker is started with, read once from its environment (``from_env``).
+
+    ``experiment``, ``trial``, ``role``: str; ``index``: int; ``name_resolve``: dict (a
+    store's description); ``log_dir``: str or None; ``port_count``: int;
+    ``lease_timeout``: float; ``controller_pid``: int or None; ``controller_host``: str or
+    None; ``die_with_parent``: bool; ``bind_host``: str ("" = the advertised address,
+    "0.0.0.0" = every interface); ``backend_id``: str or None; ``forked``: bool;
+    ``engines``: dict; ``run_id``: str (default ""); ``outlive``: float (default 0.0).
+
+    A named tuple, neither a dataclass nor ``typing.NamedTuple``: a worker's start imports
+    neither ``dataclasses`` (with ``inspect``) nor ``typing``."""
+
+    __slots__ = ()
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> WorkerSettings:

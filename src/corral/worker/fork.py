@@ -96,16 +96,18 @@ class ForkManager:
             child_env[E.SECRET_FD] = str(read_end)
             own = module in DEFAULT_WORKER_MODULES
             port = 0 if own else free_port()
-            argv = module_argv(module) + contract_args(
-                port=port,
-                experiment=s.experiment,
-                trial=s.trial,
-                role=role,
-                index=index,
-                name_resolve=s.name_resolve,
-                fileroot=child_env.get(E.FILEROOT, ""),
-                host="0.0.0.0",
-            )
+            argv = module_argv(module)
+            if not own:  # a module of the user's gets AReaL's arguments; corral's reads env
+                argv += contract_args(
+                    port=port,
+                    experiment=s.experiment,
+                    trial=s.trial,
+                    role=role,
+                    index=index,
+                    name_resolve=s.name_resolve,
+                    fileroot=child_env.get(E.FILEROOT, ""),
+                    host="0.0.0.0",
+                )
             proc = spawn(argv, child_env, pass_fds=(read_end,))
         finally:
             os.close(read_end)
@@ -128,6 +130,7 @@ class ForkManager:
         if s.log_dir:
             self._pump.add(proc.stdout, s.log_dir, role, index)
         deadline = time.monotonic() + timeout
+        pause = 0.001  # a child starts in tens of ms: look often at first, then every 10 ms
         next_probe = 0.0
         while time.monotonic() < deadline:
             if foreign is not None and time.monotonic() >= next_probe:
@@ -152,7 +155,8 @@ class ForkManager:
                     f"forked worker {child_id} exited with code {proc.returncode} before it "
                     f"registered\n{tail(log)}"
                 )
-            time.sleep(0.01)
+            time.sleep(pause)
+            pause = min(pause * 1.5, 0.01)
         self.kill(child_id)
         raise WorkerCreationError(
             f"forked worker {child_id} did not register"

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import traceback
-from typing import Any
-
 from corral.errors import CorralError
 from corral.rpc import wire
 from corral.rpc.http import FRAME_TYPE
 from corral.rpc.server import Reply
+
+TYPE_CHECKING = False  # typing's, without importing typing (a worker's start)
+if TYPE_CHECKING:
+    from typing import Any
 
 _OK_NONE = b"".join(wire.encode({"ok": True, "result": None}))  # bytes: safe to share
 
@@ -23,6 +24,8 @@ def failure(status: int, exc: BaseException) -> Reply:
     error = {"type": type(exc).__name__, "message": str(exc)}
     tb = getattr(exc, "remote_traceback", "") or ""
     if not tb and not isinstance(exc, CorralError):
+        import traceback  # on failures only: not part of a worker's start
+
         tb = traceback.format_exc()
     error["traceback"] = tb
     if getattr(exc, "owner", None):

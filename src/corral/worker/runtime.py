@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import signal
@@ -10,28 +9,21 @@ import socket
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 from corral import keys
-from corral.data import store as data_store
-from corral.data.fetch import RefResolver
-from corral.data.relay import Relays
-from corral.data.routes import DataRoutes
 from corral.discovery import make_name_resolve
 from corral.discovery.signed import SignedNameResolve
 from corral.errors import ProtocolError
-from corral.groups.member import GroupMember
 from corral.rpc import wire
 from corral.rpc.http import PIPELINE_HEADER, REQUEST_ID_HEADER, Message
 from corral.rpc.server import Deferred, Reply, RPCServer
 from corral.worker import env as E
 from corral.worker.broadcast import parse_flag
+from corral.worker.data_side import LazyWorkerData
 from corral.worker.dp_layout import layout
-from corral.worker.ending import arm_stop_watchdog
 from corral.worker.engines import EngineHost
 from corral.worker.env import WorkerSettings, advertise_host, node_name, read_secret
-from corral.worker.fork import ForkManager
+from corral.worker.group_side import LazyGroupMember
 from corral.worker.latch import StopLatch
 from corral.worker.replies import EngineCallReply, failure, ok, uses_refs
 from corral.worker.result_cache import (  # noqa: F401  (names importable from here too)
@@ -60,10 +52,12 @@ class WorkerRuntime:
         self._on_shutdown = on_shutdown or (lambda: os.kill(os.getpid(), signal.SIGTERM))
         self.name_resolve = SignedNameResolve(make_name_resolve(settings.name_resolve), secret)
         self.engines = EngineHost()
-        self.forks = ForkManager(settings, self.name_resolve, secret)
+        self._secret = secret
+        self._forks = None  # a ForkManager from the first fork on (forks_made)
         self.cache = ResultCache()
         # requests of pipelined connections that do not go to the engine thread
-        self._slow = ThreadPoolExecutor(SLOW_THREADS, thread_name_prefix="corral-call")
+        self._slow_pool = None  # made by the first such request (_slow)
+        self._lazy_lock = threading.Lock()
         self.stopped = threading.Event()
         self.shutdown_requested = False
         """Set by ``POST /shutdown``: the SIGTERM that follows is corral's own."""
@@ -87,16 +81,9 @@ class WorkerRuntime:
                 f"{E.BIND_HOST}=0.0.0.0 to listen on every interface"
             ) from None
         self.address = f"{advertised}:{self.server.port}"
-        self.store = data_store.ObjectStore(
-            settings.worker_id, self.generation, f"{settings.experiment}/{settings.trial}"
-        )
-        data_store.install(self.store)
-        self.relays = Relays()
-        self.data = DataRoutes(self.store, self.relays)
-        self.refs = RefResolver(
-            self.store, settings.experiment, settings.trial, self.name_resolve, secret, self.relays
-        )
-        self.groups = GroupMember(settings.worker_id, advertised)  # cross-role groups
+        # the data plane (refs, keep, /data/*) is imported and made on first use
+        self.data = LazyWorkerData(settings, self.generation, self.name_resolve, secret)
+        self.groups = LazyGroupMember(settings.worker_id, advertised)  # cross-role groups
         self._routes = {
             ("GET", "/health"): self._health,
             ("POST", "/create_engine"): self._create_engine,
@@ -107,17 +94,49 @@ class WorkerRuntime:
             ("POST", "/fork"): self._fork,
             ("POST", "/kill_forked_worker"): self._kill_forked,
             ("POST", "/shutdown"): self._shutdown,
-            ("POST", "/data/free"): self.data.free,
-            ("POST", "/data/stats"): self.data.stats,
-            ("POST", "/data/split"): self.data.split,
+            ("POST", "/data/free"): lambda p: self.data.get().routes.free(p),
+            ("POST", "/data/stats"): lambda p: self.data.get().routes.stats(p),
+            ("POST", "/data/split"): lambda p: self.data.get().routes.split(p),
             ("POST", "/dp_layout"): self._dp_layout,
             ("POST", "/group/open"): self.groups.open,
             ("POST", "/group/join"): self.groups.join,
             ("POST", "/group/destroy"): self.groups.destroy,
         }
 
+    # made on first use -----------------------------------------------------
+    @property
+    def forks(self):
+        """The ``ForkManager`` of this worker's children (imported on the first fork)."""
+        if self._forks is None:
+            with self._lazy_lock:
+                if self._forks is None:
+                    from corral.worker.fork import ForkManager
+
+                    self._forks = ForkManager(self.settings, self.name_resolve, self._secret)
+        return self._forks
+
+    def child_processes(self) -> list:
+        """The processes of the children this worker forked (none before the first fork)."""
+        forks = self._forks
+        return [] if forks is None else [c.proc for c in list(forks.children.values())]
+
+    @property
+    def _slow(self):
+        """The bounded pool for pipelined requests that are not plain engine calls."""
+        if self._slow_pool is None:
+            with self._lazy_lock:
+                if self._slow_pool is None:
+                    from concurrent.futures import ThreadPoolExecutor
+
+                    self._slow_pool = ThreadPoolExecutor(
+                        SLOW_THREADS, thread_name_prefix="corral-call"
+                    )
+        return self._slow_pool
+
     # lifecycle -------------------------------------------------------------
     def start(self) -> None:
+        if self.settings.engines:
+            self.data.get()  # engine code may keep values (corral.data.keep)
         for name, path in self.settings.engines.items():
             self.engines.create(name, path, [], {})
         self.worker_ports = _reserve_ports(max(self.settings.port_count - 1, 1))
@@ -155,7 +174,8 @@ class WorkerRuntime:
         try:
             self.engines.destroy_all()
         finally:
-            self.forks.kill_all()
+            if self._forks is not None:
+                self._forks.kill_all()
             self.engines.close()
             address_key = keys.worker_address_key(s.experiment, s.trial, s.role, s.index)
             try:
@@ -168,14 +188,15 @@ class WorkerRuntime:
             except Exception:
                 pass
             self.server.stop()
-            self._slow.shutdown(wait=False, cancel_futures=True)
+            if self._slow_pool is not None:
+                self._slow_pool.shutdown(wait=False, cancel_futures=True)
 
     # dispatch --------------------------------------------------------------
     def handle(self, msg: Message) -> Reply:
         if msg.path == "/data/get" and msg.method == "POST":
-            return self.data.get(msg)
+            return self.data.get().routes.get(msg)
         if msg.path == "/data/chunk" and msg.method == "POST":  # read-only: never cached
-            return self.data.chunk(msg)
+            return self.data.get().routes.chunk(msg)
         route = self._routes.get((msg.method, msg.path))
         if route is None:
             return Reply(404, [f"no endpoint {msg.method} {msg.path}".encode()], "text/plain")
@@ -227,7 +248,7 @@ class WorkerRuntime:
         args, kwargs = list(p.get("args", [])), dict(p.get("kwargs", {}))
         return self.engines.prepare(name, p["method"], args, kwargs, parse_flag(p.get("broadcast")))
 
-    def _health(self, _payload: Any) -> Reply:
+    def _health(self, _payload: object) -> Reply:
         s = self.settings
         body = {
             "status": "ok",
@@ -235,27 +256,29 @@ class WorkerRuntime:
             "generation": self.generation,
             "pid": os.getpid(),
             "engines": sorted(self.engines.engines),
-            "forked_children": sorted(self.forks.children),
+            "forked_children": sorted(self._forks.children if self._forks else ()),
         }
         return Reply(200, [json.dumps(body).encode()], "application/json")
 
     def _create_engine(self, p: dict) -> None:
         name = p.get("engine_name") or self.settings.worker_id
         args, kwargs = list(p.get("args", [])), dict(p.get("kwargs", {}))
+        data = self.data.get()  # engine code may keep values (corral.data.keep)
         if p.get("_refs"):  # refs in the constructor's arguments: fetched like a call's
-            args, kwargs = self.refs.resolve((args, kwargs), p["_refs"])
+            args, kwargs = data.refs.resolve((args, kwargs), p["_refs"])
         self.engines.create(name, p["engine"], args, kwargs)
         return name
 
-    def _call(self, p: dict) -> Any:
+    def _call(self, p: dict) -> object:
         name = p.get("engine_name") or self.settings.worker_id
         args, kwargs = list(p.get("args", [])), dict(p.get("kwargs", {}))
-        if p.get("_refs"):  # refs in the arguments: the engine gets their values
-            args, kwargs = self.refs.resolve((args, kwargs), p["_refs"])
+        data = self.data.get() if uses_refs(p) else None
+        if data is not None and p.get("_refs"):  # the engine gets the refs' values
+            args, kwargs = data.refs.resolve((args, kwargs), p["_refs"])
         broadcast = parse_flag(p.get("broadcast"))
         result = self.engines.call(name, p["method"], args, kwargs, broadcast)
-        keep = data_store.parse_keep(p.get("keep"))
-        return result if keep is None else self.store.keep_tree(result, keep)
+        keep = None if data is None else data.parse_keep(p.get("keep"))
+        return result if keep is None else data.store.keep_tree(result, keep)
 
     def _dp_layout(self, p: dict) -> dict:
         name = p.get("engine_name") or self.settings.worker_id
@@ -277,7 +300,8 @@ class WorkerRuntime:
             seed_everything(seed + int(p.get("rank") or 0))
 
     def _destroy_engines(self, _p: dict) -> list[str]:
-        self.store.clear()
+        if self.data.made is not None:
+            self.data.made.store.clear()
         return self.engines.destroy_all()
 
     def _fork(self, p: dict) -> dict:
@@ -313,7 +337,7 @@ def _run_route(runtime: WorkerRuntime, request_id, route, payload, send) -> None
     send(runtime._finish(request_id, reply))
 
 
-def _find_seed(config: Any) -> int | None:
+def _find_seed(config: object) -> int | None:
     seed = config.get("seed") if isinstance(config, dict) else getattr(config, "seed", None)
     return seed if isinstance(seed, int) and not isinstance(seed, bool) else None
 
@@ -345,32 +369,37 @@ def _reserve_ports(count: int) -> list[int]:
             sock.close()
 
 
-def die_with_parent() -> None:
-    """Ask the kernel to SIGTERM this process when its parent dies (Linux only)."""
+def die_with_parent() -> str | None:
+    """Ask the kernel to SIGTERM this process when its parent dies (Linux only). Returns
+    why the worker must stop now (its parent is already gone), else None."""
+    import ctypes  # here: a worker that is not asked to die with its parent never loads it
+
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
     except (OSError, AttributeError):
-        return
+        return None
     expected = os.environ.get("CORRAL_PARENT_PID")
     if expected and os.getppid() != int(expected):
-        sys.exit(f"corral worker: parent {expected} is already gone")
+        return f"parent {expected} is already gone"
+    return None
 
 
 def main(argv: list[str] | None = None) -> None:
     """Run a worker. ``argv``: the command-line contract of corral.worker.args (AReaL's
     arguments; ``--port`` picks the port to serve on)."""
-    from corral.worker.args import parse
+    words = sys.argv[1:] if argv is None else argv
+    port = 0
+    if words:  # AReaL's arguments: a module of the user's that ends by running this
+        from corral.worker.args import parse
 
-    args = parse(argv)
+        port = parse(words).port
 
     settings = WorkerSettings.from_env()
-    if settings.die_with_parent:
-        die_with_parent()
     secret = read_secret()
     for name in (E.SECRET,):
         os.environ.pop(name, None)
-    runtime = WorkerRuntime(settings, secret, port=args.port)
+    runtime = WorkerRuntime(settings, secret, port=port)
     stop = StopLatch()  # not a threading.Event: set from signal handlers (see latch.py)
     lost = stop.set
 
@@ -394,10 +423,16 @@ def main(argv: list[str] | None = None) -> None:
             pass
 
     runtime.start()
+    # after registering (it loads ctypes): a parent that died before is caught by its pid
+    orphaned = die_with_parent() if settings.die_with_parent else None
+    if orphaned:
+        lost(orphaned)
     threading.Thread(
         target=ControllerWatch(runtime, lost).run, name="corral-watch", daemon=True
     ).start()
     why = stop.wait()
+    from corral.worker.ending import arm_stop_watchdog
+
     outside = why == "SIGTERM" and not runtime.shutdown_requested
     arm_stop_watchdog(runtime, 128 + signal.SIGTERM if outside else 0, why)
     if outside:

@@ -5,10 +5,13 @@ from __future__ import annotations
 import json
 import socket
 import time
-from typing import Any
 
 from corral import keys
-from corral.procs import pid_alive
+from corral.liveness import pid_alive
+
+TYPE_CHECKING = False  # typing's, without importing typing (a worker's start)
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class ControllerWatch:
