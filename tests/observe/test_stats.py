@@ -132,7 +132,9 @@ def test_forked_child_that_dies_alone_turns_failed_with_its_exit_code(backend, s
         assert worker_row(snap, host)["state"] == "running"
     # the same death records are what `corral ps` prints
     for _ in range(300):  # on Ray the controller's health monitor writes them
-        deaths = cli_deaths(sched.name_resolve, sched.experiment_name, sched.trial_name)
+        deaths = cli_deaths(  # the raw store, as `corral ps` reads it, checked with the secret
+            sched.name_resolve.inner, sched.experiment_name, sched.trial_name, sched.secret
+        )
         if {killed, exits} <= set(deaths):
             break
         time.sleep(0.1)
