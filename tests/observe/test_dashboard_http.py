@@ -210,17 +210,19 @@ def test_corral_dashboard_command_prints_a_working_address(local_backend, trial)
 
 @pytest.mark.parametrize("named", [False, True], ids=["all-trials", "one-trial"])
 def test_corral_dashboard_refuses_an_empty_token(local_backend, trial, named):
-    """Every request needs the token: an empty ``corral_dash_<port>=`` cookie or
-    ``?token=`` is no login, whether or not the command was given a trial (whose secret it
-    then also accepts; without one it has no second secret, not an empty one)."""
+    """Every data request needs a token: an empty ``Authorization: Bearer``, an empty
+    ``?token=`` or an empty cookie is no login, whether or not the command was given a
+    trial; the API token from ``CORRAL_DASHBOARD_TOKEN`` still is one."""
     import os
+    import secrets
     import signal
     import subprocess
     import sys
 
     sched, _ = trial
     names = [sched.experiment_name, sched.trial_name] if named else []
-    env = {k: v for k, v in os.environ.items() if k != "CORRAL_DASHBOARD_TOKEN"}
+    api_token = secrets.token_urlsafe(16)
+    env = {**os.environ, "CORRAL_DASHBOARD_TOKEN": api_token}
     proc = subprocess.Popen(
         [sys.executable, "-m", "corral.cli", "--fileroot", local_backend.fileroot,
          "dashboard", *names, "--port", "0"],
@@ -229,14 +231,15 @@ def test_corral_dashboard_refuses_an_empty_token(local_backend, trial, named):
     try:
         first = proc.stdout.readline().strip()
         assert first.startswith("corral dashboard: http://127.0.0.1:"), first
-        base, token = first.split(": ", 1)[1].split("?token=")
-        port = int(base.rstrip("/").rsplit(":", 1)[1])
-        server = SimpleNamespace(port=port)  # what _get needs
+        base = first.split(": ", 1)[1].split("#login=")[0]
+        server = SimpleNamespace(port=int(base.rstrip("/").rsplit(":", 1)[1]))
 
-        for path in ("/api/trials", "/api/trials?token=", "/"):
-            _, r = _get(server, path, cookie=f"corral_dash_{port}=")
+        for path in ("/api/trials", "/api/trials?token=", f"/api/trials?token={api_token}"):
+            _, r = _get(server, path, Authorization="Bearer ")
             assert r.status == 401, (path, r.status)
-        _, r = _get(server, "/api/trials", cookie=f"corral_dash_{port}={token}")
+            _, r = _get(server, path, Cookie=f"corral_dash_{server.port}=")
+            assert r.status == 401, (path, r.status)
+        _, r = _get(server, "/api/trials", token=api_token)
         assert r.status == 200  # the real token still logs in
     finally:
         os.kill(proc.pid, signal.SIGINT)

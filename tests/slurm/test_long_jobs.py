@@ -50,7 +50,7 @@ def test_more_nodes_than_the_partition_has_is_refused_before_sbatch(make, lab): 
 @pytest.mark.parametrize(
     "option, words",
     [
-        ({"partition": "nopart"}, ["nopart", "no such partition", "debug"]),
+        ({"partition": "nopart"}, ["nopart", "no partition", "debug"]),
         ({"nodelist": "node9"}, ["Invalid node name"]),
         ({"sbatch_directives": ["--gres=tpu:1"]}, ["gres"]),
     ],
