@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from corral import keys
 from corral.auth import TrialKeys, open_record
-from corral.capabilities import Adoptable, require
+from corral.capabilities import require
 from corral.discovery import NameResolve
 from corral.errors import ConfigError, TrialInUseError
 from corral.roles import FORKED, LAUNCHED, RoleState
@@ -105,7 +105,7 @@ def find_run(
 
 def adopt(sched: Scheduler, run: Attachable) -> list[str]:
     """Take over the run's lease and registered workers; returns the roles adopted."""
-    require(sched.launcher, Adoptable, "re-attach to running workers", "attach", True)
+    adoption = require(sched.launcher, "adoption", "re-attach to running workers", "attach", True)
     found = registered_workers(sched.name_resolve, sched.experiment_name, sched.trial_name)
     by_role: dict[str, list[Worker]] = {}
     for worker_id in sorted(found, key=lambda k: (k.rpartition("/")[0], _index(k))):
@@ -123,7 +123,7 @@ def adopt(sched: Scheduler, run: Attachable) -> list[str]:
         )
         kind = FORKED if all(w.forked for w in workers) else LAUNCHED
         if kind == LAUNCHED:
-            sched.launcher.adopt(role, workers, str(sched.log_dir))
+            adoption.adopt(role, workers, str(sched.log_dir))
         sched._roles[role] = RoleState(job, workers, kind)
         sched._table.add_workers(workers)
     roles = ", ".join(f"{r} ({len(w)})" for r, w in by_role.items()) or "none"

@@ -1,6 +1,10 @@
 """What some backends can do beyond the Launcher interface (kept small on purpose: see
-tests/unit/test_launcher.py). A launcher that can, also derives from the class here; the
-core asks with ``isinstance`` and says which backends can when one cannot.
+tests/unit/test_launcher.py). A launcher that can holds a *part* that does it, an object
+of one of these classes, in the attribute named below (``None``: it cannot); the core
+asks for the part with :func:`require` and says which backends can when one cannot.
+
+- ``launcher.elastic``, ``launcher.preemption``, ``launcher.adoption``, ``launcher.commands``;
+- ``launcher.multi_node``: a bool (a declaration, nothing to call).
 
 - :class:`Elastic`: grow and shrink a running role (``Scheduler.scale``, corral.elastic);
 - :class:`Preemptible`: roles taken away and given back by the backend (Slurm requeue,
@@ -9,12 +13,13 @@ core asks with ``isinstance`` and says which backends can when one cannot.
   (``outlive_controller``, ``attach=True``, corral.attach);
 - :class:`ServesCommands`: worker commands told which port to serve on, so a foreign
   server is ready when it answers there (corral.foreign; the local backend).
-- :class:`MultiNode`: workers that hold several whole nodes (corral.multinode).
+- ``multi_node``: workers that hold several whole nodes (corral.multinode).
 """
 
 from __future__ import annotations
 
 import abc
+from typing import Any
 
 from corral.errors import ConfigError
 from corral.foreign import ServedAt
@@ -48,27 +53,29 @@ class Adoptable(abc.ABC):
         """Take over running workers of a dead controller's run."""
 
 
-class MultiNode(abc.ABC):  # noqa: B024 (a declaration: the launcher places such workers)
-    """The backend places a worker with ``gpu = k * n_gpus_per_node`` on k whole nodes and
-    starts a member worker (role ``<role>.members``) on each node after the first, with
-    the variables of corral.multinode; a dead member is reported by ``poll(role)`` as the
-    instance's death, naming the member's node."""
+MULTI_NODE = """``launcher.multi_node = True``: the backend places a worker with
+``gpu = k * n_gpus_per_node`` on k whole nodes and starts a member worker (role
+``<role>.members``) on each node after the first, with the variables of corral.multinode;
+a dead member is reported by ``poll(role)`` as the instance's death, naming its node."""
+
+_WHO_CAN = {
+    "elastic": "use the local, ray or slurm backend",
+    "preemption": "use requeue=True on the slurm or ray backend",
+    "adoption": "use 0, or the local, ray or slurm backend",
+}
 
 
-def require(launcher: object, capability: type, what: str, field: str, value: object) -> None:
-    """ConfigError naming the field, the value and the backends that can, unless the
-    launcher has ``capability``."""
-    if not isinstance(launcher, capability):
+def require(launcher: Any, part: str, what: str, field: str, value: object) -> Any:
+    """The launcher's ``part`` (``"elastic"``, ``"preemption"``, ``"adoption"``); a
+    ConfigError naming the field, the value and the backends that can when it has none."""
+    got = getattr(launcher, part, None)
+    if got is None:
         raise ConfigError(
             field,
             value,
-            f"the {getattr(launcher, 'name', '?')} backend cannot {what}; "
-            + {
-                "Elastic": "use the local, ray or slurm backend",
-                "Preemptible": "use requeue=True on the slurm or ray backend",
-                "Adoptable": "use 0, or the local, ray or slurm backend",
-            }[capability.__name__],
+            f"the {getattr(launcher, 'name', '?')} backend cannot {what}; {_WHO_CAN[part]}",
         )
+    return got
 
 
 class ServesCommands(abc.ABC):

@@ -16,7 +16,7 @@ import time
 from typing import TYPE_CHECKING
 
 from corral import keys
-from corral.capabilities import Elastic, require
+from corral.capabilities import require
 from corral.errors import ConfigError, WorkerNotFoundError
 from corral.fdlimit import ensure_fds
 from corral.launcher import LaunchRequest
@@ -32,7 +32,7 @@ def scale(sched: Scheduler, role: str, replicas: int) -> list[str]:
         raise ConfigError(
             "replicas", replicas, "use a whole number >= 1 (delete_workers removes a role)"
         )
-    require(sched.launcher, Elastic, "grow or shrink a role", "role", role)
+    elastic = require(sched.launcher, "elastic", "grow or shrink a role", "role", role)
     with sched._lock:
         state = sched._roles.get(role)
         if state is None:
@@ -58,11 +58,11 @@ def scale(sched: Scheduler, role: str, replicas: int) -> list[str]:
                 state.job, replicas=replicas, tasks=state.job.tasks + tasks
             )
             more = NormalizedJob(role, len(tasks), tasks, state.job.strategy)
-            sched.launcher.grow(LaunchRequest(more, envs, sched.paths.log_dir), n)
+            elastic.grow(LaunchRequest(more, envs, sched.paths.log_dir), n)
             try:
                 workers = sched._watch.await_registration(role, replicas, sched.startup_timeout)
             except BaseException:
-                sched.launcher.shrink(role, list(range(n, replicas)))
+                elastic.shrink(role, list(range(n, replicas)))
                 state.job = dataclasses.replace(state.job, replicas=n, tasks=state.job.tasks[:n])
                 raise
             state.workers = workers
@@ -70,7 +70,7 @@ def scale(sched: Scheduler, role: str, replicas: int) -> list[str]:
         elif replicas < n:
             doomed = state.workers[replicas:]
             sched._io.run(sched._calls.retire(doomed))  # destroy engines, ask to exit (drain)
-            sched.launcher.shrink(role, [w.index for w in doomed])
+            elastic.shrink(role, [w.index for w in doomed])
             for worker in doomed:
                 sched._table.ids.pop(worker.id, None)
                 sched._table.unrestartable.pop(worker.id, None)

@@ -6,6 +6,7 @@ import abc
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from corral.spec import NormalizedJob, Worker
 
@@ -63,6 +64,12 @@ class Launcher(abc.ABC):
     trial_secret: str = ""  # set by the scheduler
     outlive: float = 0.0
     """Set by the scheduler: seconds the workers outlive their controller (corral.attach)."""
+    # The optional capabilities, each a part object (corral.capabilities); None: cannot.
+    elastic: Any = None
+    preemption: Any = None
+    adoption: Any = None
+    commands: Any = None
+    multi_node: bool = False
 
     def progress(self, text: str) -> None:
         """Progress lines (pending reasons while waiting); the Scheduler replaces this."""

@@ -14,7 +14,6 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from corral.capabilities import Preemptible
 from corral.errors import WorkerNotFoundError, WorkerTimeoutError
 from corral.roles import LAUNCHED
 
@@ -74,8 +73,8 @@ def wait_role(sched: Scheduler, role: str, timeout: float | None = None) -> list
             sched._table.unrestartable.pop(worker.id, None)
         sched._table.add_workers(state.workers)
         state.engines.clear()
-        if isinstance(sched.launcher, Preemptible):
-            sched.launcher.mark_returned(role)
+        if sched.launcher.preemption is not None:
+            sched.launcher.preemption.mark_returned(role)
         sched._rendezvous(role, state.workers)
     hook = sched._restart_hooks.get(role)
     for worker in state.workers:
@@ -86,4 +85,5 @@ def wait_role(sched: Scheduler, role: str, timeout: float | None = None) -> list
 
 
 def preempted(launcher: object, role: str) -> bool:
-    return isinstance(launcher, Preemptible) and launcher.preempted(role)
+    part = getattr(launcher, "preemption", None)
+    return part is not None and part.preempted(role)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from corral.capabilities import MultiNode
 from corral.errors import (
     ConfigError,
     JobConfigError,
@@ -126,7 +125,7 @@ def check_resources(
     job: NormalizedJob, n_gpus_per_node: int, launcher: Launcher, backend: str
 ) -> None:
     """The checks of a role that gets processes of its own (also used by dry runs)."""
-    check_multinode(job, n_gpus_per_node, backend, isinstance(launcher, MultiNode))
+    check_multinode(job, n_gpus_per_node, backend, launcher.multi_node)
     if any(spec.max_restarts for spec in job.tasks) and not can_restart(launcher):
         raise ConfigError(
             "SchedulingSpec.max_restarts",

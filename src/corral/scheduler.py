@@ -29,7 +29,7 @@ from typing import Any
 from corral import dispatch as dispatching
 from corral.attach import adopt, check_grace, detach, find_run
 from corral.calls import Caller
-from corral.capabilities import Adoptable, require
+from corral.capabilities import require
 from corral.data.plane import DataPlane
 from corral.discovery.signed import SignedNameResolve
 from corral.engine_api import EngineAPI
@@ -114,7 +114,7 @@ class Scheduler(RoleAPI, EngineAPI):
             launcher.trial_secret = self.secret
             if self.outlive_controller:
                 require(
-                    launcher, Adoptable, "keep workers after their controller is gone",
+                    launcher, "adoption", "keep workers after their controller is gone",
                     "outlive_controller", outlive_controller,
                 )  # fmt: skip
             launcher.outlive = self.outlive_controller  # workers outlive the controller (attach)

@@ -13,7 +13,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from corral import keys
-from corral.capabilities import ServesCommands
 from corral.discovery.base import NameResolve
 from corral.errors import (
     CorralError,
@@ -65,9 +64,9 @@ class Watch:
     def read_foreign(self, role: str, index: int) -> Worker | None:
         """The replica as a foreign server, if its command answers GET /health on the port
         it was given (corral.foreign); None for a corral worker or one not up yet."""
-        if not isinstance(self.launcher, ServesCommands):
+        if self.launcher.commands is None:
             return None
-        at = self.launcher.served_at(role, index)
+        at = self.launcher.commands.served_at(role, index)
         if at is None or not answers_health(at.ip, at.ports[0]):
             return None
         return foreign_worker(role, index, at)

@@ -13,7 +13,6 @@ from typing import Any
 
 from corral import identity
 from corral import options as opts
-from corral.capabilities import Adoptable, Elastic, ServesCommands
 from corral.config import cluster_field
 from corral.errors import ConfigError, GPURequestError, SchedulerError
 from corral.foreign import ServedAt
@@ -46,11 +45,12 @@ def _argv(spec: SchedulingSpec, env: dict[str, str], port: int) -> list[str]:
     return argv + args_from_env(env, port=port)
 
 
-class LocalLauncher(Launcher, Elastic, Adoptable, ServesCommands):
+class LocalLauncher(Launcher):
     name = "local"
     # its output pipe and the connection of a call fan-out; log files are shared by all
     # workers, at most 16 open (corral.logs.OpenFiles): within fdlimit.MARGIN
     fds_per_worker = 2
+    elastic = adoption = commands = property(lambda self: self)  # its own parts, for now
 
     def __init__(self, gpu_devices: list[int] | None = None, gpu_sharing: str = "exclusive"):
         devices = detect_gpu_devices() if gpu_devices is None else list(gpu_devices)

@@ -70,7 +70,6 @@ from corral.backends.ray_support import (  # name_prefix, apply_quiet_env: impor
     name_prefix,
 )
 from corral.backends.ray_teardown import RayTeardown
-from corral.capabilities import Adoptable, Elastic, MultiNode, Preemptible
 from corral.errors import ConfigError, PlacementError, WorkerCreationError
 from corral.launcher import Launcher, LaunchRequest, WorkerExit, env_lines
 from corral.logs import replica_log_path
@@ -93,10 +92,6 @@ class RayLauncher(
     RayTeardown,
     RayAdoption,
     Launcher,
-    Elastic,
-    Preemptible,
-    Adoptable,
-    MultiNode,
 ):
     """Places workers with placement groups and runs each in a ``RayWorkerActor``.
 
@@ -112,6 +107,9 @@ class RayLauncher(
     # the connection of a call fan-out, and the gRPC channel Ray opens to the actor's
     # process (measured: tests/conformance/test_fd_budget.py)
     fds_per_worker = 2
+
+    elastic = preemption = adoption = property(lambda self: self)  # its own parts, for now
+    multi_node = True
 
     def __init__(
         self,

@@ -65,7 +65,6 @@ from corral.backends.slurm_resources import SlurmResources, read_resources, reso
 from corral.backends.slurm_restart import SlurmRestarts
 from corral.backends.slurm_stop import SlurmStop
 from corral.backends.slurm_watch import SlurmWatch
-from corral.capabilities import Adoptable, Elastic, MultiNode, Preemptible
 from corral.config import cluster_field
 from corral.dryrun import job_of
 from corral.errors import ConfigError, PlacementError
@@ -88,10 +87,6 @@ class SlurmLauncher(
     SlurmAdoption,
     SlurmStop,
     Launcher,
-    Elastic,
-    Preemptible,
-    Adoptable,
-    MultiNode,
 ):
     """One ``sbatch`` job per role; this class renders, checks and submits.
 
@@ -101,6 +96,9 @@ class SlurmLauncher(
     ``slurm_adopt`` (a dead controller's jobs), ``slurm_stop`` (stop, close)."""
 
     name = "slurm"
+
+    elastic = preemption = adoption = property(lambda self: self)  # its own parts, for now
+    multi_node = True
 
     def __init__(
         self,
