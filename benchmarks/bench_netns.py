@@ -105,7 +105,7 @@ def _workers(sched, topo: netns.Topology, role: str, hosts: list[int], env: dict
 
 
 def _stats(sched, wid: str) -> dict:
-    return sched._request(sched._worker(wid), "/data/stats", {})
+    return sched.parts.caller.call(sched.parts.table.worker(wid), "/data/stats", {})
 
 
 def cpu_seconds(pids: list[int]) -> float:

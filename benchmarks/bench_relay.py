@@ -41,7 +41,7 @@ def _workers(sched, role: str, n: int, env: dict) -> list[str]:
 
 
 def _served(sched, wid: str) -> int:
-    return sched._request(sched._worker(wid), "/data/stats", {})["served_bytes"]
+    return sched.parts.caller.call(sched.parts.table.worker(wid), "/data/stats", {})["served_bytes"]
 
 
 def _once(sched, owner: str, who: list[str], nbytes: int) -> tuple[float, int]:

@@ -130,7 +130,7 @@ def _rss() -> int:
 
 def measure(ctx: Context, n: int) -> dict:
     from corral.config import BaseExperimentConfig
-    from corral.scheduler import Scheduler
+    from corral.controller.scheduler import Scheduler
 
     folder = os.path.join(ctx.fileroot, f"scale-{n}")
     os.makedirs(folder, exist_ok=True)
@@ -166,7 +166,7 @@ def measure(ctx: Context, n: int) -> dict:
         first, again = loop.run_until_complete(rounds())
         fds, rss, threads = _fds() - fds0, _rss() - rss0, _threads() - threads0
     finally:
-        loop.run_until_complete(sched._calls.async_client.aclose())
+        loop.run_until_complete(sched.parts.caller.async_client.aclose())
         loop.close()
     started = time.perf_counter()
     sched.delete_workers("sim")

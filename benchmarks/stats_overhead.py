@@ -20,9 +20,9 @@ NAME = "local"
 
 
 def _with(sched, recorder):
-    """Swap the scheduler's recorder (the call path, ``sched._calls``, reads its ``stats``
+    """Swap the scheduler's recorder (the call path, ``sched.parts.caller``, reads its ``stats``
     on every call)."""
-    old, sched._calls.stats = sched._calls.stats, recorder
+    old, sched.parts.caller.stats = sched.parts.caller.stats, recorder
     return old
 
 
@@ -32,12 +32,12 @@ def bench(sched, ids: list[str], quick: bool) -> list[Row]:
     blocks, per_block = (6, 200) if quick else (60, 200)
     fan_n, fan_reps = (400, 2) if quick else (2000, 16)  # 16: one gather varies by +-10 %
     on, off = CallStats(), NullCallStats()
-    worker = sched._worker(ids[0])
+    worker = sched.parts.table.worker(ids[0])
 
     def bare_noop() -> None:
         """``call_engine``'s body as it was before the hook (issue 16): no recorder at all."""
         payload = {"engine_name": None, "method": "noop", "args": [], "kwargs": {}}
-        sched._calls._call(sched._worker(worker.id), "/call", payload, None, 2)
+        sched.parts.caller._call(sched.parts.table.worker(worker.id), "/call", payload, None, 2)
 
     calls = {
         "on": lambda: sched.call_engine(ids[0], "noop"),

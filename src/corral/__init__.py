@@ -27,7 +27,7 @@ _EXPORTS: dict[str, str] = {
     **dict.fromkeys(_SPEC, "corral.spec"),
     **dict.fromkeys(_ERRORS, "corral.errors"),
     "Ref": "corral.data.ref",
-    "Scheduler": "corral.scheduler",
+    "Scheduler": "corral.controller.scheduler",
 }
 
 

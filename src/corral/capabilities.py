@@ -6,11 +6,11 @@ asks for the part with :func:`require` and says which backends can when one cann
 - ``launcher.elastic``, ``launcher.preemption``, ``launcher.adoption``, ``launcher.commands``;
 - ``launcher.multi_node``: a bool (a declaration, nothing to call).
 
-- :class:`Elastic`: grow and shrink a running role (``Scheduler.scale``, corral.elastic);
+- :class:`Elastic`: grow and shrink a running role (``Scheduler.scale``, corral.controller.elastic);
 - :class:`Preemptible`: roles taken away and given back by the backend (Slurm requeue,
-  Ray node loss; ``Scheduler.wait_role``, corral.preemption);
+  Ray node loss; ``Scheduler.wait_role``, corral.controller.preemption);
 - :class:`Adoptable`: workers that outlive their controller and are adopted by a new one
-  (``outlive_controller``, ``attach=True``, corral.attach);
+  (``outlive_controller``, ``attach=True``, corral.controller.reattach);
 - :class:`ServesCommands`: worker commands told which port to serve on, so a foreign
   server is ready when it answers there (corral.foreign; the local backend).
 - ``multi_node``: workers that hold several whole nodes (corral.multinode).

@@ -16,11 +16,11 @@ from corral.backends import backend_names
 from corral.cli_errors import debug_wanted, report
 from corral.cli_trials import pick_log_trial, require_trial
 from corral.config import ClusterSpecConfig
+from corral.controller.run_lease import Lease
 from corral.discovery import FileNameResolve, NameResolve, make_name_resolve
 from corral.errors import ConfigError
 from corral.observe import inert
 from corral.paths import TrialPaths, records_root, secret_file
-from corral.runs import Lease
 
 if TYPE_CHECKING:
     from corral.rpc.client import RPCClient
@@ -298,13 +298,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from corral.config import BaseExperimentConfig, load_expr_config
+    from corral.config import BaseExperimentConfig, load_expr_config, make_scheduler
 
     cfg, _ = load_expr_config(args.config, BaseExperimentConfig)
-    if args.dry_run:
-        from corral.dryrun import from_config
+    if args.dry_run:  # the backend cfg.scheduler.type names; starts and writes nothing
+        from corral.controller.dryrun import job_of
 
-        print(from_config(cfg, args.role, args.replicas))
+        with make_scheduler(cfg, dry_run=True) as sched:
+            print(sched.dry_run(job_of(cfg, args.role, args.replicas)))
         if cfg.extra:
             print(f"not corral's, kept in cfg.extra and ignored: {', '.join(sorted(cfg.extra))}")
         return 0

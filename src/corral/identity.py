@@ -1,7 +1,7 @@
 """Is the process at a recorded pid still the one recorded? (PIDs are reused.)
 
-A controller that adopts a dead run's workers (``corral.attach``) or removes a dead run's
-leftovers (``corral.leftovers``) knows them by the pid they registered. By then the
+A controller that adopts a dead run's workers (``corral.controller.reattach``) or removes a dead run's
+leftovers (``corral.controller.leftovers``) knows them by the pid they registered. By then the
 worker may be gone and its pid taken by an unrelated process, of this user or another.
 So before adopting, signalling or waiting, the process is checked: it belongs to this
 user (``/proc/<pid>`` is ours; another user's process reads as "not ours", never as

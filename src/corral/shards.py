@@ -1,6 +1,6 @@
 """Splitting a call's arguments by data-parallel rank, and joining the results back.
 
-Pure functions (no request, no process): ``corral.dispatch`` uses them, the unit tests
+Pure functions (no request, no process): ``corral.controller.dispatch`` uses them, the unit tests
 check them directly.
 
 The split rule (numpy's ``array_split``): ``n`` rows over ``k`` ranks give the first
@@ -9,7 +9,7 @@ range, in rank order. With fewer rows than ranks the last ranks get empty shards
 method is still called, so collectives inside it stay matched).
 
 What is split: a ``list``, a numpy array, a torch tensor (along dim 0) and a
-``corral.Ref`` to an array or tensor (split on its owner, see ``corral.dispatch``).
+``corral.Ref`` to an array or tensor (split on its owner, see ``corral.controller.dispatch``).
 ``dict`` and ``tuple`` are walked and their split values split. Anything else (numbers,
 strings, None, other objects) goes whole to every rank. Every split value of one call
 must have the same number of rows.

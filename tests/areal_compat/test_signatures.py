@@ -17,7 +17,7 @@ import corral.errors
 from corral.backends.local import LocalScheduler
 from corral.backends.ray import RayScheduler
 from corral.backends.slurm import SlurmScheduler
-from corral.scheduler import Scheduler
+from corral.controller.scheduler import Scheduler
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "areal.md"
 

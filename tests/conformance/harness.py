@@ -17,7 +17,7 @@ import pytest
 
 from corral import BaseExperimentConfig
 from corral.procs import pid_alive  # noqa: F401  (re-exported for the tests)
-from corral.scheduler import Scheduler
+from corral.controller.scheduler import Scheduler
 from corral.spec import Worker
 
 

@@ -33,15 +33,15 @@ def _workers(sched, role: str, n: int, engine: str = DATA) -> list[str]:
 
 
 def _stats(sched, wid: str) -> dict:
-    return sched._request(sched._worker(wid), "/data/stats", {"trim": True})
+    return sched.parts.caller.call(sched.parts.table.worker(wid), "/data/stats", {"trim": True})
 
 
 def assert_no_leaks(sched, *live: str) -> None:
     """After a scenario: no ref held anywhere, no segment lent or mapped by any worker that
     is still up, and none mapped by the controller once its idle pool is dropped."""
     gc.collect()
-    sched._data.flush()
-    assert sched._data._counts == {}, f"controller still counts refs {sched._data._counts}"
+    sched.parts.data.flush()
+    assert sched.parts.data._counts == {}, f"controller still counts refs {sched.parts.data._counts}"
     for wid in live:
         # Notes that a mapping is gone travel with the next request to the segment's owner
         # (workers send theirs within ~20 ms): wait for them, bounded.
@@ -91,9 +91,9 @@ def test_ref_passed_to_another_worker_is_fetched_from_the_owner(sched):
     a, b = _workers(sched, "a", 1) + _workers(sched, "b", 1)
     nbytes = 32 * MiB
     ref = sched.call_engine(a, "make", None, nbytes, rpc_meta={"keep": True})["big"]
-    before = sched._client.bytes_received + sched._async_client.bytes_received
+    before = sched.parts.caller.client.bytes_received + sched.parts.caller.async_client.bytes_received
     got = sched.call_engine(b, "describe", None, {"weights": [ref]})
-    read = sched._client.bytes_received + sched._async_client.bytes_received - before
+    read = sched.parts.caller.client.bytes_received + sched.parts.caller.async_client.bytes_received - before
     assert got == {"type": "ndarray", "nbytes": nbytes, "first": 0.0, "last": nbytes / 4 - 1}
     assert read < nbytes / 100, f"the controller read {read} bytes of a {nbytes}-byte transfer"
     assert sched.call_engine(b, "describe", None, ref, rpc_meta={"keep": True})["nbytes"] == nbytes
@@ -179,10 +179,10 @@ def test_dropped_and_freed_refs_are_released_on_the_owner(sched):
     kept = res["big"]
     del res  # drops the small ref; the big one is still held by `kept`
     gc.collect()
-    sched._data.flush()
+    sched.parts.data.flush()
     assert _stats(sched, a)["refs"] == 1
     kept.free()
-    sched._data.flush()
+    sched.parts.data.flush()
     assert _stats(sched, a)["refs"] == 0
     with pytest.raises(corral.RefError, match="freed"):
         kept.to_local()

@@ -112,7 +112,7 @@ def test_a_bad_broadcast_flag_is_refused_before_anything_is_sent(sched):
     # a raw request with a bad flag is refused by the worker too
     raw = {"engine_name": "e", "method": "echo", "args": [1], "kwargs": {}, "broadcast": 1}
     with pytest.raises(ProtocolError, match=r"rpc_meta\['broadcast'\]=1"):
-        sched._request(sched._worker(wid), "/call", raw)
+        sched.parts.caller.call(sched.parts.table.worker(wid), "/call", raw)
     assert sched.call_engine(wid, "count", "e") == 0
 
 

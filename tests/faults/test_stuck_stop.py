@@ -16,7 +16,7 @@ import pytest
 
 from corral import BaseExperimentConfig, Job, LocalScheduler
 from corral.procs import pid_alive
-from corral.runs import read_lease
+from corral.controller.run_lease import read_lease
 
 ECHO = "corral.testing.engines.EchoEngine"
 GONE_WITHIN = 30.0  # generous: only "it exits at all" is asserted, not how fast
@@ -71,7 +71,7 @@ def test_sigterm_ends_a_worker_whose_engine_call_never_returns(sched):
 
 def test_a_lost_lease_ends_a_worker_whose_engine_call_never_returns(sched):
     pid, child = _stuck_worker(sched)
-    lease = sched._hold.lease  # the controller "dies": no more renewals, lease removed
+    lease = sched.parts.hold.lease  # the controller "dies": no more renewals, lease removed
     lease.release()
     assert read_lease(sched.name_resolve.inner, sched.experiment_name, sched.trial_name) is None
     assert _wait_gone([pid, child]) == [], "a worker that lost its lease stayed"

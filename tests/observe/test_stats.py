@@ -154,7 +154,7 @@ def test_prometheus_endpoint_is_off_by_default(sched):
     _start(sched, replicas=1, gpu=0)
     snap = wait_stats(sched, lambda s: len(s["workers"]) == 1, what="1 worker")
     assert "metrics_url" not in snap
-    assert sched._stats.metrics_server is None
+    assert sched.parts.stats.metrics_server is None
 
 
 def test_prometheus_endpoint_serves_call_and_worker_figures(backend, monkeypatch):

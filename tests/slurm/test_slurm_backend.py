@@ -179,7 +179,7 @@ def make(lab, tmp_path):
 
     yield factory
     for sched in made:
-        pids = [w.pid for state in sched._roles.values() for w in state.workers]
+        pids = [w.pid for role in sched.roles for w in sched.role_state(role).workers]
         sched.close()
         assert trial_jobs(sched.experiment_name, sched.trial_name) == []
         assert [p for p in pids if pid_alive(p)] == []

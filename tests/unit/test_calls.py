@@ -1,4 +1,4 @@
-"""One call path for sync and async calls (corral.calls), on real local workers."""
+"""One call path for sync and async calls (corral.controller.caller), on real local workers."""
 
 from __future__ import annotations
 
@@ -36,14 +36,14 @@ def test_async_path_drops_pooled_connections_of_a_dead_worker(sched):
     loop = asyncio.new_event_loop()
     try:
         assert loop.run_until_complete(_concurrently(sched, wid, 3)) == [0, 1, 2]
-        pool = sched._calls.async_client._pools[loop][worker.address]
+        pool = sched.parts.caller.async_client._pools[loop][worker.address]
         # small engine calls share one pipelined connection (corral.rpc.pipeline)
         assert pool.pipe is not None and pool.pipe.closed is None, "the calls left it open"
         pipe = pool.pipe
         os.kill(worker.pid, signal.SIGKILL)
         with pytest.raises(WorkerFailedError):
             loop.run_until_complete(sched.async_call_engine(wid, "echo", "e", 1))
-        left = sched._calls.async_client._pools[loop].get(worker.address)
+        left = sched.parts.caller.async_client._pools[loop].get(worker.address)
         assert left is None or (left.idle == [] and left.pipe is None)
         assert pipe.transport.is_closing()
     finally:
@@ -53,13 +53,13 @@ def test_async_path_drops_pooled_connections_of_a_dead_worker(sched):
 def test_sync_and_async_calls_share_one_policy(sched, monkeypatch):
     wid, worker = _one_worker(sched)
     seen = []
-    settle = sched._calls.settle
+    settle = sched.parts.caller.settle
 
     def spy(*args):
         seen.append(args[1])
         return settle(*args)
 
-    monkeypatch.setattr(sched._calls, "settle", spy)
+    monkeypatch.setattr(sched.parts.caller, "settle", spy)
     os.kill(worker.pid, signal.SIGKILL)
     with pytest.raises(WorkerFailedError):
         sched.call_engine(wid, "echo", "e", 1)
@@ -74,7 +74,7 @@ def test_close_closes_the_async_clients_connections(sched):
     try:
         loop.run_until_complete(_concurrently(sched, wid, 2))
         loop.run_until_complete(sched.async_call_engine(wid, "echo", "e", b"x" * 100_000))
-        pools = sched._calls.async_client._pools[loop].values()
+        pools = sched.parts.caller.async_client._pools[loop].values()
         # a large call took a connection of its own; the small ones shared the pipelined one
         transports = [w.transport for pool in pools for _, w in pool.idle]
         transports += [pool.pipe.transport for pool in pools if pool.pipe is not None]

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from corral import ConfigError, ProcessGroupError, WorkerFailedError, shards
-from corral import dispatch as D
+from corral.controller import dispatch as D
 from corral.data.ref import PLANES, Ref
 from corral.groups import process_group
 from corral.groups.controller import GroupPorts, GroupTable

@@ -4,7 +4,7 @@ would show in ``corral ps`` as a dead worker for ever. No process is started."""
 
 from __future__ import annotations
 
-from corral.health import HealthMonitor
+from corral.controller.health_monitor import HealthMonitor
 from corral.launcher import WorkerExit
 
 

@@ -122,15 +122,15 @@ def reaches(graph: dict[str, set[str]], start: str) -> set[str]:
 
 def test_the_graph_is_read():
     graph = import_graph()
-    assert "corral.scheduler" in graph and "corral.settings" in graph["corral.scheduler"]
-    assert "corral.config" in graph["corral.settings"]
+    assert "corral.controller.scheduler" in graph and "corral.controller.settings" in graph["corral.controller.scheduler"]
+    assert "corral.config" in graph["corral.controller.settings"]
     assert "corral.worker.env" in graph["corral.worker.runtime"]
 
 
 def test_cycle_finder_finds_a_planted_circle():
     graph = import_graph()
-    graph["corral.config"] = graph["corral.config"] | {"corral.scheduler"}
-    assert any("corral.config" in c and "corral.scheduler" in c for c in cycles(graph))
+    graph["corral.config"] = graph["corral.config"] | {"corral.controller.scheduler"}
+    assert any("corral.config" in c and "corral.controller.scheduler" in c for c in cycles(graph))
 
 
 def test_no_import_circle():
@@ -140,7 +140,7 @@ def test_no_import_circle():
 def test_worker_never_reaches_backends_or_controller():
     graph = import_graph()
     forbidden = {m for m in graph if m.startswith("corral.backends.")} | {
-        "corral.scheduler",
+        "corral.controller.scheduler",
         "corral.launcher",
         "corral.config",
     }

@@ -13,9 +13,9 @@ import pytest
 from corral.backends.ray_placement import infeasible
 from corral.backends.slurm import requeue_count
 from corral.backends.slurm_cluster import Partition, fit_problem, never_clears
-from corral.health import HealthMonitor
+from corral.controller.health_monitor import HealthMonitor
 from corral.launcher import WorkerExit
-from corral.runs import Lease
+from corral.controller.run_lease import Lease
 
 INV = {"debug": Partition("debug", {f"node{i}": 4 for i in range(1, 5)}, default=True)}
 
@@ -110,7 +110,7 @@ def test_the_worker_reads_the_grace_period_and_run_id_from_the_lease():
 
 @pytest.mark.parametrize("value", [-1, True, "60", None])
 def test_outlive_controller_must_be_seconds_and_the_error_names_the_field(value):
-    from corral.attach import check_grace
+    from corral.controller.reattach import check_grace
     from corral.errors import ConfigError
 
     with pytest.raises(ConfigError) as info:

@@ -7,7 +7,7 @@ import pytest
 
 from corral.backends.slurm_layout import plan_layout
 from corral.errors import ConfigError, GPURequestError
-from corral.instances import head_of, start_instances
+from corral.controller.multinode_instances import head_of, start_instances
 from corral.multinode import (
     Instance,
     check_multinode,

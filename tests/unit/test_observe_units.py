@@ -126,7 +126,7 @@ def test_page_script_and_style_ship_in_the_package_and_load_nothing_from_elsewhe
 def test_a_counted_restart_without_a_new_generation_reads_restarting():
     from corral.observe.snapshot import SnapshotBuilder
 
-    builder = SnapshotBuilder(scheduler=None)
+    builder = SnapshotBuilder(None)
     assert builder._restart_state("r/0", 0, "g1") == "running"
     assert builder._restart_state("r/0", 1, "g1") == "restarting"  # old record, new count
     assert builder._restart_state("r/0", 1, "g2") == "running"  # the new process registered

@@ -152,7 +152,7 @@ def test_delivery_of_a_reply_in_shared_memory_is_proven_by_an_ack_naming_it(tmp_
         (wid,) = sched.create_workers(Job(role="w", replicas=1))
         asyncio.run(sched.create_engine(wid, ECHO, "e"))
         worker = sched.get_workers("w")[0]
-        client = sched._calls.async_client
+        client = sched.parts.caller.async_client
         rid = _rid()
 
         async def blob():

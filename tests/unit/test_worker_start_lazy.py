@@ -23,7 +23,7 @@ MUST_STAY_LAZY = (
     # the data plane, the live view, the controller's config and scheduler, the backends
     "corral.data.store", "corral.data.fetch", "corral.data.relay", "corral.data.routes",
     "corral.data.plane", "corral.observe", "corral.config", "corral.spec",
-    "corral.backends", "corral.scheduler", "corral.launcher", "corral.envvars",
+    "corral.backends", "corral.controller.scheduler", "corral.launcher", "corral.envvars",
     "corral.worker.fork", "corral.worker.args", "corral.procs", "corral.logs",
 )  # fmt: skip
 

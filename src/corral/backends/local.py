@@ -19,7 +19,7 @@ from corral.foreign import ServedAt
 from corral.launcher import Launcher, LaunchRequest, WorkerExit, env_lines
 from corral.logs import LogPump, replica_log_path
 from corral.procs import AdoptedProcess, describe_returncode, spawn, stop_process_groups
-from corral.scheduler import Scheduler
+from corral.controller.scheduler import Scheduler
 from corral.spec import NormalizedJob, SchedulingSpec
 from corral.worker import env as E
 from corral.worker.args import args_from_env, command_argv, free_ports
@@ -157,7 +157,7 @@ class LocalLauncher(Launcher):
         return proc
 
     def _spawn(self, role: str, index: int, argv: list[str], env: dict[str, str]):
-        if self.outlive:  # outlives the controller (corral.attach): writes its own log
+        if self.outlive:  # outlives the controller (corral.controller.reattach): writes its own log
             path = replica_log_path(self._log_dir, role, index)
             os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
             with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as log:

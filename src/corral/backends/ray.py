@@ -75,7 +75,7 @@ from corral.launcher import Launcher, LaunchRequest, WorkerExit, env_lines
 from corral.logs import replica_log_path
 from corral.multinode import per_node
 from corral.resources import ray_extra_resources, unknown_ray_resources
-from corral.scheduler import Scheduler
+from corral.controller.scheduler import Scheduler
 from corral.spec import NormalizedJob, Worker
 from corral.worker import env as E
 from corral.worker.args import command_argv

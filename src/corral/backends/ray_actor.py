@@ -157,7 +157,7 @@ class RayWorkerActor:
 
     def _end(self, reason: str) -> None:
         """Asked to exit (``/shutdown``). A detached worker (one that outlives its
-        controller, corral.attach) also ends its process and removes its group, as
+        controller, corral.controller.reattach) also ends its process and removes its group, as
         ``corral stop`` may have asked it with no controller left to do that."""
         self._stop_now(reason)
         if self.runtime.settings.outlive:

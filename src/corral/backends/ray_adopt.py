@@ -1,4 +1,4 @@
-"""Ray workers that outlive their controller (``outlive_controller``, corral.attach).
+"""Ray workers that outlive their controller (``outlive_controller``, corral.controller.reattach).
 
 Such workers are detached actors named ``<prefix>:<role>:<index>`` in the ``corral``
 namespace, on placement groups created with ``lifetime="detached"``: both survive the

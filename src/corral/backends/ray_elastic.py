@@ -1,4 +1,4 @@
-"""Growing and shrinking a running role on Ray (corral.elastic): new replicas get
+"""Growing and shrinking a running role on Ray (corral.controller.elastic): new replicas get
 placement groups and actors of their own; removed ones take their unused groups along."""
 
 from __future__ import annotations

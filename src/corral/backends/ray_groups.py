@@ -39,7 +39,7 @@ def create_groups(
     specs: list[tuple[list[dict], str, str]], detached: bool = False
 ) -> tuple[list[Any], list[list[dict]], list[tuple[Any, int]]]:
     """The groups of ``group_specs``, their bundles, and each worker's (group, bundle).
-    ``detached``: the groups outlive the driver (until removed, see corral.attach)."""
+    ``detached``: the groups outlive the driver (until removed, see corral.controller.reattach)."""
     from ray.util.placement_group import placement_group
 
     lifetime = {"lifetime": "detached"} if detached else {}

@@ -47,7 +47,7 @@ class _Role:
 
 
 def detached_options(outlive: float) -> dict:
-    """Workers asked to outlive their controller (corral.attach) are detached actors in
+    """Workers asked to outlive their controller (corral.controller.reattach) are detached actors in
     corral's namespace, so that they survive the driver and a new one finds them by name;
     otherwise (the default) they share the driver's fate."""
     return {"lifetime": "detached", "namespace": NAMESPACE} if outlive else {}

@@ -13,11 +13,11 @@ Restart policy (``SchedulingSpec.max_restarts > 0``): the role's step runs witho
 running a set of its replicas; polling and stopping cover all of them.
 
 Everything that happens once a worker is reachable (health, engines, calls, fork via
-``POST /fork``, colocation, teardown order) is the shared :class:`~corral.scheduler.Scheduler`.
+``POST /fork``, colocation, teardown order) is the shared :class:`~corral.controller.scheduler.Scheduler`.
 
 ``dry_run=True``: ``create_workers`` prints the batch script it would submit and returns
 ``[]`` without submitting anything; :meth:`SlurmScheduler.render_script` returns the
-script as text, and :func:`render_dry_run` serves ``corral run --dry-run``.
+script as text, and :func:`render_dry_run` the script of a config's role on Slurm.
 """
 
 from __future__ import annotations
@@ -66,12 +66,12 @@ from corral.backends.slurm_restart import SlurmRestarts
 from corral.backends.slurm_stop import SlurmStop
 from corral.backends.slurm_watch import SlurmWatch
 from corral.config import cluster_field
-from corral.dryrun import job_of
+from corral.controller.dryrun import job_of
 from corral.errors import ConfigError, PlacementError
 from corral.launcher import Launcher, LaunchRequest
 from corral.paths import TrialPaths, check_dir, exit_code_path, replica_exit_files
 from corral.safedirs import make_private_subdir, write_private
-from corral.scheduler import Scheduler
+from corral.controller.scheduler import Scheduler
 from corral.spec import NormalizedJob, normalize_job
 from corral.worker import env as E
 
@@ -382,7 +382,8 @@ class SlurmScheduler(Scheduler):
 
 def render_dry_run(cfg: Any, role: str, replicas: int) -> str:
     """The batch script of ``replicas`` workers of ``role`` under ``cfg`` on Slurm,
-    whatever ``cfg.scheduler.type`` says (``corral.dryrun.from_config`` follows it)."""
+    whatever ``cfg.scheduler.type`` says (``corral run --dry-run`` follows it, through
+    ``corral.config.make_scheduler(cfg, dry_run=True)``)."""
     sched = SlurmScheduler(exp_config=cfg, dry_run=True)
     try:
         return sched.dry_run(job_of(cfg, role, replicas))

@@ -1,4 +1,4 @@
-"""Growing and shrinking a running role on Slurm (corral.elastic): new replicas run in
+"""Growing and shrinking a running role on Slurm (corral.controller.elastic): new replicas run in
 a job of their own; a job left with no replica is ended."""
 
 from __future__ import annotations

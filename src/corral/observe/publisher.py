@@ -10,10 +10,9 @@ import json
 import logging
 import os
 import threading
-from typing import Any
 
 from corral.observe.calls import CallStats, NullCallStats
-from corral.observe.snapshot import SnapshotBuilder
+from corral.observe.snapshot import ControllerView, SnapshotBuilder
 from corral.safedirs import make_private_subdir
 
 log = logging.getLogger("corral")
@@ -47,12 +46,19 @@ def write_private(path: str, data: bytes) -> None:
 class StatsPublisher:
     """One daemon thread per scheduler, started with its first workers."""
 
-    def __init__(self, scheduler: Any, calls: CallStats, interval: float = INTERVAL_SECONDS):
-        self.scheduler = scheduler
+    def __init__(
+        self,
+        view: ControllerView,
+        calls: CallStats,
+        stats_file: str,
+        metrics_token_file: str,
+        interval: float = INTERVAL_SECONDS,
+    ):
         self.calls = calls
         self.interval = interval
-        self.path = scheduler.paths.stats_file  # in the trial's private directory
-        self.builder = SnapshotBuilder(scheduler)
+        self.path = stats_file  # in the trial's private directory
+        self.token_file = metrics_token_file
+        self.builder = SnapshotBuilder(view)
         self.latest: dict | None = None
         self.metrics_server = None
         self._stop: threading.Event | None = None
@@ -64,9 +70,7 @@ class StatsPublisher:
             return
         port = os.environ.get(METRICS_ENV)
         if port and self.metrics_server is None:
-            self.metrics_server = _metrics_server(
-                port, lambda: self.latest, self.scheduler.paths.metrics_token_file
-            )
+            self.metrics_server = _metrics_server(port, lambda: self.latest, self.token_file)
         self._stop = threading.Event()
         self._thread = threading.Thread(
             target=self._run, args=(self._stop,), name="corral-stats", daemon=True

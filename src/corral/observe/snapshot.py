@@ -7,9 +7,15 @@ import json
 import os
 import socket
 import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from corral import keys
+from corral.controller.health_monitor import WorkerHealth
+from corral.controller.role_table import RoleState
+from corral.discovery.base import NameResolve
+from corral.launcher import WorkerExit
 from corral.logs import replica_log_path, tail
 from corral.observe.calls import CallFigures
 from corral.observe.finished import FinishedRoles
@@ -27,12 +33,30 @@ def started_at(generation: str) -> float | None:
         return None
 
 
+@dataclass(frozen=True, eq=False)
+class ControllerView:
+    """What observers read of a controller, and nothing else (built by
+    corral.controller.wiring). ``roles`` is a live read-only mapping."""
+
+    experiment: str
+    trial: str
+    backend: str
+    log_dir: str
+    name_resolve: NameResolve
+    roles: Mapping[str, RoleState]
+    deaths: Mapping[str, WorkerHealth]
+    """worker id -> the health monitor's record of its death."""
+    poll: Callable[[str], dict[int, WorkerExit]]
+    """The backend's deaths of a role (``Launcher.poll``)."""
+    pending_reason: Callable[[str], str | None]
+
+
 class SnapshotBuilder:
-    """Builds snapshots of one scheduler; caches what a worker published (its GPUs) per
+    """Builds snapshots of one controller; caches what a worker published (its GPUs) per
     generation so name-resolve is read once per worker start, not once a second."""
 
-    def __init__(self, scheduler: Any):
-        self.scheduler = scheduler
+    def __init__(self, view: ControllerView | None):
+        self.view = view
         self.started = time.time()
         self._gpus: dict[str, str | None] = {}
         self._seen: dict[str, tuple[int, str]] = {}  # worker id -> (restarts, generation)
@@ -43,10 +67,10 @@ class SnapshotBuilder:
     def _gpus_of(self, worker: Any) -> str | None:
         key = f"{worker.id}#{worker.generation}"
         if key not in self._gpus:
-            s = self.scheduler
+            v = self.view
             try:
-                raw = s.name_resolve.get(
-                    keys.worker_info_key(s.experiment_name, s.trial_name, worker.role, worker.index)
+                raw = v.name_resolve.get(
+                    keys.worker_info_key(v.experiment, v.trial, worker.role, worker.index)
                 )
                 self._gpus[key] = json.loads(raw).get("gpus") if raw else None
             except Exception:
@@ -57,14 +81,14 @@ class SnapshotBuilder:
         """``calls``: a ``CallFigures`` sample (or its per-role dict alone)."""
         if not isinstance(calls, CallFigures):
             calls = CallFigures(roles=calls)
-        s = self.scheduler
+        v = self.view
         roles_out, workers_out = [], []
         dead_by_role: dict[str, dict] = {}
-        for role, state in list(s._roles.items()):
+        for role, state in list(v.roles.items()):
             owner = state.target if state.kind != "launched" else role
             if owner not in dead_by_role:
                 try:
-                    dead_by_role[owner] = s.launcher.poll(owner) if owner in s._roles else {}
+                    dead_by_role[owner] = v.poll(owner) if owner in v.roles else {}
                 except Exception:
                     dead_by_role[owner] = {}
             roles_out.append(
@@ -79,7 +103,7 @@ class SnapshotBuilder:
             )
             if state.kind == "reused":
                 continue
-            own = _poll(s, role) if state.kind == "forked" else {}  # Ray: forks are actors
+            own = _poll(v, role) if state.kind == "forked" else {}  # Ray: forks are actors
             workers_out.extend(self._worker_rows(role, state, dead_by_role[owner], own))
         now = time.time()
         for row in workers_out:
@@ -91,9 +115,9 @@ class SnapshotBuilder:
         )
         return {
             "version": SNAPSHOT_VERSION,
-            "experiment": s.experiment_name,
-            "trial": s.trial_name,
-            "backend": s.backend,
+            "experiment": v.experiment,
+            "trial": v.trial,
+            "backend": v.backend,
             "time": now,
             "closed": closed,
             "controller": {
@@ -101,17 +125,17 @@ class SnapshotBuilder:
                 "host": socket.gethostname(),
                 "started": self.started,
             },
-            "log_dir": str(s.log_dir),
+            "log_dir": v.log_dir,
             "resources_note": self.resources.note,
             "roles": roles_out,
             "workers": workers_out,
         }
 
-    def _worker_rows(self, role: str, state: Any, dead: dict, own: dict) -> list[dict]:
+    def _worker_rows(self, role: str, state: RoleState, dead: dict, own: dict) -> list[dict]:
         """``dead``: deaths the backend reports for the role's own launched workers, or for
         a forked role, for its host workers; ``own``: a forked role's deaths the backend
         reports itself (where forks are backend processes: Ray actors)."""
-        s = self.scheduler
+        v = self.view
         rows = []
         by_index = {w.index: w for w in list(state.workers)}
         alone = self._deaths_of_forked(role) if state.kind == "forked" else {}
@@ -122,10 +146,10 @@ class SnapshotBuilder:
                 "id": f"{role}/{index}",
                 "role": role,
                 "index": index,
-                "backend": s.backend,
+                "backend": v.backend,
                 "forked_from": f"{state.target}/{index}" if state.kind == "forked" else None,
                 "restarts": state.restarts.get(index, 0),
-                "log_path": replica_log_path(s.log_dir, role, index),
+                "log_path": replica_log_path(v.log_dir, role, index),
                 "state": "running",
                 "exit_code": None,
                 "reason": None,
@@ -133,7 +157,7 @@ class SnapshotBuilder:
             }
             if worker is None:
                 if pending is None:
-                    pending = _pending_reason(s, role)
+                    pending = _pending_reason(v, role)
                 row.update(state="starting", reason=pending)
             else:
                 row.update(
@@ -182,19 +206,17 @@ class SnapshotBuilder:
             return
         key = f"{row['id']}#{row.get('generation')}"
         if key not in self._died:
-            health = getattr(getattr(self.scheduler, "monitor", None), "dead", {}).get(row["id"])
+            health = self.view.deaths.get(row["id"]) if self.view is not None else None
             self._died[key] = getattr(health, "time", None) or now
         row["died_at"] = self._died[key]
 
     def _deaths_of_forked(self, role: str) -> dict[int, dict]:
         """index -> the death record the host worker wrote for a forked child that died
         alone (worker/fork.py); one name-resolve listing per forked role."""
-        s = self.scheduler
+        v = self.view
         found: dict[int, dict] = {}
         try:
-            records = s.name_resolve.get_subtree(
-                keys.health_prefix(s.experiment_name, s.trial_name, role)
-            )
+            records = v.name_resolve.get_subtree(keys.health_prefix(v.experiment, v.trial, role))
         except Exception:  # a record not signed by this trial is not shown
             return found
         for key, value in records.items():
@@ -217,16 +239,16 @@ class SnapshotBuilder:
         return "running"
 
 
-def _poll(s: Any, role: str) -> dict:
+def _poll(v: ControllerView, role: str) -> dict:
     try:
-        return s.launcher.poll(role)
+        return v.poll(role)
     except Exception:
         return {}
 
 
-def _pending_reason(s: Any, role: str) -> str | None:
+def _pending_reason(v: ControllerView, role: str) -> str | None:
     try:
-        return s.launcher.pending_reason(role)
+        return v.pending_reason(role)
     except Exception:
         return None
 

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from corral import keys
+from corral.controller.role_table import LAUNCHED, RoleState, RoleTable
 from corral.discovery.base import NameResolve
 from corral.errors import (
     CorralError,
@@ -28,7 +29,6 @@ from corral.foreign import PROBE_INTERVAL, answers_health, foreign_worker
 from corral.launcher import Launcher, WorkerExit
 from corral.logs import tail
 from corral.paths import TrialPaths
-from corral.roles import LAUNCHED, RoleState, RoleTable
 from corral.spec import Worker
 
 DEAD_CHECK_SECONDS = 1.5
@@ -36,7 +36,7 @@ STATUS_POLL_SECONDS = 0.25
 
 
 @dataclass(kw_only=True, eq=False)
-class Watch:
+class WorkerWatch:
     experiment: str
     trial: str
     name_resolve: NameResolve

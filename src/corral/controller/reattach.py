@@ -21,19 +21,16 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from corral import keys
 from corral.auth import TrialKeys, open_record
 from corral.capabilities import require
+from corral.controller.parts import ControllerParts
+from corral.controller.role_table import FORKED, LAUNCHED, RoleState
+from corral.controller.run_lease import Lease, read_lease, registered_workers
 from corral.discovery import NameResolve
 from corral.errors import ConfigError, TrialInUseError
-from corral.roles import FORKED, LAUNCHED, RoleState
-from corral.runs import Lease, read_lease, registered_workers
 from corral.spec import NormalizedJob, SchedulingSpec, SchedulingStrategy, Worker
-
-if TYPE_CHECKING:
-    from corral.scheduler import Scheduler
 
 
 @dataclass
@@ -103,19 +100,20 @@ def find_run(
     return Attachable(lease, secret)
 
 
-def adopt(sched: Scheduler, run: Attachable) -> list[str]:
-    """Take over the run's lease and registered workers; returns the roles adopted."""
-    adoption = require(sched.launcher, "adoption", "re-attach to running workers", "attach", True)
-    found = registered_workers(sched.name_resolve, sched.experiment_name, sched.trial_name)
+def take_over(c: ControllerParts, run: Attachable) -> list[str]:
+    """Take over the run's lease and registered workers; returns the roles taken over.
+    The backend's part for it is ``launcher.adoption`` (corral.capabilities)."""
+    adoption = require(c.launcher, "adoption", "re-attach to running workers", "attach", True)
+    found = registered_workers(c.name_resolve, c.experiment, c.trial)
     by_role: dict[str, list[Worker]] = {}
     for worker_id in sorted(found, key=lambda k: (k.rpartition("/")[0], _index(k))):
         role, _, index = worker_id.rpartition("/")
         if not index.isdigit():
             continue
-        worker = sched._watch.read_worker(role, int(index))  # signed with the run's secret
+        worker = c.watch.read_worker(role, int(index))  # signed with the run's secret
         if worker is not None:
             by_role.setdefault(role, []).append(worker)
-    sched._hold.hold(attach=True)
+    c.hold.hold(attach=True)
     for role, workers in by_role.items():
         workers = [w for i, w in enumerate(workers) if w.index == i]  # 0..n-1 only
         job = NormalizedJob(
@@ -123,28 +121,28 @@ def adopt(sched: Scheduler, run: Attachable) -> list[str]:
         )
         kind = FORKED if all(w.forked for w in workers) else LAUNCHED
         if kind == LAUNCHED:
-            adoption.adopt(role, workers, str(sched.log_dir))
-        sched._roles[role] = RoleState(job, workers, kind)
-        sched._table.add_workers(workers)
+            adoption.adopt(role, workers, c.paths.log_dir)
+        c.table.roles[role] = RoleState(job, workers, kind)
+        c.table.add_workers(workers)
     roles = ", ".join(f"{r} ({len(w)})" for r, w in by_role.items()) or "none"
-    sched.progress(
-        f"attached to run {run.lease.run_id} of {sched.experiment_name}/{sched.trial_name} "
+    c.progress(
+        f"attached to run {run.lease.run_id} of {c.experiment}/{c.trial} "
         f"(its controller pid {run.lease.pid} is gone); roles: {roles}"
     )
     return list(by_role)
 
 
-def detach(sched: Scheduler) -> None:
+def detach(c: ControllerParts) -> None:
     """At the controller's exit without close(): leave the workers running for the grace
     period (the lease stays, no longer renewed) and say how to attach or stop them."""
-    sched._closed = True
-    sched.monitor.stop()
-    sched._hold.lease.release(delete=False)
-    sched.progress(
-        f"controller pid {os.getpid()} exits; the workers of {sched.experiment_name}/"
-        f"{sched.trial_name} wait {sched.lease_timeout + sched.outlive_controller:g}s for a "
+    c.closed = True
+    c.monitor.stop()
+    c.hold.lease.release(delete=False)
+    c.progress(
+        f"controller pid {os.getpid()} exits; the workers of {c.experiment}/"
+        f"{c.trial} wait {c.lease_timeout + c.outlive:g}s for a "
         "controller made with attach=True (or `corral stop "
-        f"{sched.experiment_name} {sched.trial_name}`)"
+        f"{c.experiment} {c.trial}`)"
     )
 
 

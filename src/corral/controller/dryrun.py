@@ -1,26 +1,25 @@
 """Dry runs: what a role's launch would ask the backend for, as text, starting nothing.
 
 ``Scheduler.dry_run(job)`` runs the checks ``create_workers`` runs and hands the same
-``LaunchRequest`` to the backend's ``Launcher.describe``. :func:`from_config` serves
-``corral run --dry-run`` for every backend in the registry. A scheduler made with
-``dry_run=True`` creates no directory, writes no secret and opens no name-resolve store
-(see ``Scheduler.__init__``).
+``LaunchRequest`` to the backend's ``Launcher.describe``. A scheduler made with
+``dry_run=True`` (``corral.config.make_scheduler(cfg, dry_run=True)``, which
+``corral run --dry-run`` uses for every backend) creates no directory, writes no secret
+and opens no name-resolve store; its ``create_workers`` prints the plan.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from corral.controller.launch import worker_env
+from corral.controller.parts import ControllerParts
+from corral.controller.role_table import check_resources
 from corral.launcher import LaunchRequest
-from corral.roles import check_resources
 from corral.spec import Job, NormalizedJob, SchedulingSpec
 
-if TYPE_CHECKING:
-    from corral.scheduler import Scheduler
 
-
-def plan(sched: Scheduler, job: NormalizedJob) -> str:
-    """The printable launch request of ``job`` on ``sched``'s backend."""
+def plan(c: ControllerParts, job: NormalizedJob) -> str:
+    """The printable launch request of ``job`` on the controller's backend."""
     if job.is_colocated:
         how = "forked next to" if job.strategy.fork else "reusing the workers of"
         gpu = job.tasks[0].gpu
@@ -33,13 +32,13 @@ def plan(sched: Scheduler, job: NormalizedJob) -> str:
             else ""
         )
         return (
-            f"# dry run ({sched.backend}): {job.role} is colocated, {how} "
+            f"# dry run ({c.backend}): {job.role} is colocated, {how} "
             f"{job.strategy.target}; it has no launch of its own{grouped}"
         )
-    check_resources(job, sched.n_gpus_per_node, sched.launcher, sched.backend)
-    envs = [sched.worker_env(job.role, i, spec) for i, spec in enumerate(job.tasks)]
-    request = LaunchRequest(job=job, envs=envs, log_dir=sched.paths.log_dir)
-    return sched.launcher.describe(request)
+    check_resources(job, c.n_gpus_per_node, c.launcher, c.backend)
+    envs = [worker_env(c, job.role, i, spec) for i, spec in enumerate(job.tasks)]
+    request = LaunchRequest(job=job, envs=envs, log_dir=c.paths.log_dir)
+    return c.launcher.describe(request)
 
 
 def job_of(cfg: Any, role: str, replicas: int) -> Job:
@@ -53,17 +52,3 @@ def job_of(cfg: Any, role: str, replicas: int) -> Job:
     else:
         tasks = [SchedulingSpec()]
     return Job(role=role, replicas=replicas, tasks=tasks)
-
-
-def from_config(cfg: Any, role: str, replicas: int) -> str:
-    """``corral run --dry-run``: the launch request on the backend ``cfg.scheduler.type``
-    names (local, ray or slurm), starting and writing nothing."""
-    from corral.backends import scheduler_class
-    from corral.config import scheduler_field
-
-    cls = scheduler_class(scheduler_field(cfg, "type"))
-    sched = cls(exp_config=cfg, dry_run=True)
-    try:
-        return sched.dry_run(job_of(cfg, role, replicas))
-    finally:
-        sched.close()

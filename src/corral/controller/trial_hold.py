@@ -1,4 +1,4 @@
-"""Holding a trial while this run has workers: the controller lease (``corral.runs``:
+"""Holding a trial while this run has workers: the controller lease (``corral.controller.run_lease``:
 claimed before anything starts, renewed every second, a dead run's leftovers cleaned
 up), the trial secret file, the stats file of ``corral dashboard`` and the background
 health monitor. All are taken together with the first role and given back with the last.
@@ -11,9 +11,9 @@ from collections.abc import Callable
 from dataclasses import InitVar, dataclass, field
 from typing import Any
 
+from corral.controller.leftovers import clean_dead_run
+from corral.controller.run_lease import ControllerLease, Lease
 from corral.discovery.signed import SignedNameResolve
-from corral.leftovers import clean_dead_run
-from corral.runs import ControllerLease, Lease
 from corral.safedirs import make_private_subdir, write_exclusive
 
 
@@ -78,7 +78,7 @@ class TrialHold:
         The secret is written only now: a second live controller, refused by the claim,
         must not overwrite the secret of the run it would clash with. ``attach``: this
         controller continues the run of the lease (same run id and secret, see
-        corral.attach): nothing is cleaned up and the secret file is kept."""
+        corral.controller.reattach): nothing is cleaned up and the secret file is kept."""
         if self.lease.held:
             return []
         old_secret = self.read_secret()

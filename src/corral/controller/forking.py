@@ -1,16 +1,27 @@
-"""The one fork path: every fork goes to ``Launcher.fork(ForkRequest)``; the shared way,
+"""Forked roles: a worker started next to each worker of a target role.
+
+The one fork path: every fork goes to ``Launcher.fork(ForkRequest)``; the shared way,
 which a backend gets by default, is ``POST /fork``: a running worker starts a child next
-to itself (same host, same devices), and the child registers like any worker."""
+to itself (same host, same devices), and the child registers like any worker. Grouped
+colocation (corral.grouping) forks a few workers over the GPUs of many."""
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from typing import Any
 
-from corral.calls import Caller
+from corral import keys
+from corral.controller.caller import Caller
+from corral.controller.launch import check_job, hold_lease
+from corral.controller.parts import ControllerParts
+from corral.controller.rendezvous import give_rendezvous
+from corral.controller.role_table import FORKED, RoleState
+from corral.errors import WorkerNotFoundError
+from corral.grouping import fork_groups, is_grouped, plan_groups, slots_of
 from corral.launcher import ForkRequest, Launcher
-from corral.spec import NormalizedJob, Worker
+from corral.spec import NormalizedJob, Worker, validate_role_name
 
 log = logging.getLogger("corral")
 
@@ -110,3 +121,66 @@ def fork_via_worker(
         forked=True,
         foreign=bool(reply.get("foreign", False)),
     )
+
+
+def fork_workers(
+    c: ControllerParts, role: str, target_role: str, command: str | None = None
+) -> list[str]:
+    """``Scheduler.fork_workers``: a new role forked next to ``target_role``'s workers."""
+    validate_role_name(role)
+    with c.lock:
+        target = c.table.roles.get(target_role)
+        if target is None:
+            raise WorkerNotFoundError(
+                target_role, f"no role {target_role!r} to fork from; create it first"
+            )
+        job = NormalizedJob(
+            role=role,
+            replicas=len(target.workers),
+            tasks=target.job.tasks,
+            strategy=type(target.job.strategy)(type="colocation", target=target_role, fork=True),
+        )
+        check_job(c, job)
+        return fork_role(c, job, target_role, command)
+
+
+def fork_role(
+    c: ControllerParts, job: NormalizedJob, target_role: str, command: str | None = None
+) -> list[str]:
+    hold_lease(c)
+    targets = c.table.roles[target_role].workers
+    c.name_resolve.clear_subtree(c.key(keys.role_prefix, job.role))
+    c.progress(f"forking {len(targets)} {job.role} worker(s) next to {target_role}")
+    state = RoleState(job, [], FORKED, target_role)
+    c.table.roles[job.role] = state
+    try:
+        if is_grouped(job, len(targets)):  # a few workers over many (corral.grouping)
+            state.workers, state.hosts = fork_grouped(c, job, targets)
+        else:
+            state.workers = fork_next_to(
+                c.launcher, c.caller, job, targets, command, c.startup_timeout, c.fan_out
+            )
+        give_rendezvous(c, job.role, state.workers)
+    except BaseException:
+        c.teardown.delete_role(job.role)
+        raise
+    c.table.add_workers(state.workers)
+    return [w.id for w in state.workers]
+
+
+def fork_grouped(
+    c: ControllerParts, job: NormalizedJob, targets: list[Worker]
+) -> tuple[list[Worker], dict[int, int]]:
+    """Grouped workers over ``targets``' GPUs, as their registrations list them."""
+
+    def devices(w: Worker) -> str | None:
+        info = c.name_resolve.get(c.key(keys.worker_info_key, w.role, w.index))
+        return json.loads(info).get("gpus") if info else None
+
+    groups = plan_groups(job, slots_of(targets, [devices(w) for w in targets]))
+
+    def fork_one(host: Worker, index: int, env: dict[str, str]) -> Worker:
+        return fork_via_worker(c.caller, host, job.role, index, env, None, c.startup_timeout)
+
+    workers = fork_groups(fork_one, job, groups, targets, c.fan_out)
+    return workers, {g.index: g.host for g in groups}

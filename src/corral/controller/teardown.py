@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from corral import keys
-from corral.calls import Caller
+from corral.controller.caller import Caller
+from corral.controller.role_table import FORKED, LAUNCHED, REUSED, RoleTable
 from corral.discovery.base import NameResolve
 from corral.errors import SchedulerError
 from corral.launcher import Launcher
-from corral.roles import FORKED, LAUNCHED, REUSED, RoleTable
 from corral.spec import Worker
 
 log = logging.getLogger("corral")

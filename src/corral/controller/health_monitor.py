@@ -93,6 +93,16 @@ class HealthMonitor:
             self.dead.pop(worker_id, None)
             self._reported.pop(worker_id, None)
 
+    def status(self, watched: dict[str, list[str]]) -> dict[str, str]:
+        """``worker_id -> "alive"`` or ``"dead: <reason>"`` for the workers of ``watched``
+        (role -> worker ids), as far as this monitor knows."""
+        status = {}
+        for ids in watched.values():
+            for worker_id in ids:
+                dead = self.dead.get(worker_id)
+                status[worker_id] = f"dead: {dead.reason}" if dead else "alive"
+        return status
+
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
             try:

@@ -12,20 +12,18 @@ engine's ``on_preempt``), and returns the worker ids (unchanged: ``role/index``)
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
 
+from corral.controller.parts import ControllerParts
+from corral.controller.rendezvous import give_rendezvous
+from corral.controller.role_table import LAUNCHED
 from corral.errors import WorkerNotFoundError, WorkerTimeoutError
-from corral.roles import LAUNCHED
-
-if TYPE_CHECKING:
-    from corral.scheduler import Scheduler
 
 
-def wait_role(sched: Scheduler, role: str, timeout: float | None = None) -> list[str]:
-    state = sched._roles.get(role)
+def wait_role(c: ControllerParts, role: str, timeout: float | None = None) -> list[str]:
+    state = c.table.roles.get(role)
     if state is None or state.kind != LAUNCHED:
         raise WorkerNotFoundError(f"no launched role {role!r} to wait for")
-    timeout = sched.startup_timeout if timeout is None else timeout
+    timeout = c.startup_timeout if timeout is None else timeout
     deadline = time.monotonic() + timeout
     old = {w.index: w.generation for w in state.workers}
     back: dict[int, object] = {}
@@ -36,23 +34,23 @@ def wait_role(sched: Scheduler, role: str, timeout: float | None = None) -> list
         for index in range(len(state.workers)):
             if index in back:
                 continue
-            worker = sched._watch.read_worker(role, index)
+            worker = c.watch.read_worker(role, index)
             if worker is not None and worker.generation != old.get(index):
                 back[index] = worker
             elif worker is not None:
                 unchanged += 1
-        dead = sched.launcher.poll(role)
+        dead = c.launcher.poll(role)
         if len(back) == len(state.workers) and not dead:
             break
-        if unchanged == len(state.workers) and not dead and not preempted(sched.launcher, role):
+        if unchanged == len(state.workers) and not dead and not preempted(c.launcher, role):
             return [w.id for w in state.workers]  # nothing happened to the role
         final = {i: e for i, e in dead.items() if not e.preempted and i not in back}
         if final and not any(e.preempted for e in dead.values()):
             index, exit_ = sorted(final.items())[0]
-            raise sched._watch.failure(f"{role}/{index}", exit_, role, index, "while coming back")
+            raise c.watch.failure(f"{role}/{index}", exit_, role, index, "while coming back")
         now = time.monotonic()
         if now >= deadline:
-            reason = sched.launcher.pending_reason(role)
+            reason = c.launcher.pending_reason(role)
             raise WorkerTimeoutError(
                 role,
                 timeout,
@@ -60,27 +58,27 @@ def wait_role(sched: Scheduler, role: str, timeout: float | None = None) -> list
                 f"{timeout:.0f}s" + (f"; backend says: {reason}" if reason else ""),
             )
         if now >= next_reason:
-            reason = sched.launcher.pending_reason(role)
+            reason = c.launcher.pending_reason(role)
             if reason and reason != last_reason:
-                sched.progress(f"waiting for {role} to come back: {reason}")
+                c.progress(f"waiting for {role} to come back: {reason}")
                 last_reason = reason
             next_reason = now + 1.0
         time.sleep(0.05)
-    with sched._lock:
+    with c.lock:
         state.workers = [back[i] for i in range(len(state.workers))]
         for worker in state.workers:
-            sched.monitor.forget(worker.id)
-            sched._table.unrestartable.pop(worker.id, None)
-        sched._table.add_workers(state.workers)
+            c.monitor.forget(worker.id)
+            c.table.unrestartable.pop(worker.id, None)
+        c.table.add_workers(state.workers)
         state.engines.clear()
-        if sched.launcher.preemption is not None:
-            sched.launcher.preemption.mark_returned(role)
-        sched._rendezvous(role, state.workers)
-    hook = sched._restart_hooks.get(role)
+        if c.launcher.preemption is not None:
+            c.launcher.preemption.mark_returned(role)
+        give_rendezvous(c, role, state.workers)
+    hook = c.restart_hooks.get(role)
     for worker in state.workers:
         if hook is not None:
-            hook(sched, worker.id)
-    sched.progress(f"{role} is back: {len(state.workers)} worker(s), new generation")
+            hook(worker.id)
+    c.progress(f"{role} is back: {len(state.workers)} worker(s), new generation")
     return [w.id for w in state.workers]
 
 

@@ -7,7 +7,7 @@ import asyncio
 import logging
 from typing import Any
 
-from corral.calls import Caller
+from corral.controller.caller import Caller
 from corral.errors import (
     SchedulerError,
     WorkerConfigurationError,

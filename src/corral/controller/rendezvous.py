@@ -1,7 +1,8 @@
-"""The torch.distributed variables of a role's workers."""
+"""The torch.distributed variables of a role's workers, and handing them over."""
 
 from __future__ import annotations
 
+from corral.controller.parts import ControllerParts
 from corral.spec import Worker
 
 
@@ -18,3 +19,15 @@ def rendezvous_envs(workers: list[Worker], master: tuple[str, int] | None) -> li
             env.update(MASTER_ADDR=master[0], MASTER_PORT=str(master[1]))
         envs.append(env)
     return envs
+
+
+def give_rendezvous(
+    c: ControllerParts, role: str, workers: list[Worker], only: list[int] | None = None
+) -> None:
+    """Give each worker its torch.distributed variables (``only``: just these ranks)."""
+    master = c.launcher.rendezvous_master(role, workers)
+    pairs = list(zip(workers, rendezvous_envs(workers, master), strict=True))
+    if only is not None:
+        pairs = [pairs[i] for i in only]
+    pairs = [(w, env) for w, env in pairs if not w.foreign]  # corral.foreign: its own API
+    c.io.run(c.caller.acall_all([(w, "/set_env", {"env": env}) for w, env in pairs]))

@@ -20,9 +20,9 @@ import time
 from collections.abc import Callable
 
 from corral import identity, keys
+from corral.controller.run_lease import Lease, registered_workers
 from corral.discovery import NameResolve
 from corral.procs import pid_alive
-from corral.runs import Lease, registered_workers
 
 log = logging.getLogger("corral")
 EXIT_WAIT_SECONDS = 3.0

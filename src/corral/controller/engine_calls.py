@@ -1,0 +1,92 @@
+"""The engine half of the public API: create engines on workers, call their methods
+(sync and async, with AReaL's call options), set a worker's environment, configure it.
+Every request goes through the controller's one call path (``corral.controller.caller``);
+``Scheduler`` holds the docstrings of the public methods."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from corral.controller.caller import CallOptions, engine_call
+from corral.controller.launch import worker
+from corral.controller.parts import ControllerParts
+from corral.foreign import refusal
+from corral.spec import Worker, engine_import_path
+
+
+async def create_engine(
+    c: ControllerParts, worker_id: str, engine: Any, engine_name: str | None, args: tuple,
+    kwargs: dict,
+) -> None:  # fmt: skip
+    target = worker(c, worker_id)
+    if target.foreign:
+        raise refusal(target, "create_engine")
+    payload = {
+        "engine": engine_import_path(engine),
+        "engine_name": engine_name,
+        "args": list(args),
+        "kwargs": kwargs,
+    }
+    name = await c.caller.acall(target, "/create_engine", payload, retries=1)
+    state = c.table.roles.get(target.role)  # None: a multi-node instance's member
+    if state is not None:
+        state.engines.setdefault(target.id, set()).add(name)
+
+
+async def set_worker_env(c: ControllerParts, worker_id: str, env: dict[str, str]) -> None:
+    target = worker(c, worker_id)
+    if target.foreign:
+        raise refusal(target, "set_worker_env")
+    await c.caller.acall(target, "/set_env", {"env": {str(k): str(v) for k, v in env.items()}})
+
+
+def configure_worker(
+    c: ControllerParts, worker_id: str, config: Any, role: str | None, rank: int | None,
+    known: Worker | None = None,
+) -> None:  # fmt: skip
+    target = known or worker(c, worker_id)
+    if target.foreign:
+        raise refusal(target, "configure_worker")
+    c.caller.call(
+        target, "/configure", {"config": config, "role": role or target.role, "rank": rank}
+    )
+
+
+def call_engine(
+    c: ControllerParts,
+    worker_id: str,
+    method: str,
+    engine_name: str | None = None,
+    *args: Any,
+    rpc_meta: dict[str, Any] | None = None,
+    http_timeout: float | None = None,
+    max_retries: int | None = None,
+    retry_delay: float | None = None,
+    **kwargs: Any,
+) -> Any:
+    target = worker(c, worker_id)
+    if target.foreign:
+        raise refusal(target, "call_engine")
+    call = CallOptions.resolve(rpc_meta, http_timeout, max_retries, retry_delay)
+    payload = engine_call(method, engine_name, args, kwargs, call)
+    return c.caller.call_engine(target, method, payload, call)
+
+
+async def async_call_engine(
+    c: ControllerParts,
+    worker_id: str,
+    method: str,
+    engine_name: str | None = None,
+    *args: Any,
+    rpc_meta: dict[str, Any] | None = None,
+    http_timeout: float | None = None,
+    max_retries: int | None = None,
+    retry_delay: float | None = None,
+    **kwargs: Any,
+) -> Any:
+    target = worker(c, worker_id)
+    if target.foreign:
+        raise refusal(target, "async_call_engine")
+    call = CallOptions.resolve(rpc_meta, http_timeout, max_retries, retry_delay)
+    payload = engine_call(method, engine_name, args, kwargs, call)
+    return await c.caller.acall_engine(target, method, payload, call)
