@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 import pytest
 
 from corral import BaseExperimentConfig
-from corral.procs import pid_alive  # noqa: F401  (re-exported for the tests)
 from corral.controller.scheduler import Scheduler
+from corral.procs import pid_alive  # noqa: F401  (re-exported for the tests)
 from corral.spec import Worker
 
 

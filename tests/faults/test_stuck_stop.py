@@ -15,8 +15,8 @@ import time
 import pytest
 
 from corral import BaseExperimentConfig, Job, LocalScheduler
-from corral.procs import pid_alive
 from corral.controller.run_lease import read_lease
+from corral.procs import pid_alive
 
 ECHO = "corral.testing.engines.EchoEngine"
 GONE_WITHIN = 30.0  # generous: only "it exits at all" is asserted, not how fast

@@ -14,8 +14,8 @@ from corral.backends.ray_placement import infeasible
 from corral.backends.slurm import requeue_count
 from corral.backends.slurm_cluster import Partition, fit_problem, never_clears
 from corral.controller.health_monitor import HealthMonitor
-from corral.launcher import WorkerExit
 from corral.controller.run_lease import Lease
+from corral.launcher import WorkerExit
 
 INV = {"debug": Partition("debug", {f"node{i}": 4 for i in range(1, 5)}, default=True)}
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from corral.backends.slurm_layout import plan_layout
-from corral.errors import ConfigError, GPURequestError
 from corral.controller.multinode_instances import head_of, start_instances
+from corral.errors import ConfigError, GPURequestError
 from corral.multinode import (
     Instance,
     check_multinode,

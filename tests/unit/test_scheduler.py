@@ -101,8 +101,8 @@ def test_a_dry_run_scheduler_asks_the_launcher_for_nothing(tmp_path, capsys):
 
 
 def test_a_scheduler_that_cannot_start_closes_the_launcher_it_was_given(tmp_path):
-    from corral.errors import ConfigError
     from corral.controller.scheduler import Scheduler
+    from corral.errors import ConfigError
 
     closed = []
 

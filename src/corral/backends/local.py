@@ -14,12 +14,12 @@ from typing import Any
 from corral import identity
 from corral import options as opts
 from corral.config import cluster_field
+from corral.controller.scheduler import Scheduler
 from corral.errors import ConfigError, GPURequestError, SchedulerError
 from corral.foreign import ServedAt
 from corral.launcher import Launcher, LaunchRequest, WorkerExit, env_lines
 from corral.logs import LogPump, replica_log_path
 from corral.procs import AdoptedProcess, describe_returncode, spawn, stop_process_groups
-from corral.controller.scheduler import Scheduler
 from corral.spec import NormalizedJob, SchedulingSpec
 from corral.worker import env as E
 from corral.worker.args import args_from_env, command_argv, free_ports

@@ -70,12 +70,12 @@ from corral.backends.ray_support import (  # name_prefix, apply_quiet_env: impor
     name_prefix,
 )
 from corral.backends.ray_teardown import RayTeardown
+from corral.controller.scheduler import Scheduler
 from corral.errors import ConfigError, PlacementError, WorkerCreationError
 from corral.launcher import Launcher, LaunchRequest, WorkerExit, env_lines
 from corral.logs import replica_log_path
 from corral.multinode import per_node
 from corral.resources import ray_extra_resources, unknown_ray_resources
-from corral.controller.scheduler import Scheduler
 from corral.spec import NormalizedJob, Worker
 from corral.worker import env as E
 from corral.worker.args import command_argv

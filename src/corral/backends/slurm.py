@@ -67,11 +67,11 @@ from corral.backends.slurm_stop import SlurmStop
 from corral.backends.slurm_watch import SlurmWatch
 from corral.config import cluster_field
 from corral.controller.dryrun import job_of
+from corral.controller.scheduler import Scheduler
 from corral.errors import ConfigError, PlacementError
 from corral.launcher import Launcher, LaunchRequest
 from corral.paths import TrialPaths, check_dir, exit_code_path, replica_exit_files
 from corral.safedirs import make_private_subdir, write_private
-from corral.controller.scheduler import Scheduler
 from corral.spec import NormalizedJob, normalize_job
 from corral.worker import env as E
 
