@@ -320,7 +320,7 @@ class LocalScheduler(Scheduler):
         if not declared and self.launcher.devices:
             # AReaL: this machine is the node and its GPUs are gpu_devices (none declared:
             # the cluster config's figure stands)
-            self._n_gpus_per_node = len(self.launcher.devices)
+            self.n_gpus_per_node = len(self.launcher.devices)
 
     @property
     def gpu_devices(self) -> list[int]:

@@ -56,6 +56,9 @@ class ControllerParts:
     outlive: float
     """Seconds the workers outlive their controller (0: they exit with it)."""
     progress: Callable[[str], None]
+    n_gpus_per_node: int
+    """GPUs of a node, as the checks count them: the settings' figure, or the backend's
+    own (LocalScheduler: its devices, as in AReaL)."""
     dry_run: bool
     """Start, connect to and write nothing; ``create_workers`` prints the plan."""
     # ---- the backend and the roles
@@ -85,10 +88,6 @@ class ControllerParts:
     @property
     def startup_timeout(self) -> float:
         return self.settings.startup_timeout
-
-    @property
-    def n_gpus_per_node(self) -> int:
-        return self.settings.n_gpus_per_node
 
     @property
     def exp_config(self) -> Any:

@@ -117,7 +117,7 @@ class Scheduler:
     exp_config = _FromParts("exp_config")
     experiment_name = _FromParts("experiment")
     trial_name = _FromParts("trial")
-    n_gpus_per_node = _FromParts("n_gpus_per_node")
+    n_gpus_per_node = _FromParts("n_gpus_per_node", settable=True)
     startup_timeout = _FromParts("startup_timeout")
     health_check_interval = _FromParts("settings.health_check_interval")
     enable_tms_offload = _FromParts("settings.enable_tms_offload")

@@ -129,6 +129,7 @@ def wire(
         lease_timeout=lease_timeout,
         outlive=outlive,
         progress=progress,
+        n_gpus_per_node=settings.n_gpus_per_node,
         dry_run=dry_run,
         launcher=launcher,
         table=table,
