@@ -72,13 +72,8 @@ class CuttingProxy(LoopbackServer):
 def sockets_only(sched, address: str) -> None:
     """Send large bodies to ``address`` over the socket, so a proxy there sees (and can cut)
     them: on one host they would otherwise travel through shared memory."""
-    calls = getattr(sched, "_calls", None)
-    for client in (
-        getattr(sched, "_client", None),
-        getattr(sched, "_async_client", None),
-        getattr(calls, "client", None),
-        getattr(calls, "async_client", None),
-    ):
+    caller = sched.parts.caller
+    for client in (caller.client, caller.async_client):
         peers = getattr(client, "shm", None)
         if peers is not None:
             peers.remote.add(address)
