@@ -19,21 +19,12 @@ from pathlib import Path
 import pytest
 
 from corral.backends.options import SlurmOptions
-from corral.backends.sbatch import (
-    RESERVED_ENV,
-    SbatchParams,
-    check_container,
-    check_homogeneous,
-    exit_code_path,
-    merged_log_path,
-    plan_layout,
-    render_sbatch_script,
-    render_task_script,
-    replica_log_path,
-    role_log_path,
-    sbatch_log_path,
-)
+from corral.backends.slurm.batch_params import RESERVED_ENV, SbatchParams, check_container
+from corral.backends.slurm.batch_script import render_sbatch_script, render_task_script
+from corral.backends.slurm.job_files import exit_code_path, sbatch_log_path
+from corral.backends.slurm.layout import check_homogeneous, plan_layout
 from corral.errors import ConfigError
+from corral.paths import merged_log_path, replica_log_path, role_log_path
 from corral.spec import SchedulingSpec
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
