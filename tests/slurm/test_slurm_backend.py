@@ -226,6 +226,40 @@ def test_role_over_two_nodes_gets_distinct_hosts_and_gpus_by_local_id(make, lab)
 
 
 @pytest.mark.slurm
+def test_corral_stop_cancels_a_dead_controllers_jobs_through_the_registry(lab, tmp_path):
+    """``corral stop`` asks the backend registry (corral.backends.stop_trial_leftovers):
+    the Slurm entry cancels the trial's jobs (named experiment:trial:role), and only
+    those."""
+    from corral.backends import stop_trial_leftovers
+
+    trial = f"stop{uuid.uuid4().hex[:6]}"
+
+    def submit(name: str) -> str:
+        out = subprocess.run(
+            ["sbatch", "--parsable", "-J", name, "-o", "/dev/null", "--wrap", "sleep 300"],
+            capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        return out.stdout.strip().split(";")[0]
+
+    mine, other = submit(f"leftover:{trial}:role"), submit(f"leftover:{trial}x:role")
+    try:
+        assert stop_trial_leftovers("leftover", trial) == [f"cancelled Slurm job {mine}"]
+
+        def state(job_id: str) -> str:
+            return subprocess.run(
+                ["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True
+            ).stdout.split("JobState=")[-1].split()[0]  # fmt: skip
+
+        deadline = time.monotonic() + 30  # a running job passes through COMPLETING
+        while state(mine) != "CANCELLED" and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert state(mine) == "CANCELLED"
+        assert state(other) in ("PENDING", "RUNNING")
+    finally:
+        subprocess.run(["scancel", mine, other], capture_output=True)
+
+
+@pytest.mark.slurm
 def test_scancel_from_outside_gives_worker_failed_naming_cancelled(make):
     """Named CANCELLED whatever code the worker's own stop returned: that code differs
     between clusters (143 here, 1 where the process tracking also signals the batch

@@ -10,7 +10,9 @@ from corral.spec import Worker
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "corral"
 #: a Slurm variable (SLURM_PROCID, SLURMD_NODENAME), or a Slurm command as a program name
-SLURM_WORDS = re.compile(r"\bSLURMD?_[A-Z_]+\b|[\"'](?:squeue|sbatch|scancel|scontrol|sinfo|srun)[\"']")
+SLURM_WORDS = re.compile(
+    r"\bSLURMD?_[A-Z_]+\b|[\"'](?:squeue|sbatch|scancel|scontrol|sinfo|srun)[\"']"
+)
 
 
 def _core_files() -> list[Path]:

@@ -639,7 +639,7 @@ def test_task_script_tells_the_worker_its_index_and_node_in_corral_variables(tmp
     and node name come from those."""
     probe = (
         f"{sys.executable} -c 'from corral.worker import env; "
-        'print(env.WorkerSettings.from_env().index, env.node_name())\''
+        "print(env.WorkerSettings.from_env().index, env.node_name())'"
     )
     spec = SchedulingSpec(cpu=1, gpu=0, mem=1, cmd=probe)
     params = make_params(
