@@ -158,7 +158,7 @@ def check_env(name: str, env: Mapping[str, str], *, allow_corral: bool) -> dict[
             raise ConfigError(
                 f"{name}[{key!r}]",
                 value,
-                "remove it: each task's worker computes its index as "
+                "remove it: each task's script sets it to "
                 "CORRAL_INDEX_OFFSET + SLURM_PROCID (set index_offset instead)",
             )
         if key in RESERVED_ENV and not allow_corral:
