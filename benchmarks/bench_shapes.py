@@ -152,7 +152,7 @@ def _ray(ctx: Context, trainers: int) -> list[Row]:
 def _slurm(ctx: Context) -> list[Row]:
     import bench_slurm
 
-    from corral.backends.slurm import SlurmScheduler
+    from corral.backends.slurm.scheduler import SlurmScheduler
 
     hold_lock(ctx, bench_slurm.CLUSTER_LOCK, "slurm")
     gpus = bench_slurm.GPUS_PER_NODE

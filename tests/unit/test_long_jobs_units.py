@@ -11,8 +11,8 @@ import time
 import pytest
 
 from corral.backends.ray_placement import infeasible
-from corral.backends.slurm import requeue_count
-from corral.backends.slurm_cluster import Partition, fit_problem, never_clears
+from corral.backends.slurm.inventory import Partition, fit_problem, never_clears
+from corral.backends.slurm.job_files import requeue_count
 from corral.health import HealthMonitor
 from corral.launcher import WorkerExit
 from corral.runs import Lease

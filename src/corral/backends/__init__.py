@@ -17,8 +17,26 @@ from corral.errors import ConfigError
 BACKENDS: dict[str, str] = {
     "local": "corral.backends.local:LocalScheduler",
     "ray": "corral.backends.ray:RayScheduler",
-    "slurm": "corral.backends.slurm:SlurmScheduler",
+    "slurm": "corral.backends.slurm.scheduler:SlurmScheduler",
 }
+
+
+#: name -> "module:function(experiment, trial) -> list[str]": what ``corral stop`` asks a
+#: backend to remove of a trial whose controller is gone (one printable line per thing
+#: removed). A backend with nothing to remove from outside a controller has no line.
+TRIAL_LEFTOVERS: dict[str, str] = {
+    "slurm": "corral.backends.slurm.leftover_jobs:stop_trial_leftovers",
+}
+
+
+def stop_trial_leftovers(experiment: str, trial: str) -> list[str]:
+    """Ask every backend of :data:`TRIAL_LEFTOVERS` to remove what a trial left; their
+    lines, in the table's order."""
+    lines: list[str] = []
+    for target in TRIAL_LEFTOVERS.values():
+        module, _, function = target.partition(":")
+        lines += getattr(importlib.import_module(module), function)(experiment, trial)
+    return lines
 
 
 def backend_names() -> tuple[str, ...]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import subprocess
 from dataclasses import dataclass
 
-from corral.paths import TrialPaths
+from corral.backends.slurm.job_files import JobFiles
 from corral.procs import spawn
 
 
@@ -28,7 +28,7 @@ class Place:
 
 
 def place_path(log_dir: str, role: str, index: int) -> str:
-    return TrialPaths.at(log_dir).place_file(role, index)
+    return JobFiles(log_dir).place_file(role, index)
 
 
 def read_place(log_dir: str, role: str, index: int) -> Place | None:

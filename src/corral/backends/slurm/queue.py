@@ -1,26 +1,25 @@
-"""What Slurm says about jobs: the job states corral tells apart, the one batched
-``squeue``/``scontrol`` query per poll (cached briefly, and patient through a slurmctld
-outage), the commands' runner, and the ending of a job read from its logs."""
+"""What Slurm's queue says about jobs: the job states corral tells apart, and the one
+batched ``squeue``/``scontrol`` query per poll (cached briefly, and patient through a
+slurmctld outage)."""
 
 from __future__ import annotations
 
 import logging
 import re
-import shutil
-import subprocess
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from corral.backends.slurm.commands import (
+    QUERY_TIMEOUT_SECONDS,
+    run_command,
+    slurmctld_unreachable,
+)
 from corral.errors import SchedulerError
 
 log = logging.getLogger("corral")
 
 SQUEUE_CACHE_SECONDS = 0.5
-STOP_TIMEOUT_SECONDS = 60.0
-COMMAND_TIMEOUT_SECONDS = 60.0
-GRACEFUL_STOP_SECONDS = 5.0
-QUERY_TIMEOUT_SECONDS = 3.0
 OUTAGE_RETRY_SECONDS = 5.0
 
 # ------------------------------------------------------------------ job states --
@@ -92,45 +91,6 @@ def parse_exit_code(text: str | None) -> int | None:
     return -sig if sig else code
 
 
-# ---------------------------------------------------------------- commands --
-def _require(command: str) -> str:
-    path = shutil.which(command)
-    if path is None:
-        raise SchedulerError(
-            f"{command} not found: is this a Slurm login node? Install the Slurm client "
-            "commands or put them on PATH."
-        )
-    return path
-
-
-def _run(
-    argv: list[str], timeout: float = COMMAND_TIMEOUT_SECONDS, umask: int = -1
-) -> subprocess.CompletedProcess:
-    _require(argv[0])
-    try:
-        return subprocess.run(
-            argv,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            stdin=subprocess.DEVNULL,
-            umask=umask,
-        )
-    except subprocess.TimeoutExpired:
-        raise SchedulerError(
-            f"{' '.join(argv)} did not answer within {timeout:.0f}s: is slurmctld reachable?"
-        ) from None
-
-
-def _unreachable(stderr: str) -> bool:
-    """slurmctld did not answer (as opposed to refusing the request)."""
-    text = stderr.lower()
-    return any(
-        word in text
-        for word in ("unable to contact slurm controller", "connection refused", "timed out")
-    )
-
-
 @dataclass
 class JobState:
     state: str
@@ -139,21 +99,6 @@ class JobState:
     nodes: str = ""
     completing: bool = False
     """Still COMPLETING (processes being killed); ``state`` is then the base state."""
-
-
-@dataclass
-class RoleJob:
-    """One sbatch job of a role: the role's first job, or one that restarted a replica."""
-
-    job_id: str
-    indices: list[int]
-    """The replicas this job runs now (a restarted replica moves to its own job)."""
-    log_dir: str
-    script: str
-    seen_active: bool = False
-    requeues_seen: int = 0
-    exits_seen: set[int] = field(default_factory=set)
-    """Replicas whose exit file was seen (the job's state is looked up afresh for a new one)."""
 
 
 class SlurmQueue:
@@ -222,11 +167,11 @@ class SlurmQueue:
 
     @staticmethod
     def _squeue(job_ids: list[str]) -> dict[str, JobState]:
-        r = _run(
+        r = run_command(
             ["squeue", "-h", "-t", "all", "-j", ",".join(job_ids), "-o", "%i|%T|%r|%N"],
             timeout=QUERY_TIMEOUT_SECONDS,
         )
-        if r.returncode != 0 and _unreachable(r.stderr):
+        if r.returncode != 0 and slurmctld_unreachable(r.stderr):
             raise SchedulerError(f"squeue: {r.stderr.strip()}")
         if r.returncode != 0:
             if "Invalid job id" in r.stderr:
@@ -243,7 +188,9 @@ class SlurmQueue:
     @staticmethod
     def _scontrol(job_id: str) -> JobState | None:
         try:
-            r = _run(["scontrol", "show", "job", "-o", job_id], timeout=QUERY_TIMEOUT_SECONDS)
+            r = run_command(
+                ["scontrol", "show", "job", "-o", job_id], timeout=QUERY_TIMEOUT_SECONDS
+            )
         except SchedulerError:
             return None
         if r.returncode != 0:
@@ -257,57 +204,3 @@ class SlurmQueue:
             parse_exit_code(fields.get("ExitCode")),
             fields.get("NodeList", ""),
         )
-
-
-_STEPD_END_RE = re.compile(r"\*\*\* JOB (\d+) ON \S+ (CANCELLED|DUE TO [A-Z ]+?) AT ")
-_STEPD_REASONS = {
-    "CANCELLED": "CANCELLED",
-    "DUE TO TIME LIMIT": "TIMEOUT",
-    "DUE TO NODE FAILURE": "NODE_FAIL",
-    "DUE TO PREEMPTION": "PREEMPTED",
-    "DUE TO JOB REQUEUE": "REQUEUED",
-}
-
-
-def requeue_count(log_path: str, job_id: str) -> int:
-    """How many times slurmstepd wrote that job ``job_id`` was requeued or preempted."""
-    try:
-        with open(log_path, errors="replace") as fh:
-            text = fh.read()
-    except OSError:
-        return 0
-    return len(
-        re.findall(
-            rf"\*\*\* JOB {re.escape(job_id)} ON \S+ CANCELLED AT \S+ DUE TO "
-            r"(?:JOB REQUEUE|PREEMPTION)",
-            text,
-        )
-    )
-
-
-def ending_state_from_log(text: str, job_id: str) -> str | None:
-    """Why a job that is still COMPLETING ends, from slurmstepd's ``*** JOB <id> ON <node>
-    CANCELLED AT ...`` line in the batch log (Slurm itself says only COMPLETING)."""
-    for m in _STEPD_END_RE.finditer(text):
-        if m.group(1) == job_id:
-            return _STEPD_REASONS.get(m.group(2), m.group(2))
-    return None
-
-
-def _read_exit_file(path: str) -> int | None:
-    try:
-        with open(path) as fh:
-            return int(fh.read().strip())
-    except (OSError, ValueError):
-        return None
-
-
-def _describe_code(code: int) -> str:
-    if code > 128:
-        import signal
-
-        try:
-            return f"killed by {signal.Signals(code - 128).name} (exit status {code})"
-        except ValueError:
-            pass
-    return f"exited with code {code}"

@@ -2,7 +2,7 @@
 
 Pure text generation: nothing here starts a process or touches the filesystem. What a
 script depends on (:class:`SbatchParams`) and the checks of each value are in
-:mod:`corral.backends.sbatch_params` (its :func:`check_container`, which only checks that
+:mod:`corral.backends.slurm.batch_params` (its :func:`check_container`, which only checks that
 a container image exists, is the one piece with I/O).
 
 The generated job is one ``sbatch`` allocation per role with one ``srun`` step that
@@ -18,8 +18,10 @@ starts one task per replica. Each task runs a small bash script
   appended to ``<log_dir>/<role>.log`` and ``<log_dir>/merged.log``,
 * writes the worker's exit code to ``<log_dir>/<role>/<index>.exit`` and exits with it.
 
-The worker index is ``CORRAL_INDEX_OFFSET + SLURM_PROCID``; the worker computes it from
-the environment itself, the task script only needs it to name the log file.
+The worker index is ``CORRAL_INDEX_OFFSET + SLURM_PROCID``: the task script computes it
+(to name the log file) and exports it as ``CORRAL_INDEX``, and the node's name
+(``SLURMD_NODENAME``) as ``CORRAL_NODE``. The worker reads only those CORRAL_* variables:
+what Slurm says to a task is this script's to translate.
 """
 
 from __future__ import annotations
@@ -27,45 +29,21 @@ from __future__ import annotations
 import json
 import shlex
 
-from corral.backends import slurm_members as members
-from corral.backends.sbatch_params import (  # the parameters stay importable from here
-    _SIGNAL_RE,
-    RESERVED_ENV,
+from corral.backends.slurm import members
+from corral.backends.slurm.batch_params import (
+    SIGNAL_RE,
     SbatchParams,
-    _check_env,
-    _check_path,
-    _directive_value,
-    _name_resolve_json,
-    check_container,
+    check_env,
+    check_path,
+    directive_value,
+    name_resolve_json,
 )
-from corral.backends.slurm_layout import SlurmLayout, check_homogeneous, plan_layout
+from corral.backends.slurm.job_files import sbatch_log_path
 from corral.errors import ConfigError
-from corral.paths import (
-    exit_code_path,
-    merged_log_path,
-    replica_log_path,
-    role_log_path,
-    sbatch_log_path,
-)
+from corral.paths import merged_log_path, role_log_path
 from corral.resources import slurm_directives
 from corral.spec import CONTAINER_TYPES, validate_role_name
 from corral.worker import env as E
-
-__all__ = [
-    "RESERVED_ENV",
-    "SbatchParams",
-    "SlurmLayout",
-    "check_container",
-    "check_homogeneous",
-    "exit_code_path",
-    "merged_log_path",
-    "plan_layout",
-    "render_sbatch_script",
-    "render_task_script",
-    "replica_log_path",
-    "role_log_path",
-    "sbatch_log_path",
-]
 
 
 def _contract_args(p: SbatchParams) -> str:
@@ -133,12 +111,13 @@ def _q(word: object) -> str:
 def render_task_script(params: SbatchParams) -> str:
     """The bash script each srun task runs (``bash -c '<this>'``).
 
-    It reads SLURM_PROCID, SLURM_LOCALID, CORRAL_INDEX_OFFSET and, if Slurm set it,
-    CUDA_VISIBLE_DEVICES (the node's GPUs of this job); everything else is literal.
+    It reads SLURM_PROCID, SLURM_LOCALID, SLURMD_NODENAME, CORRAL_INDEX_OFFSET and, if
+    Slurm set it, CUDA_VISIBLE_DEVICES (the node's GPUs of this job); everything else is
+    literal. It exports CORRAL_INDEX and CORRAL_NODE for the worker.
     Worker stdout+stderr go only to the three log files.
     """
     role = validate_role_name(params.role)
-    log_dir = _check_path("log_dir", params.log_dir)
+    log_dir = check_path("log_dir", params.log_dir)
     layout = params.layout()
     k = layout.nodes_per_worker
     gpus = layout.gpus_per_task
@@ -149,9 +128,14 @@ def render_task_script(params: SbatchParams) -> str:
 
     lines = ["set -u", "export PYTHONUNBUFFERED=1"]
     if k == 1:
-        lines.append("corral_index=$(( ${CORRAL_INDEX_OFFSET:-0} + ${SLURM_PROCID:-0} ))")
-    else:  # a multi-node instance: its worker, or a member (backends/slurm_members.py)
+        lines += [
+            "corral_index=$(( ${CORRAL_INDEX_OFFSET:-0} + ${SLURM_PROCID:-0} ))",
+            'export CORRAL_INDEX="$corral_index"',
+        ]
+    else:  # a multi-node instance: its worker, or a member (backends/slurm/members.py)
         lines += members.task_lines(role, log_dir, k, _q)
+    # the worker's node, as Slurm names it (LOCAL_RANK counts the workers of one node)
+    lines.append(f'export {E.NODE}="${{SLURMD_NODENAME:-$(hostname)}}"')
     if gpus > 0:
         # GPUs LOCALID*g .. LOCALID*g+g-1 of this node. When Slurm exported the job's
         # GPUs on this node (e.g. "2,3" on a node another job also uses), pick from
@@ -231,8 +215,8 @@ def render_sbatch_script(params: SbatchParams) -> str:
     role = validate_role_name(p.role)
     p.options.checked()
     layout = p.layout()
-    log_dir = _check_path("log_dir", p.log_dir)
-    job_name = _directive_value("job_name", p.job_name)
+    log_dir = check_path("log_dir", p.log_dir)
+    job_name = directive_value("job_name", p.job_name)
     if (
         isinstance(p.index_offset, bool)
         or not isinstance(p.index_offset, int)
@@ -250,8 +234,8 @@ def render_sbatch_script(params: SbatchParams) -> str:
     for name, value in (("experiment", p.experiment), ("trial", p.trial)):
         if not isinstance(value, str) or not value:
             raise ConfigError(name, value, "use a non-empty str")
-    spec_env = _check_env("SchedulingSpec.env_vars", p.spec.env_vars, allow_corral=False)
-    extra_env = _check_env("env", p.env, allow_corral=True)
+    spec_env = check_env("SchedulingSpec.env_vars", p.spec.env_vars, allow_corral=False)
+    extra_env = check_env("env", p.env, allow_corral=True)
     if extra_env.get(E.ROLE, role) != role:
         raise ConfigError(
             f"env[{E.ROLE!r}]", extra_env[E.ROLE], f"must match role={role!r} or be left out"
@@ -274,7 +258,7 @@ def render_sbatch_script(params: SbatchParams) -> str:
         directives.append(f"--gres=gpu:{layout.gpus_per_node}")
     directives.append("--requeue" if p.requeue else "--no-requeue")
     if p.signal is not None:
-        if not isinstance(p.signal, str) or not _SIGNAL_RE.match(p.signal):
+        if not isinstance(p.signal, str) or not SIGNAL_RE.match(p.signal):
             raise ConfigError(
                 "signal", p.signal, 'use a Slurm --signal value such as "USR1@60" or "TERM@120"'
             )
@@ -289,9 +273,9 @@ def render_sbatch_script(params: SbatchParams) -> str:
     nodelist = o.nodelist if o.nodelist is not None else p.spec.nodelist
     exclude = o.exclude if o.exclude is not None else p.spec.exclude
     if nodelist:
-        directives.append(f"--nodelist={_directive_value('nodelist', nodelist)}")
+        directives.append(f"--nodelist={directive_value('nodelist', nodelist)}")
     if exclude:
-        directives.append(f"--exclude={_directive_value('exclude', exclude)}")
+        directives.append(f"--exclude={directive_value('exclude', exclude)}")
     directives += o.sbatch_directives
 
     ctype, image, mount = p.resolved_container()
@@ -306,7 +290,7 @@ def render_sbatch_script(params: SbatchParams) -> str:
         E.EXPERIMENT: _q(p.experiment),
         E.TRIAL: _q(p.trial),
         E.ROLE: _q(role),
-        E.NAME_RESOLVE: _q(_name_resolve_json(p.name_resolve)),
+        E.NAME_RESOLVE: _q(name_resolve_json(p.name_resolve)),
         E.SECRET_FILE: _q(p.secret_file),
         E.INDEX_OFFSET: str(p.index_offset),
         E.LEASE_TIMEOUT: repr(lease),

@@ -1,50 +1,72 @@
 """Watching a role's Slurm jobs: which replicas died (their exit files, else the job's
-state), why the role still waits, and a queue reason that can never clear."""
+state), why the role still waits, and a queue reason that can never clear
+(:class:`JobWatch`, the launcher's ``poll``, ``pending_reason`` and ``hopeless``)."""
 
 from __future__ import annotations
 
 import os
 
-from corral.backends.slurm_cluster import never_clears
-from corral.backends.slurm_members import member_exits
-from corral.backends.slurm_queue import (
+from corral.backends.slurm.commands import run_command
+from corral.backends.slurm.inventory import ClusterFacts
+from corral.backends.slurm.job_files import (
+    describe_exit_code,
+    ending_state_from_log,
+    exit_code_path,
+    read_exit_file,
+    sbatch_log_path,
+)
+from corral.backends.slurm.jobs import RoleJob, RoleJobs
+from corral.backends.slurm.members import member_exits
+from corral.backends.slurm.queue import (
     ACTIVE,
     ENDED,
     PENDING,
     JobState,
-    RoleJob,
-    _describe_code,
-    _read_exit_file,
-    _run,
+    SlurmQueue,
     classify_state,
     describe_state,
-    ending_state_from_log,
     normalize_state,
 )
-from corral.backends.slurm_steps import step_failure
+from corral.backends.slurm.requeues import requeue_reason
+from corral.backends.slurm.restart_step import step_failure
 from corral.launcher import WorkerExit
 from corral.multinode import nodes_of
-from corral.paths import exit_code_path, replica_log_path, sbatch_log_path
+from corral.paths import replica_log_path
 
 
-class SlurmWatch:
-    """Mixin of SlurmLauncher: ``poll``, ``pending_reason`` and ``hopeless`` (uses
-    ``self._jobs``, ``self._steps``, ``self.queue``, ``self.requeue``, ``self._lock``)."""
+class JobWatch:
+    """Which replicas of a role died and why, from the jobs in ``jobs``, the exit files
+    their tasks write and the job states ``queue`` reads; ``cluster`` names queue reasons
+    that never clear."""
 
-    def _states(self) -> dict[str, JobState]:
-        with self._lock:
-            ids = [j.job_id for jobs in self._jobs.values() for j in jobs if j.indices]
+    def __init__(
+        self,
+        jobs: RoleJobs,
+        queue: SlurmQueue,
+        cluster: ClusterFacts,
+        *,
+        requeue: bool,
+        n_gpus_per_node: int,
+    ) -> None:
+        self.jobs = jobs
+        self.queue = queue
+        self.cluster = cluster
+        self.requeue = requeue
+        self.n_gpus_per_node = n_gpus_per_node
+
+    def states(self) -> dict[str, JobState]:
+        """What Slurm says of every job that still runs a replica (one squeue for all)."""
+        ids = self.jobs.live_ids()
         return self.queue.states(ids) if ids else {}
 
     def _live_jobs(self, role: str) -> tuple[list[RoleJob], dict[str, JobState]]:
         """The role's jobs that still hold replicas, and what Slurm says of them."""
-        with self._lock:
-            jobs = [j for j in self._jobs.get(role, ()) if j.indices]
-        return jobs, (self._states() if jobs else {})
+        jobs = self.jobs.live(role)
+        return jobs, (self.states() if jobs else {})
 
     def poll(self, role: str) -> dict[int, WorkerExit]:
-        with self._lock:
-            jobs = [(j, list(j.indices)) for j in self._jobs.get(role, ())]
+        with self.jobs.lock:
+            jobs = [(j, list(j.indices)) for j in self.jobs.by_role.get(role, ())]
         dead: dict[int, WorkerExit] = {}
         states: dict[str, JobState] | None = None
         for job, indices in jobs:
@@ -52,10 +74,10 @@ class SlurmWatch:
                 continue
             mine: dict[int, WorkerExit] = {}
             for index in indices:
-                code = _read_exit_file(exit_code_path(job.log_dir, role, index, job.job_id))
+                code = read_exit_file(exit_code_path(job.log_dir, role, index, job.job_id))
                 if code is not None:
                     mine[index] = WorkerExit(
-                        _describe_code(code), code, replica_log_path(job.log_dir, role, index)
+                        describe_exit_code(code), code, replica_log_path(job.log_dir, role, index)
                     )
             k = self._nodes_per_worker(role)
             if k > 1:  # a dead member is its instance's death, named by its node
@@ -66,23 +88,23 @@ class SlurmWatch:
                 states = None
             if mine:
                 if states is None:
-                    states = self._states()
+                    states = self.states()
                 ended = slurm_ending(job, role, states.get(job.job_id))
                 if ended:  # the code its stop returned stays in the error (exit code N)
                     for index, exit_ in mine.items():
                         mine[index] = WorkerExit(ended, exit_.exit_code, exit_.log_path)
             if len(mine) < len(indices):
                 if states is None:
-                    states = self._states()
+                    states = self.states()
                 self._job_ended(role, job, indices, states, mine)
             if mine and self.requeue:
-                why = self._preemption(role, job)
+                why = requeue_reason(role, job)
                 if why:
                     for index in indices:
                         path = replica_log_path(job.log_dir, role, index)
                         mine[index] = WorkerExit(why, None, path, preempted=True)
             dead.update(mine)
-        for (step_role, index), proc in list(self._steps.items()):
+        for (step_role, index), proc in list(self.jobs.steps.items()):
             if step_role != role or index in dead:
                 continue
             why = step_failure(proc)
@@ -96,7 +118,7 @@ class SlurmWatch:
         return dead
 
     def _nodes_per_worker(self, role: str) -> int:
-        job = self._specs.get(role)
+        job = self.jobs.spec(role)
         return nodes_of(job.tasks[0], self.n_gpus_per_node) if job else 1
 
     def _job_ended(
@@ -169,9 +191,9 @@ class SlurmWatch:
             state = states.get(job.job_id)
             if state is None or normalize_state(state.state) != "PENDING":
                 continue
-            why = never_clears(state.reason, self._inventory)
+            why = self.cluster.never_clears(state.reason)
             if why:
-                _run(["scancel", job.job_id])
+                run_command(["scancel", job.job_id])
                 return f"Slurm job {job.job_id} is PENDING ({why}); it was cancelled"
         return None
 

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from corral.backends.options import SlurmOptions
-from corral.backends.slurm_layout import SlurmLayout, plan_layout
+from corral.backends.slurm.layout import SlurmLayout, plan_layout
 from corral.errors import ConfigError
 from corral.spec import SchedulingSpec
 from corral.worker import env as E
@@ -119,7 +119,7 @@ class SbatchParams:
 
 
 # ------------------------------------------------------------------ checking --
-def _directive_value(name: str, value: object) -> str:
+def directive_value(name: str, value: object) -> str:
     """A value for an ``#SBATCH --x=value`` line: one word, no newline."""
     text = str(value)
     if not text or any(c.isspace() for c in text):
@@ -127,7 +127,7 @@ def _directive_value(name: str, value: object) -> str:
     return text
 
 
-def _check_path(name: str, value: str) -> str:
+def check_path(name: str, value: str) -> str:
     if not isinstance(value, str) or not value.startswith("/"):
         raise ConfigError(name, value, "use an absolute path on the shared filesystem")
     if any(c.isspace() for c in value) or "%" in value:
@@ -137,7 +137,7 @@ def _check_path(name: str, value: str) -> str:
     return value
 
 
-def _check_env(name: str, env: Mapping[str, str], *, allow_corral: bool) -> dict[str, str]:
+def check_env(name: str, env: Mapping[str, str], *, allow_corral: bool) -> dict[str, str]:
     """Names and values of an env mapping. CORRAL_SECRET and CORRAL_INDEX are refused
     everywhere; the other reserved CORRAL_* names only where ``allow_corral`` is False."""
     if not isinstance(env, Mapping):
@@ -158,7 +158,7 @@ def _check_env(name: str, env: Mapping[str, str], *, allow_corral: bool) -> dict
             raise ConfigError(
                 f"{name}[{key!r}]",
                 value,
-                "remove it: each task's worker computes its index as "
+                "remove it: each task's script sets it to "
                 "CORRAL_INDEX_OFFSET + SLURM_PROCID (set index_offset instead)",
             )
         if key in RESERVED_ENV and not allow_corral:
@@ -169,7 +169,7 @@ def _check_env(name: str, env: Mapping[str, str], *, allow_corral: bool) -> dict
     return out
 
 
-def _name_resolve_json(value: str | Mapping[str, object]) -> str:
+def name_resolve_json(value: str | Mapping[str, object]) -> str:
     if isinstance(value, Mapping):
         return json.dumps(dict(value), sort_keys=True)
     if isinstance(value, str):
@@ -183,4 +183,4 @@ def _name_resolve_json(value: str | Mapping[str, object]) -> str:
     raise ConfigError("name_resolve", value, "use a JSON string or a dict")
 
 
-_SIGNAL_RE = re.compile(r"^(?:[RB]:)?(?:SIG)?[A-Z0-9]+(?:@\d+)?$")
+SIGNAL_RE = re.compile(r"^(?:[RB]:)?(?:SIG)?[A-Z0-9]+(?:@\d+)?$")

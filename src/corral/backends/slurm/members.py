@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import os
 
-from corral.backends.slurm_queue import _describe_code, _read_exit_file
+from corral.backends.slurm.job_files import describe_exit_code, exit_code_path, read_exit_file
 from corral.launcher import WorkerExit
 from corral.multinode import NNODES, NODE_RANK, member_index, member_role
-from corral.paths import exit_code_path, replica_log_path
+from corral.paths import replica_log_path
 
 
 def task_lines(role: str, log_dir: str, k: int, quote) -> list[str]:
@@ -50,7 +50,7 @@ def member_exits(
     for index in indices:
         for rank in range(1, k):
             m = member_index(index, rank, k)
-            code = _read_exit_file(exit_code_path(log_dir, members, m, job_id))
+            code = read_exit_file(exit_code_path(log_dir, members, m, job_id))
             if code is None:
                 continue
             node = "?"
@@ -61,7 +61,7 @@ def member_exits(
                 pass
             dead[index] = WorkerExit(
                 f"member {members}/{m} on node {node} (node rank {rank} of {k}) "
-                f"{_describe_code(code)}",
+                f"{describe_exit_code(code)}",
                 code,
                 replica_log_path(log_dir, members, m),
             )

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import re
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass, field
+
+from corral.backends.slurm.resource_names import SlurmResources, read_resources, resource_problem
 
 #: Pending reasons that no amount of waiting clears (the job's request exceeds what the
 #: partition or association allows, or names things that do not exist).
@@ -127,3 +130,36 @@ def _expand(hostlist: str) -> list[str]:
     except (OSError, subprocess.TimeoutExpired):
         pass
     return hostlist.split(",")
+
+
+class ClusterFacts:
+    """What the cluster has, read once per launcher (``sinfo``, ``scontrol show
+    reservation``) on the first check: whether a role can ever be placed, and whether a
+    queue reason can ever clear. ``inventory = {}`` skips the node and GPU checks."""
+
+    def __init__(self, run: Callable) -> None:
+        self.run = run
+        self.inventory: dict[str, Partition] | None = None
+        self.resources: SlurmResources | None = None
+
+    def placement_problem(
+        self,
+        partition: str | None,
+        constraint: str | None,
+        reservation: str | None,
+        nodes: int,
+        gpus_per_node: int,
+    ) -> tuple[str, object, str] | None:
+        """(field, value, why) if a role of ``nodes`` x ``gpus_per_node`` with these
+        names can never be placed, else None."""
+        if self.inventory is None:
+            self.inventory = read_inventory(self.run) or {}
+        if self.resources is None:
+            self.resources = read_resources(self.run) or SlurmResources()
+        return resource_problem(self.resources, partition, constraint, reservation) or fit_problem(
+            self.inventory, partition, nodes, gpus_per_node
+        )
+
+    def never_clears(self, reason: str) -> str | None:
+        """Why a job pending for ``reason`` can never start, or None."""
+        return never_clears(reason, self.inventory)
