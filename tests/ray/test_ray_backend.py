@@ -33,7 +33,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 @pytest.fixture
 def make(ray_cluster, tmp_path):  # noqa: F811
     """A RayScheduler factory for a fresh trial; checks nothing of it is left afterwards."""
-    from corral.backends.ray import RayScheduler
+    from corral.backends.ray.scheduler import RayScheduler
 
     made = []
 
@@ -198,7 +198,7 @@ def test_scheduler_starts_its_own_runtime_and_shuts_it_down(tmp_path):
 import sys
 from corral import BaseExperimentConfig, Job
 assert "ray" not in sys.modules, "import corral imported ray"
-from corral.backends.ray import RayScheduler
+from corral.backends.ray.scheduler import RayScheduler
 assert "ray" not in sys.modules, "importing the backend imported ray"
 import ray
 sched = RayScheduler(exp_config=BaseExperimentConfig(trial_name="own"), fileroot={str(tmp_path)!r},

@@ -4,9 +4,9 @@ an actor's accelerator share, and a dry run printing the same groups."""
 
 from __future__ import annotations
 
-from corral.backends.ray import RayLauncher
-from corral.backends.ray_groups import group_specs
-from corral.backends.ray_start import accelerator_options
+from corral.backends.ray.bundles import accelerator_options
+from corral.backends.ray.groups import group_specs
+from corral.backends.ray.launcher import RayLauncher
 from corral.launcher import LaunchRequest
 from corral.spec import NormalizedJob, SchedulingSpec, SchedulingStrategy
 from corral.worker import env as E
