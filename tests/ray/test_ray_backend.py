@@ -180,7 +180,9 @@ def test_nothing_is_left_after_teardown(make, ray_cluster):  # noqa: F811
 
 
 def _run(code_or_file, env_extra, timeout=240):
-    env = dict(os.environ, RAY_ADDRESS="local", PYTHONPATH=ROOT, **env_extra)
+    # this tree's corral first (not another checkout installed in the environment)
+    path = os.pathsep.join([os.path.join(ROOT, "src"), ROOT])
+    env = dict(os.environ, RAY_ADDRESS="local", PYTHONPATH=path, **env_extra)
     argv = [sys.executable, *(["-c", code_or_file] if "\n" in code_or_file else [code_or_file])]
     return subprocess.run(
         argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False
