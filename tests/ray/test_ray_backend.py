@@ -303,3 +303,12 @@ def test_spec_training_script_example_runs_on_ray(tmp_path):
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "'completion': 'computing quantum Explain'" in proc.stdout
+
+
+def test_the_backend_package_named_ray_does_not_shadow_the_ray_library():
+    import corral.backends.ray as package
+    from corral.backends.ray.runtime import import_ray
+
+    library = import_ray()  # what every module of the package gets for ``import ray``
+    assert library is not package and callable(library.remote) and callable(library.init)
+    assert os.path.join("corral", "backends") not in library.__file__
