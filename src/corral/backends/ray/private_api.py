@@ -6,8 +6,9 @@ only this file.
 - ``running_cluster_address``: the runtime already running on this machine, found the
   way ``ray.init()`` itself finds it (``ray._private.services``); ``ray.init(address=
   "auto")`` would connect instead of telling us, so the launcher could not choose.
-- ``draining_nodes``: the nodes Ray drains, with deadlines (the driver's GCS client);
-  neither ``ray.nodes()`` nor ``ray.util.state`` reports draining.
+- ``draining_nodes``: the nodes Ray drains, with their deadlines (the driver's GCS
+  client); ``ray.nodes()`` tells at most that a node drains, not its deadline, which
+  the engines' ``on_preempt`` reason reports (corral.backends.ray.drain).
 - ``held_group_resources``: inside an actor, the per-bundle resource names it holds
   (``GPU_group_<bundle>_<pg id>``), the one place its bundle index shows;
   ``get_assigned_resources()`` strips them.
