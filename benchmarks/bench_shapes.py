@@ -116,7 +116,8 @@ def _rows(backend: str, trainers: int, grouped, plain, two, one) -> list[Row]:
 
 
 def _ray(ctx: Context, trainers: int) -> list[Row]:
-    from corral.backends.ray import RayScheduler, apply_quiet_env
+    from corral.backends.ray.runtime import apply_quiet_env
+    from corral.backends.ray.scheduler import RayScheduler
 
     apply_quiet_env()
     import ray

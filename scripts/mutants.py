@@ -276,11 +276,11 @@ MUTANTS: list[Mutant] = [
       "nodes = max(1, total_gpus // n_gpus_per_node) if gpu > 0 else 1",
       "tests/unit/test_sbatch.py", why="the node count rounds down"),
     # ------------------------------------------------------------------ Ray
-    M("ray-node-as-host", "backends/ray_actor.py",
+    M("ray-node-as-host", "backends/ray/worker_actor.py",
       "        os.environ[E.NODE] = ctx.get_node_id()", "        pass",
       f"{GPUS} -k per_node", backend="ray",
       why="Ray workers report the host name, so LOCAL_RANK counts across Ray nodes"),
-    M("ray-fork-devices", "backends/ray_fork.py",
+    M("ray-fork-devices", "backends/ray/forks.py",
       'visible_devices=info.get("visible_devices") if kind else None,',
       "visible_devices=None,", f"{GPUS} -k exact_devices", backend="ray",
       why="a forked child does not see its target's GPUs"),

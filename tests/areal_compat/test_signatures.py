@@ -15,7 +15,7 @@ import pytest
 import corral
 import corral.errors
 from corral.backends.local import LocalScheduler
-from corral.backends.ray import RayScheduler
+from corral.backends.ray.scheduler import RayScheduler
 from corral.backends.slurm.scheduler import SlurmScheduler
 from corral.scheduler import Scheduler
 

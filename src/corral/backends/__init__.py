@@ -16,7 +16,7 @@ from corral.errors import ConfigError
 #: name -> "module:Class". Add a backend by adding a line here.
 BACKENDS: dict[str, str] = {
     "local": "corral.backends.local:LocalScheduler",
-    "ray": "corral.backends.ray:RayScheduler",
+    "ray": "corral.backends.ray.scheduler:RayScheduler",
     "slurm": "corral.backends.slurm.scheduler:SlurmScheduler",
 }
 
@@ -44,7 +44,7 @@ def backend_names() -> tuple[str, ...]:
 
 
 def class_path(name: str) -> tuple[str, str]:
-    """``("corral.backends.ray", "RayScheduler")`` for ``"ray"``; ConfigError if unknown."""
+    """``("corral.backends.ray.scheduler", "RayScheduler")`` for ``"ray"``; ConfigError if unknown."""
     target = BACKENDS.get(name)
     if target is None:
         raise ConfigError("scheduler.type", name, f"use one of {', '.join(BACKENDS)}")

@@ -1,4 +1,4 @@
-"""Ray: refuse placements that can never fit, and remove a dead run's actors and groups.
+"""Ray: refuse placements that can never fit.
 
 A bundle fits only if one alive node has at least its resources in *total* (whatever is
 busy now), and a role fits only if the cluster's total covers the sum of its bundles.
@@ -8,7 +8,6 @@ indistinguishable from groups that wait for busy resources), so it is refused at
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 IGNORED = ("node:", "object_store_memory", "memory")
@@ -59,42 +58,3 @@ def infeasible(bundles: list[dict[str, float]], nodes: list[dict[str, float]], f
             f"{fmt(cluster)} ({len(nodes)} node(s))"
         )
     return None
-
-
-def remove_trial_leftovers(ray: Any, prefix: str) -> list[str]:
-    """Kill the named actors and remove the placement groups whose names start with
-    ``prefix + ':'`` (a dead controller's run); one line per thing removed."""
-    from ray.util.placement_group import (
-        PlacementGroup,
-        placement_group_table,
-        remove_placement_group,
-    )
-
-    removed: list[str] = []
-    start = prefix + ":"
-    for actor in ray.util.list_named_actors(all_namespaces=True):
-        if not actor["name"].startswith(start):
-            continue
-        try:
-            handle = ray.get_actor(actor["name"], namespace=actor.get("namespace"))
-            ray.kill(handle, no_restart=True)
-            removed.append(f"Ray actor {actor['name']}: killed")
-        except Exception:
-            continue
-    for pg_id, info in placement_group_table().items():
-        name = info.get("name") or ""
-        if not name.startswith(start) or info.get("state") == "REMOVED":
-            continue
-        try:
-            from ray._raylet import PlacementGroupID
-
-            remove_placement_group(PlacementGroup(PlacementGroupID(bytes.fromhex(pg_id))))
-            removed.append(f"Ray placement group {name}: removed")
-        except Exception:
-            continue
-    deadline = time.monotonic() + 10.0  # until the names are free for the new run
-    while time.monotonic() < deadline and any(
-        a["name"].startswith(start) for a in ray.util.list_named_actors(all_namespaces=True)
-    ):
-        time.sleep(0.05)
-    return removed

@@ -7,9 +7,9 @@ import logging
 import time
 from typing import Any
 
-from corral.backends.ray_actor import _GROUP_RE
-from corral.backends.ray_start import _Role
-from corral.backends.ray_support import _pg_name, format_resources, name_prefix
+from corral.backends.ray.bundles import accelerator_kind, bundle_of, format_resources
+from corral.backends.ray.state import RayState, RoleRecord, name_prefix
+from corral.backends.ray.worker_actor import GROUP_RESOURCE_RE
 from corral.errors import WorkerCreationError
 from corral.launcher import LaunchRequest
 from corral.multinode import nodes_of
@@ -49,39 +49,54 @@ def create_groups(
     return pgs, groups, places
 
 
+def group_name(pg: Any) -> str:
+    from ray.util.placement_group import placement_group_table
+
+    try:
+        return placement_group_table(pg).get("name") or pg.id.hex()
+    except Exception:
+        return pg.id.hex()
+
+
 class PlacementGroups:
-    """Mixin of RayLauncher: a role's groups, waiting for them and saying what they wait
-    for (uses ``self.ray``, ``self._lock``, ``self._roles``, ``self.startup_timeout``)."""
+    """A role's groups: creating them, waiting for them (saying what they wait for
+    through ``state.progress``) and for their removal."""
+
+    def __init__(self, state: RayState):
+        self.state = state
 
     def nodes_per_worker(self, job: NormalizedJob) -> int:
         """Whole nodes one worker of ``job`` holds (corral.multinode)."""
-        return nodes_of(job.tasks[0], self.n_gpus_per_node)
+        return nodes_of(job.tasks[0], self.state.n_gpus_per_node)
 
-    def _new_groups(
-        self, request: LaunchRequest, record: _Role, first: int = 0, k: int = 1
+    def create(
+        self, request: LaunchRequest, record: RoleRecord, first: int = 0, k: int = 1
     ) -> tuple[str | None, list[dict], tuple[list[Any], list[list[dict]], list[tuple[Any, int]]]]:
         """The accelerator kind, each worker's bundle, and the groups created for
         replicas ``first``.. of ``request`` (see create_groups); ``k > 1``: each worker
         holds k whole nodes (one STRICT_SPREAD group of k per-node bundles)."""
-        kind = self.accelerator_kind()
+        kind = accelerator_kind(self.state.ray)
         env = request.envs[0]
-        bundles = [self._bundle(spec, kind) for spec in request.job.tasks]
+        reserve = self.state.options.reserve_memory
+        bundles = [bundle_of(spec, kind, reserve) for spec in request.job.tasks]
         prefix = name_prefix(env[E.EXPERIMENT], env[E.TRIAL])
         if k > 1:  # a multi-node instance: one group of k whole nodes per worker
             specs = [
                 ([b] * k, "STRICT_SPREAD", f"{prefix}:{request.job.role}:{first + i}")
                 for i, b in enumerate(bundles)
             ]
-            return kind, bundles, create_groups(specs, detached=bool(self.outlive))
+            return kind, bundles, create_groups(specs, detached=bool(self.state.outlive))
         specs = group_specs(prefix, request.job.role, bundles, record.strategy, first)
-        return kind, bundles, create_groups(specs, detached=bool(self.outlive))
+        return kind, bundles, create_groups(specs, detached=bool(self.state.outlive))
 
-    def _wait_groups(self, job: NormalizedJob, record: _Role, bundles: list[dict]) -> None:
-        ray = self.ray
+    def wait_placed(self, job: NormalizedJob, record: RoleRecord, bundles: list[dict]) -> None:
+        """Until the role's groups are placed; else remove them, forget the role and raise
+        WorkerCreationError saying what was asked and what the cluster has."""
+        ray, timeout = self.state.ray, self.state.startup_timeout
         from ray.util.placement_group import remove_placement_group
 
         refs = {pg.ready(): pg for pg in record.pgs}
-        deadline = time.monotonic() + self.startup_timeout
+        deadline = time.monotonic() + timeout
         pending = list(refs)
         last = None
         while pending:
@@ -92,12 +107,12 @@ class PlacementGroups:
             if pending:  # waiting for busy resources: say so while it waits
                 reason = self.pending_reason(job.role)
                 if reason and reason != last:
-                    self.progress(f"waiting for {job.role}: {reason}")
+                    self.state.progress(f"waiting for {job.role}: {reason}")
                     last = reason
         if not pending:
             return
         waiting = [refs[r] for r in pending]
-        names = ", ".join(_pg_name(pg) for pg in waiting[:6])
+        names = ", ".join(group_name(pg) for pg in waiting[:6])
         if len(waiting) > 6:
             names += f" and {len(waiting) - 6} more"
         total: dict[str, float] = {}
@@ -110,7 +125,7 @@ class PlacementGroups:
         )
         message = (
             f"could not place {len(waiting)} of {len(record.pgs)} placement group(s) of role "
-            f"{job.role!r} within {self.startup_timeout:.0f}s ({names}): each worker asks "
+            f"{job.role!r} within {timeout:.0f}s ({names}): each worker asks "
             f"{asked} (ray_placement_strategy={record.strategy!r}), the role "
             f"{format_resources(total)} in total; the Ray cluster has "
             f"{format_resources(ray.cluster_resources())}, of which "
@@ -122,12 +137,12 @@ class PlacementGroups:
                 remove_placement_group(pg)
             except Exception:
                 pass
-        self._wait_groups_gone(record.pgs)
-        with self._lock:
-            self._roles.pop(job.role, None)
+        self.wait_gone(record.pgs)
+        with self.state.lock:
+            self.state.roles.pop(job.role, None)
         raise WorkerCreationError(message)
 
-    def _wait_groups_gone(self, pgs: list[Any], deadline: float | None = None) -> None:
+    def wait_gone(self, pgs: list[Any], deadline: float | None = None) -> None:
         """Until the groups are REMOVED and their reserved resources are back."""
         if not pgs:
             return
@@ -138,8 +153,8 @@ class PlacementGroups:
         while time.monotonic() < deadline:
             states = {placement_group_table(pg).get("state") for pg in pgs}
             held = any(
-                _GROUP_RE.search(k) and _GROUP_RE.search(k).group(2) in ids
-                for k in self.ray.available_resources()
+                GROUP_RESOURCE_RE.search(k) and GROUP_RESOURCE_RE.search(k).group(2) in ids
+                for k in self.state.ray.available_resources()
             )
             if states <= {"REMOVED"} and not held:
                 return
@@ -147,24 +162,26 @@ class PlacementGroups:
         log.warning("placement groups %s still present after removal", sorted(ids))
 
     def pending_reason(self, role: str) -> str | None:
+        """Why the role's workers have not started: groups not placed, actors starting."""
         from ray.util.placement_group import placement_group_table
 
-        with self._lock:
-            record = self._roles.get(role)
-        if record is None or not self.ray.is_initialized():
+        ray = self.state.ray
+        with self.state.lock:
+            record = self.state.roles.get(role)
+        if record is None or not ray.is_initialized():
             return None
         waiting = []
         for pg, bundles in zip(record.pgs, record.bundles, strict=True):
             state = placement_group_table(pg).get("state", "?")
             if state != "CREATED":
                 asked = ", ".join(format_resources(b) for b in bundles)
-                waiting.append(f"{_pg_name(pg)} is {state}, asking {asked}")
+                waiting.append(f"{group_name(pg)} is {state}, asking {asked}")
         if waiting:
             return (
                 "placement group(s) not placed: "
                 + "; ".join(waiting[:4])
-                + f"; the cluster has {format_resources(self.ray.available_resources())} "
-                f"available of {format_resources(self.ray.cluster_resources())}"
+                + f"; the cluster has {format_resources(ray.available_resources())} "
+                f"available of {format_resources(ray.cluster_resources())}"
             )
         starting = [r.name for r in record.replicas if r.exit is None]
         if starting:

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from corral.backends.ray_start import FORK_ACCELERATOR_SHARE, _Replica, _Role
-from corral.backends.ray_support import _death_reason, name_prefix
+from corral.backends.ray.actors import ActorStarter
+from corral.backends.ray.bundles import FORK_ACCELERATOR_SHARE
+from corral.backends.ray.poll import death_reason
+from corral.backends.ray.state import RayState, Replica, RoleRecord, name_prefix
+from corral.backends.ray.teardown import RayTeardown
 from corral.errors import WorkerCreationError
 from corral.launcher import ForkRequest
 from corral.spec import Worker
@@ -14,17 +17,23 @@ from corral.worker import env as E
 
 
 class RayForks:
-    """Mixin of RayLauncher: ``fork`` and ``stop_fork`` (children live in ``self._forks``)."""
+    """``fork`` and ``stop_fork`` of the launcher (children live in ``state.forks``)."""
+
+    def __init__(self, state: RayState, actors: ActorStarter, teardown: RayTeardown):
+        self.state = state
+        self.actors = actors
+        self.teardown = teardown
 
     def fork(self, request: ForkRequest) -> Worker:
         """A new actor in the target's placement group bundle, seeing its devices; a
         ``command`` other than the corral worker is started by the target itself."""
         role, index, target, env = request.role, request.index, request.target, request.env
-        parent = next((r for r in self._records(target.role) if r.index == target.index), None)
+        state = self.state
+        parent = state.find(target.role, target.index)
         if request.command is not None or parent is None:
             return request.via_worker()
-        ray = self.ray
-        info = self._info(parent, self.startup_timeout)
+        ray, timeout = state.ray, state.startup_timeout
+        info = state.info(parent, timeout)
         child_env = dict(parent.env)
         child_env.update({str(k): str(v) for k, v in env.items()})
         child_env.update({E.ROLE: role, E.INDEX: str(index), E.FORKED: "1"})
@@ -37,7 +46,7 @@ class RayForks:
             options = {"num_gpus": share} if kind == "GPU" else {"resources": {kind: share}}
         prefix = name_prefix(child_env[E.EXPERIMENT], child_env[E.TRIAL])
         try:
-            child = self._start_actor(
+            child = self.actors.start_actor(
                 role=role,
                 index=index,
                 name=f"{prefix}:{role}:{index}",
@@ -56,17 +65,17 @@ class RayForks:
             raise WorkerCreationError(
                 f"could not fork {role}/{index} next to {target.id}: {exc}"
             ) from exc
-        with self._lock:
-            self._forks.setdefault(role, _Role(strategy="fork")).replicas.append(child)
+        with state.lock:
+            state.forks.setdefault(role, RoleRecord(strategy="fork")).replicas.append(child)
         try:
-            child_info = self._info(child, self.startup_timeout)
+            child_info = state.info(child, timeout)
         except Exception as exc:
             reason = (
-                _death_reason(exc)
+                death_reason(exc)
                 if isinstance(exc, ray.exceptions.RayActorError)
-                else f"not ready within {self.startup_timeout:.0f}s ({type(exc).__name__})"
+                else f"not ready within {timeout:.0f}s ({type(exc).__name__})"
             )
-            self._teardown([child], [])
+            self.teardown.teardown([child], [])
             self._drop_fork(child)
             raise WorkerCreationError(
                 f"forked worker {role}/{index} next to {target.id} failed to start: {reason}"
@@ -81,18 +90,19 @@ class RayForks:
             forked=True,
         )
 
-    def _drop_fork(self, child: _Replica) -> None:
-        with self._lock:
-            record = self._forks.get(child.role)
+    def _drop_fork(self, child: Replica) -> None:
+        with self.state.lock:
+            record = self.state.forks.get(child.role)
             if record is not None:
                 record.replicas = [r for r in record.replicas if r is not child]
                 if not record.replicas:
-                    self._forks.pop(child.role, None)
+                    self.state.forks.pop(child.role, None)
 
     def stop_fork(self, worker: Worker, via_worker: Callable[[], None]) -> None:
-        child = next((r for r in self._records(worker.role) if r.index == worker.index), None)
+        """Stop a forked actor (one its host worker started: through the host)."""
+        child = self.state.find(worker.role, worker.index)
         if child is None or child.parent is None:
             via_worker()  # its host worker started it
             return
-        self._teardown([child], [])
+        self.teardown.teardown([child], [])
         self._drop_fork(child)

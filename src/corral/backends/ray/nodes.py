@@ -1,15 +1,15 @@
 """What the Ray driver learns about the nodes of live replicas on each health poll:
-a drained node (its engines get ``on_preempt``: corral.backends.ray_drain) and a dead
-raylet (the replica is reported dead at once, naming it: corral.backends.ray_raylet).
-Kept out of corral.backends.ray so that the launcher only calls ``check`` and ``lost``."""
+a drained node (its engines get ``on_preempt``: corral.backends.ray.drain) and a dead
+raylet (the replica is reported dead at once, naming it: corral.backends.ray.raylet).
+The poll and the teardown only call ``check``, ``lost`` and ``end_orphans``."""
 
 from __future__ import annotations
 
 import socket
 from typing import Any
 
-from corral.backends.ray_drain import DrainWarnings
-from corral.backends.ray_raylet import RayletProbe, end_orphaned_processes, raylet_lost_reason
+from corral.backends.ray.drain import DrainWarnings
+from corral.backends.ray.raylet import RayletProbe, end_orphaned_processes, raylet_lost_reason
 from corral.launcher import WorkerExit
 from corral.logs import replica_log_path
 
@@ -18,7 +18,7 @@ class NodeWatch:
     def __init__(self, ray: Any):
         self.ray = ray
         self.raylets = RayletProbe(ray)
-        self.drains = DrainWarnings(ray)
+        self.drains = DrainWarnings()
 
     def node_of(self, replica: Any) -> str | None:
         """The node id the replica's actor runs on (None while it is not up)."""

@@ -17,6 +17,9 @@ import threading
 import uuid
 from typing import Any
 
+from corral.backends.ray.actors import ActorStarter
+from corral.backends.ray.state import RayState, Replica
+from corral.capabilities import Preemptible
 from corral.errors import WorkerCreationError
 from corral.launcher import WorkerExit
 
@@ -32,10 +35,14 @@ def node_lost(exc: BaseException) -> bool:
     return bool(getattr(exc, "preempted", False)) or bool(_NODE_DIED.search(str(exc)))
 
 
-class NodeLossRequeue:
-    """Which replicas were lost with their node and are on their way back."""
+class NodeLossRequeue(Preemptible):
+    """The launcher's ``preemption`` part: which replicas were lost with their node and
+    are on their way back (it starts their replacements with the actor starter and puts
+    them in the state's role table)."""
 
-    def __init__(self) -> None:
+    def __init__(self, state: RayState, actors: ActorStarter) -> None:
+        self.state = state
+        self.actors = actors
         self._lock = threading.Lock()
         self._lost: dict[tuple[str, int], tuple[WorkerExit, Any]] = {}
         """(role, index) -> (the preempted exit, the new replica replacing it)."""
@@ -47,19 +54,37 @@ class NodeLossRequeue:
             self._since.add(role)
         return exit_
 
-    def still_lost(self, ray: Any, role: str) -> dict[int, WorkerExit]:
+    def still_lost(self, role: str) -> dict[int, WorkerExit]:
         """The role's replicas whose replacement actor is not up yet."""
         with self._lock:
             mine = {i: v for (r, i), v in self._lost.items() if r == role}
         lost: dict[int, WorkerExit] = {}
         for index, (exit_, new) in mine.items():
-            ready, _ = ray.wait([new.info_ref], num_returns=1, timeout=0)
+            ready, _ = self.state.ray.wait([new.info_ref], num_returns=1, timeout=0)
             if ready:
                 with self._lock:
                     self._lost.pop((role, index), None)
             else:
                 lost[index] = exit_
         return lost
+
+    def bring_back(self, old: Replica) -> None:
+        """A replica lost with its node: a new actor in the same bundle, which Ray starts
+        once it placed the bundle again."""
+        try:  # a name of its own: Ray may not have released the dead actor's name yet
+            new = self.actors.start_main(
+                old.role, old.index, old.spec, old.env, old.pg, old.bundle_index, old.kind,
+                old.log_dir, suffix=f":back{uuid.uuid4().hex[:6]}",
+            )  # fmt: skip
+        except WorkerCreationError as exc:
+            old.exit.preempted = False
+            old.exit.reason += f"; it could not be brought back: {exc}"
+            return
+        with self.state.lock:
+            record = self.state.roles.get(old.role)
+            if record is not None:
+                record.replicas = [new if r is old else r for r in record.replicas]
+        self.replace(old.role, old.index, old.exit, new)
 
     def preempted(self, role: str) -> bool:
         with self._lock:
@@ -74,32 +99,3 @@ class NodeLossRequeue:
             self._since.discard(role)
             for key in [k for k in self._lost if k[0] == role]:
                 del self._lost[key]
-
-
-class RayNodeLoss:
-    """Mixin of RayLauncher: bringing back a replica lost with its node, and the
-    Preemptible capability's questions (uses ``self._node_loss``)."""
-
-    def _bring_back(self, old: Any) -> None:
-        """A replica lost with its node: a new actor in the same bundle, which Ray starts
-        once it placed the bundle again."""
-        try:  # a name of its own: Ray may not have released the dead actor's name yet
-            new = self._start_main(
-                old.role, old.index, old.spec, old.env, old.pg, old.bundle_index, old.kind,
-                old.log_dir, suffix=f":back{uuid.uuid4().hex[:6]}",
-            )  # fmt: skip
-        except WorkerCreationError as exc:
-            old.exit.preempted = False
-            old.exit.reason += f"; it could not be brought back: {exc}"
-            return
-        with self._lock:
-            record = self._roles.get(old.role)
-            if record is not None:
-                record.replicas = [new if r is old else r for r in record.replicas]
-        self._node_loss.replace(old.role, old.index, old.exit, new)
-
-    def preempted(self, role: str) -> bool:
-        return self._node_loss.preempted(role)
-
-    def mark_returned(self, role: str) -> None:
-        self._node_loss.mark_returned(role)

@@ -7,8 +7,10 @@ import socket
 import time
 from typing import Any
 
-from corral.backends.ray_groups import GONE_TIMEOUT_SECONDS
-from corral.backends.ray_start import _Replica
+from corral.backends.ray.groups import GONE_TIMEOUT_SECONDS, PlacementGroups
+from corral.backends.ray.node_loss import NodeLossRequeue
+from corral.backends.ray.nodes import NodeWatch
+from corral.backends.ray.state import RayState, Replica
 from corral.launcher import WorkerExit
 from corral.procs import pid_alive
 
@@ -16,33 +18,50 @@ STOP_GRACE_SECONDS = 3.0
 
 
 class RayTeardown:
-    """Mixin of RayLauncher: ``stop`` and ``close``, and the teardown they share."""
+    """``stop`` and ``close`` of the launcher, and the teardown they share (also used by
+    restart, shrink and forks): takes roles out of the state's tables, removes groups
+    through PlacementGroups, leaves dead raylets' replicas to NodeWatch."""
+
+    def __init__(
+        self,
+        state: RayState,
+        groups: PlacementGroups,
+        nodes: NodeWatch,
+        node_loss: NodeLossRequeue,
+    ):
+        self.state = state
+        self.groups = groups
+        self.nodes = nodes
+        self.node_loss = node_loss
 
     def stop(self, role: str, reverse: bool = False) -> None:
         """Every actor of the role at once (Ray gives no order among them)."""
-        self._node_loss.forget(role)
-        with self._lock:
-            record = self._roles.pop(role, None)
+        self.node_loss.forget(role)
+        state = self.state
+        with state.lock:
+            record = state.roles.pop(role, None)
             doomed = []
-            for fork_role, forks in list(self._forks.items()):
+            for fork_role, forks in list(state.forks.items()):
                 mine = [r for r in forks.replicas if r.parent and r.parent[0] == role]
                 if mine:
                     doomed.extend(mine)
                     forks.replicas = [r for r in forks.replicas if r not in mine]
                     if not forks.replicas:
-                        self._forks.pop(fork_role, None)
+                        state.forks.pop(fork_role, None)
         if record is None and not doomed:
             return
         replicas = doomed + (record.replicas if record else [])
-        self._teardown(replicas, record.pgs if record else [])
+        self.teardown(replicas, record.pgs if record else [])
 
-    def _teardown(self, replicas: list[_Replica], pgs: list[Any]) -> None:
-        ray = self.ray
+    def teardown(self, replicas: list[Replica], pgs: list[Any]) -> None:
+        """Stop these replicas' actors (kill those that do not stop), remove these groups,
+        and wait until Ray reports both gone."""
+        ray = self.state.ray
         if not ray.is_initialized():
             return  # the runtime is gone, and its actors and groups with it
         from ray.util.placement_group import remove_placement_group
 
-        nodes = self._node_watch()
+        nodes = self.nodes
         orphaned = [r for r in replicas if nodes.lost(r)]  # Ray can neither stop nor ping
         replicas = [r for r in replicas if r not in orphaned]
         live = [r for r in replicas if r.exit is None]
@@ -86,16 +105,16 @@ class RayTeardown:
         nodes.end_orphans(orphaned)
         # a dead raylet's node seems to hold its groups' resources until Ray marks it dead
         lost_groups = {id(r.pg) for r in orphaned}
-        self._wait_groups_gone([pg for pg in pgs if id(pg) not in lost_groups], deadline)
+        self.groups.wait_gone([pg for pg in pgs if id(pg) not in lost_groups], deadline)
         while pids and time.monotonic() < deadline:
             pids = [p for p in pids if pid_alive(p)]
             if pids:
                 time.sleep(0.02)
 
-    def _wait_actors_dead(self, replicas: list[_Replica], deadline: float) -> None:
+    def _wait_actors_dead(self, replicas: list[Replica], deadline: float) -> None:
         """Until Ray reports each killed actor dead (then its name is free again): a call
         made after ``ray.kill`` fails with RayActorError once the kill has landed."""
-        ray = self.ray
+        ray = self.state.ray
         pending = list(replicas)
         while pending and time.monotonic() < deadline:
             probes = {r.actor.ping.remote(): r for r in pending}
@@ -115,13 +134,15 @@ class RayTeardown:
                 time.sleep(0.02)
 
     def close(self) -> None:
-        for role in list(self._forks):
-            with self._lock:
-                record = self._forks.pop(role, None)
+        """Everything this launcher started, then the runtime if it started it."""
+        state = self.state
+        for role in list(state.forks):
+            with state.lock:
+                record = state.forks.pop(role, None)
             if record:
-                self._teardown(record.replicas, [])
-        for role in list(self._roles):
+                self.teardown(record.replicas, [])
+        for role in list(state.roles):
             self.stop(role)
-        if self.started_runtime and self.ray is not None and self.ray.is_initialized():
-            self.ray.shutdown()
-        self.started_runtime = False
+        if state.started_runtime and state.ray is not None and state.ray.is_initialized():
+            state.ray.shutdown()
+        state.started_runtime = False

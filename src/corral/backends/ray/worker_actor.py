@@ -1,6 +1,7 @@
 """The code that runs inside a Ray actor: the corral worker runtime hosted in a Ray
 worker process, its environment and its log tee. The driver side (placement, launch,
-poll, stop) is ``corral.backends.ray``; this module imports Ray only inside the actor."""
+poll, stop) is the rest of ``corral.backends.ray``; this module imports Ray only inside
+the actor, and nothing of the driver side (Ray workers import it to build the actor)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from corral.worker import env as E
 
 TEE_READY_TIMEOUT_SECONDS = 10.0
 VISIBLE_DEVICE_VARS = ("CUDA_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES")
-_GROUP_RE = re.compile(r"_group_(\d+)_([0-9a-f]+)$")
+GROUP_RESOURCE_RE = re.compile(r"_group_(\d+)_([0-9a-f]+)$")
 
 
 class RayWorkerActor:
@@ -73,13 +74,11 @@ class RayWorkerActor:
             name="corral-watch",
             daemon=True,
         ).start()
+        from corral.backends.ray.private_api import held_group_resources
+
         group = {}
-        try:  # per-bundle keys such as GPU_group_1_<pg id>; private API, so best effort
-            held = ray._private.worker.global_worker.core_worker.resource_ids()
-        except Exception:
-            held = {}
-        for key in held:
-            match = _GROUP_RE.search(key)
+        for key in held_group_resources():  # per-bundle keys such as GPU_group_1_<pg id>
+            match = GROUP_RESOURCE_RE.search(key)
             if match:
                 group = {"bundle_index": int(match.group(1)), "pg_id": match.group(2)}
         self._info = {
@@ -119,7 +118,7 @@ class RayWorkerActor:
         return True
 
     def preempt_warning(self, reason: str) -> list[str]:
-        """Ray drains this node (corral.backends.ray_drain): ``on_preempt(reason)`` on
+        """Ray drains this node (corral.backends.ray.drain): ``on_preempt(reason)`` on
         every engine that has it; returns the problems."""
         problems = self.runtime.engines.notify("on_preempt", reason)
         who = self.runtime.settings.worker_id

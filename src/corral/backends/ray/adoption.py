@@ -8,7 +8,7 @@ and removes them like its own.
 
 Who removes what when no controller comes back: a detached worker that ends by itself
 (its grace period ran out, or ``corral stop`` asked it to exit) ends its process and
-removes its own placement group (see ``RayWorkerActor._end_detached``); whatever is left
+removes its own placement group (see ``RayWorkerActor._end``); whatever is left
 after a crash (an actor killed from outside, a group whose owner died first) is removed
 by the next run or attach of the same trial (``remove_leftovers``).
 """
@@ -17,29 +17,28 @@ from __future__ import annotations
 
 from typing import Any
 
-from corral.backends.ray_start import NAMESPACE, _Replica, _Role
+from corral.backends.ray.private_api import group_by_id
+from corral.backends.ray.state import NAMESPACE, RayState, Replica, RoleRecord
+from corral.capabilities import Adoptable
 from corral.errors import ConfigError, SchedulerError
 from corral.spec import SchedulingSpec
 
-
-def group_of(pg_id: str) -> Any:
-    """A handle on the placement group with this id (hex)."""
-    from ray._raylet import PlacementGroupID
-    from ray.util.placement_group import PlacementGroup
-
-    return PlacementGroup(PlacementGroupID(bytes.fromhex(pg_id)))
+INFO_TIMEOUT_SECONDS = 30
 
 
-class RayAdoption:
-    """Mixin of RayLauncher: the Adoptable capability (uses ``self.ray``, ``self._lock``,
-    ``self._roles``, ``self.outlive``, ``self.own_cluster``)."""
+class RayAdoption(Adoptable):
+    """The launcher's ``adoption`` part: reads ``outlive`` and ``own_cluster`` from the
+    state, adds the adopted roles to its role table."""
+
+    def __init__(self, state: RayState):
+        self.state = state
 
     def check_outlive(self) -> None:
         """Workers can only outlive this controller on a cluster that outlives it."""
-        if self.outlive and self.own_cluster:
+        if self.state.outlive and self.state.own_cluster:
             raise ConfigError(
                 "outlive_controller",
-                self.outlive,
+                self.state.outlive,
                 "the Ray runtime was started by this process and ends with it, and its "
                 "workers with it; join a running cluster (address=..., RAY_ADDRESS, or "
                 "`ray start --head` on this machine), or use 0",
@@ -47,8 +46,8 @@ class RayAdoption:
 
     def adopt(self, role: str, workers: list, log_dir: str) -> None:
         """The detached actors of a dead controller's run, by name, and their groups."""
-        ray = self.ray
-        record = _Role()
+        ray = self.state.ray
+        record = RoleRecord()
         named = [
             a["name"]
             for a in ray.util.list_named_actors(all_namespaces=True)
@@ -57,8 +56,9 @@ class RayAdoption:
         for worker in workers:
             tail = f":{role}:{worker.index}"
             try:
-                actor, name = _actor_with_id(ray, [n for n in named if n.endswith(tail)], worker)
-                info = ray.get(actor.info.remote(), timeout=30)
+                actor, name, info = _actor_with_id(
+                    ray, [n for n in named if n.endswith(tail)], worker
+                )
             except Exception as exc:
                 raise SchedulerError(
                     f"cannot adopt {worker.id}: no live Ray actor with id {worker.backend_id} "
@@ -66,25 +66,32 @@ class RayAdoption:
                     f"({type(exc).__name__}: {exc}); attach on the cluster the run used "
                     "(address=... or RAY_ADDRESS)"
                 ) from None
-            pg = group_of(info["pg_id"])
+            pg = group_by_id(info["pg_id"])
             if all(pg.id != known.id for known in record.pgs):
                 record.pgs.append(pg)
                 record.bundles.append([])
-            replica = _Replica(
+            replica = Replica(
                 role=role, index=worker.index, name=name, actor=actor,
                 done_ref=actor.wait_forever.remote(), info_ref=actor.info.remote(),
                 env={}, pg=pg, bundle_index=info.get("bundle_index") or 0,
                 spec=SchedulingSpec(), kind=None, log_dir=log_dir, info=info,
             )  # fmt: skip
             record.replicas.append(replica)
-        with self._lock:
-            self._roles[role] = record
+        with self.state.lock:
+            self.state.roles[role] = record
 
 
-def _actor_with_id(ray: Any, names: list[str], worker: Any) -> tuple[Any, str]:
-    """The named actor (of these names) whose id the worker registered."""
+def _actor_with_id(ray: Any, names: list[str], worker: Any) -> tuple[Any, str, dict]:
+    """The named actor (of these names) whose id the worker registered, with what it
+    reports about itself (its id among it: an actor handle does not show its id)."""
+    problem = ""
     for name in names:
-        actor = ray.get_actor(name, namespace=NAMESPACE)
-        if actor._actor_id.hex() == worker.backend_id:
-            return actor, name
-    raise LookupError(f"{len(names)} actor(s) of that name, none with that id")
+        try:
+            actor = ray.get_actor(name, namespace=NAMESPACE)
+            info = ray.get(actor.info.remote(), timeout=INFO_TIMEOUT_SECONDS)
+        except Exception as exc:  # another trial's actor of that role may be gone
+            problem = f"; {name}: {type(exc).__name__}: {exc}"
+            continue
+        if info.get("actor_id") == worker.backend_id:
+            return actor, name, info
+    raise LookupError(f"{len(names)} actor(s) of that name, none with that id{problem}")

@@ -23,6 +23,8 @@ import threading
 import time
 from typing import Any
 
+from corral.backends.ray.private_api import draining_nodes
+
 ASK_INTERVAL_SECONDS = 1.0
 
 
@@ -38,8 +40,7 @@ def drain_reason(node_id: str, deadline_ms: int) -> str:
 class DrainWarnings:
     """Which replicas were warned that Ray drains their node (see the module docstring)."""
 
-    def __init__(self, ray: Any):
-        self.ray = ray
+    def __init__(self) -> None:
         self._lock = threading.Lock()
         self._asked = 0.0
         self._draining: dict[str, int] = {}
@@ -53,8 +54,7 @@ class DrainWarnings:
                 return dict(self._draining)
             self._asked = time.monotonic()
         try:
-            gcs = self.ray._private.worker.global_worker.gcs_client
-            found = {str(k): int(v or 0) for k, v in gcs.get_draining_nodes().items()}
+            found = draining_nodes()
             self.unavailable = None
         except Exception as exc:  # a developer API: absent or failing means no warnings
             found = {}
