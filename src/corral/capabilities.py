@@ -10,7 +10,7 @@ asks for the part with :func:`require` and says which backends can when one cann
 - :class:`Preemptible`: roles taken away and given back by the backend (Slurm requeue,
   Ray node loss; ``Scheduler.wait_role``, corral.controller.preemption);
 - :class:`Adoptable`: workers that outlive their controller and are adopted by a new one
-  (``outlive_controller``, ``attach=True``, corral.controller.reattach);
+  (``outlive_controller``, ``attach=True``, corral.controller.adoption);
 - :class:`ServesCommands`: worker commands told which port to serve on, so a foreign
   server is ready when it answers there (corral.foreign; the local backend).
 - ``multi_node``: workers that hold several whole nodes (corral.multinode).

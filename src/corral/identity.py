@@ -1,6 +1,6 @@
 """Is the process at a recorded pid still the one recorded? (PIDs are reused.)
 
-A controller that adopts a dead run's workers (``corral.controller.reattach``) or removes a dead run's
+A controller that adopts a dead run's workers (``corral.controller.adoption``) or removes a dead run's
 leftovers (``corral.controller.leftovers``) knows them by the pid they registered. By then the
 worker may be gone and its pid taken by an unrelated process, of this user or another.
 So before adopting, signalling or waiting, the process is checked: it belongs to this

@@ -63,7 +63,7 @@ class Launcher(abc.ABC):
     ``trial_secret`` to each worker itself (Ray: an actor argument), never in an env."""
     trial_secret: str = ""  # set by the scheduler
     outlive: float = 0.0
-    """Set by the scheduler: seconds the workers outlive their controller (corral.controller.reattach)."""
+    """Set by the scheduler: seconds the workers outlive their controller (corral.controller.adoption)."""
     # The optional capabilities, each a part object (corral.capabilities); None: cannot.
     elastic: Any = None
     preemption: Any = None

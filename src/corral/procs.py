@@ -81,7 +81,7 @@ def _signal_groups(procs: list[subprocess.Popen], sig: int) -> None:
 
 
 class AdoptedProcess:
-    """A worker process this controller did not start (re-attach, corral.controller.reattach): enough
+    """A worker process this controller did not start (re-attach, corral.controller.adoption): enough
     of ``Popen`` for polling and stopping it. Its exit code is unknown (not our child).
 
     Held by a pidfd, opened only after ``is_it(pid)`` confirmed the process is the worker

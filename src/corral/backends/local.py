@@ -157,7 +157,7 @@ class LocalLauncher(Launcher):
         return proc
 
     def _spawn(self, role: str, index: int, argv: list[str], env: dict[str, str]):
-        if self.outlive:  # outlives the controller (corral.controller.reattach): writes its own log
+        if self.outlive:  # outlives the controller (corral.controller.adoption): writes its own log
             path = replica_log_path(self._log_dir, role, index)
             os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
             with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as log:

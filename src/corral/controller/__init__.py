@@ -9,7 +9,8 @@ made of. Nothing is imported here (a backend imports ``corral.controller.schedul
   launch, registration, lookups), ``forking``, ``rendezvous``, ``multinode_instances``,
   ``configure_workers``, ``role_table`` (roles, workers, the checks of a new role);
 - features: ``elastic`` (scale), ``preemption`` (wait_role), ``restarts``
-  (max_restarts), ``reattach`` (attach=True, outlive_controller), ``dryrun``;
+  (max_restarts), ``adoption`` (``attach=True``: a new controller adopts the workers
+  of a dead one that asked them to ``outlive_controller``), ``dryrun``;
 - calls: ``caller`` (every request, one retry policy), ``engine_calls``, ``dispatch``;
 - watching: ``worker_watch`` (registration, deaths, diagnosis), ``health_monitor``;
 - the trial: ``trial_hold`` (what is held while workers run), ``run_lease`` (the

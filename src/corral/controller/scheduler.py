@@ -6,7 +6,7 @@ controller's state (:class:`~corral.controller.parts.ControllerParts`, ``sched.p
 built by ``corral.controller.wiring``):
 
 - roles: ``create``, ``launch``, ``forking``, ``rendezvous``, ``dryrun``, ``elastic``
-  (scale), ``preemption`` (wait_role), ``restarts``, ``reattach`` (attach=True);
+  (scale), ``preemption`` (wait_role), ``restarts``, ``adoption`` (attach=True);
 - engines: ``engine_calls`` over ``caller`` (the one call path);
 - verbs: ``dispatch`` and ``corral.groups`` (process groups);
 - the end: ``closing`` over ``teardown``, and ``trial_hold`` (lease, secret, stats).
@@ -25,11 +25,11 @@ from typing import Any
 
 from corral.controller import closing, create, elastic, engine_calls, forking, launch
 from corral.controller import dispatch as dispatching
+from corral.controller.adoption import check_grace, detach, take_over
 from corral.controller.dryrun import plan
 from corral.controller.health_monitor import DEFAULT_INTERVAL
 from corral.controller.parts import ControllerParts
 from corral.controller.preemption import wait_role
-from corral.controller.reattach import check_grace, detach, take_over
 from corral.controller.role_table import RoleState
 from corral.controller.settings import ControllerSettings, ensure_dir
 from corral.controller.wiring import wire
@@ -94,7 +94,7 @@ class Scheduler:
         ``exp_config`` wins over the keywords it also holds, except ``fileroot``).
         ``dry_run=True``: start, connect to and write nothing (no directory, no secret, no
         name-resolve store); ``create_workers`` prints :meth:`dry_run` instead.
-        ``outlive_controller`` (seconds) and ``attach``: see corral.controller.reattach."""
+        ``outlive_controller`` (seconds) and ``attach``: see corral.controller.adoption."""
         try:  # a launcher handed in is this scheduler's: released if it cannot start
             resolved = ControllerSettings.resolve(exp_config, dry_run=dry_run, **settings)
             self.parts, run = wire(
@@ -108,7 +108,7 @@ class Scheduler:
             launcher.close()
             raise
         _live_schedulers.add(self)
-        if run is not None:  # adopted workers outlive a failed attach (see reattach)
+        if run is not None:  # adopted workers outlive a failed attach (see adoption)
             self.parts.hold.wrote_secret = True  # the run's secret file is ours to remove
             take_over(self.parts, run)
 

@@ -78,7 +78,7 @@ class TrialHold:
         The secret is written only now: a second live controller, refused by the claim,
         must not overwrite the secret of the run it would clash with. ``attach``: this
         controller continues the run of the lease (same run id and secret, see
-        corral.controller.reattach): nothing is cleaned up and the secret file is kept."""
+        corral.controller.adoption): nothing is cleaned up and the secret file is kept."""
         if self.lease.held:
             return []
         old_secret = self.read_secret()

@@ -17,11 +17,11 @@ from types import MappingProxyType
 
 from corral.capabilities import require
 from corral.controller import engine_calls, launch
+from corral.controller.adoption import Attachable, find_run
 from corral.controller.caller import Caller
 from corral.controller.dispatch import DispatchPorts
 from corral.controller.health_monitor import HealthMonitor, WorkerHealth, health_key
 from corral.controller.parts import ControllerParts
-from corral.controller.reattach import Attachable, find_run
 from corral.controller.restarts import restart_if_allowed
 from corral.controller.role_table import RoleTable
 from corral.controller.run_lease import new_run_id
@@ -70,7 +70,7 @@ def wire(
             launcher, "adoption", "keep workers after their controller is gone",
             "outlive_controller", outlive,
         )  # fmt: skip
-    launcher.outlive = outlive  # workers outlive the controller (corral.controller.reattach)
+    launcher.outlive = outlive  # workers outlive the controller (corral.controller.adoption)
     run_id = run.lease.run_id if run else new_run_id()
     table = RoleTable()
     trial_names = {"experiment": experiment, "trial": trial, "name_resolve": name_resolve}

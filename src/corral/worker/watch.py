@@ -27,7 +27,7 @@ class ControllerWatch:
         s = self.runtime.settings
         same_host = s.controller_pid and s.controller_host == socket.gethostname()
         last_value, last_change = None, time.monotonic()
-        # workers asked to outlive their controller (corral.controller.reattach) wait for its lease only
+        # workers asked to outlive their controller (corral.controller.adoption) wait for its lease only
         outlive = getattr(s, "outlive", 0.0)
         grace = outlive
         while not self.runtime.stopped.wait(0.5):
