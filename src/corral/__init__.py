@@ -33,7 +33,7 @@ _EXPORTS: dict[str, str] = {
 
 def __getattr__(name: str):
     module = _EXPORTS.get(name)
-    if module is None and name[:1].isupper():  # not `from corral import keys` (a submodule)
+    if module is None and name[:1].isupper():  # not `from corral import name_resolve_keys` (a submodule)
         from corral.backends import lazy_exports
 
         module = lazy_exports().get(name)

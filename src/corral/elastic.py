@@ -15,7 +15,7 @@ import dataclasses
 import time
 from typing import TYPE_CHECKING
 
-from corral import keys
+from corral import name_resolve_keys
 from corral.capabilities import require
 from corral.errors import ConfigError, WorkerNotFoundError
 from corral.fdlimit import ensure_fds
@@ -77,7 +77,7 @@ def scale(sched: Scheduler, role: str, replicas: int) -> list[str]:
                 sched.monitor.forget(worker.id)
                 sched._data.owner_gone(worker, f"was removed by scale({role!r}, {replicas})")
                 state.engines.pop(worker.id, None)
-                for fn in (keys.worker_address_key, keys.worker_info_key):
+                for fn in (name_resolve_keys.worker_address_key, name_resolve_keys.worker_info_key):
                     sched.name_resolve.delete(sched._key(fn, role, worker.index))
             state.workers = state.workers[:replicas]
             state.job = dataclasses.replace(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from corral import keys
+from corral import name_resolve_keys
 from corral.errors import CorralError, WorkerFailedError, WorkerPreemptedError
 from corral.roles import LAUNCHED
 from corral.spec import Worker
@@ -27,7 +27,7 @@ def restart_if_allowed(sched: Scheduler, worker: Worker, failure: WorkerFailedEr
         return
     state.restarts[worker.index] = done + 1
     with sched._lock:
-        sched.name_resolve.delete(sched._key(keys.worker_address_key, worker.role, worker.index))
+        sched.name_resolve.delete(sched._key(name_resolve_keys.worker_address_key, worker.role, worker.index))
         env = sched.worker_env(worker.role, worker.index, spec)
         try:
             sched.launcher.restart(worker.role, worker.index, env)

@@ -9,8 +9,8 @@ import os
 import time
 from typing import Any
 
-from corral import keys
-from corral import options as opts
+from corral import name_resolve_keys
+from corral import scheduler_keywords as opts
 from corral.configure import configure_all
 from corral.dryrun import plan
 from corral.errors import WorkerNotFoundError
@@ -98,7 +98,7 @@ class RoleAPI:
     def _launch_role(self, job: NormalizedJob, wait: bool = True) -> list[str]:
         ensure_fds(job.replicas * self.launcher.fds_per_worker, f"role {job.role!r}")
         self._hold_lease()
-        self.name_resolve.clear_subtree(self._key(keys.role_prefix, job.role))
+        self.name_resolve.clear_subtree(self._key(name_resolve_keys.role_prefix, job.role))
         envs = [self.worker_env(job.role, i, spec) for i, spec in enumerate(job.tasks)]
         make_private_subdir(self.log_dir)  # 0700, like every directory below
         self.progress(
@@ -196,7 +196,7 @@ class RoleAPI:
     ) -> list[str]:
         self._hold_lease()
         targets = self._roles[target_role].workers
-        self.name_resolve.clear_subtree(self._key(keys.role_prefix, job.role))
+        self.name_resolve.clear_subtree(self._key(name_resolve_keys.role_prefix, job.role))
         self.progress(f"forking {len(targets)} {job.role} worker(s) next to {target_role}")
         state = RoleState(job, [], FORKED, target_role)
         self._roles[job.role] = state
@@ -227,7 +227,7 @@ class RoleAPI:
         """Grouped workers over ``targets``' GPUs, as their registrations list them."""
 
         def devices(w: Worker) -> str | None:
-            info = self.name_resolve.get(self._key(keys.worker_info_key, w.role, w.index))
+            info = self.name_resolve.get(self._key(name_resolve_keys.worker_info_key, w.role, w.index))
             return json.loads(info).get("gpus") if info else None
 
         groups = plan_groups(job, slots_of(targets, [devices(w) for w in targets]))

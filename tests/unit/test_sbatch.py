@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from corral.backends.options import SlurmOptions
+from corral.backends.backend_options import SlurmOptions
 from corral.backends.sbatch import (
     RESERVED_ENV,
     SbatchParams,

@@ -12,7 +12,7 @@ from functools import partial
 from typing import Any
 
 from corral import identity
-from corral import options as opts
+from corral import scheduler_keywords as opts
 from corral.config import cluster_field
 from corral.errors import ConfigError, GPURequestError, SchedulerError
 from corral.foreign import ServedAt

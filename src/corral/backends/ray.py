@@ -42,8 +42,8 @@ import os
 import threading
 from typing import Any
 
-from corral import options as opts
-from corral.backends.options import RayOptions
+from corral import scheduler_keywords as opts
+from corral.backends.backend_options import RayOptions
 from corral.backends.ray_adopt import RayAdoption
 from corral.backends.ray_elastic import RayElastic
 from corral.backends.ray_fork import RayForks

@@ -13,7 +13,7 @@ import threading
 import time
 from typing import Any
 
-from corral import keys
+from corral import name_resolve_keys
 from corral.data import relay
 from corral.data.ref import Ref
 from corral.data.relay import Relays
@@ -151,7 +151,7 @@ class RefResolver:
         if not role or not index.isdigit():
             raise RefError(f"ref owner {owner!r} is not a worker id of the form role/index")
         address = self.name_resolve.get(
-            keys.worker_address_key(self.experiment, self.trial, role, int(index))
+            name_resolve_keys.worker_address_key(self.experiment, self.trial, role, int(index))
         )
         if address is None:
             raise RefLostError(

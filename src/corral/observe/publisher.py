@@ -12,7 +12,7 @@ import os
 import threading
 from typing import Any
 
-from corral.observe.calls import CallStats, NullCallStats
+from corral.observe.call_stats import CallStats, NullCallStats
 from corral.observe.snapshot import SnapshotBuilder
 from corral.safedirs import make_private_subdir
 

@@ -9,9 +9,9 @@ import socket
 import time
 from typing import Any
 
-from corral import keys
+from corral import name_resolve_keys
 from corral.logs import replica_log_path, tail
-from corral.observe.calls import CallFigures
+from corral.observe.call_stats import CallFigures
 from corral.observe.finished import FinishedRoles
 from corral.observe.resources import ResourceSampler
 
@@ -46,7 +46,7 @@ class SnapshotBuilder:
             s = self.scheduler
             try:
                 raw = s.name_resolve.get(
-                    keys.worker_info_key(s.experiment_name, s.trial_name, worker.role, worker.index)
+                    name_resolve_keys.worker_info_key(s.experiment_name, s.trial_name, worker.role, worker.index)
                 )
                 self._gpus[key] = json.loads(raw).get("gpus") if raw else None
             except Exception:
@@ -193,7 +193,7 @@ class SnapshotBuilder:
         found: dict[int, dict] = {}
         try:
             records = s.name_resolve.get_subtree(
-                keys.health_prefix(s.experiment_name, s.trial_name, role)
+                name_resolve_keys.health_prefix(s.experiment_name, s.trial_name, role)
             )
         except Exception:  # a record not signed by this trial is not shown
             return found

@@ -10,7 +10,7 @@ import sys
 import threading
 import time
 
-from corral import keys
+from corral import name_resolve_keys
 from corral.discovery import make_name_resolve
 from corral.discovery.signed import SignedNameResolve
 from corral.errors import ProtocolError
@@ -19,6 +19,7 @@ from corral.rpc.http import PIPELINE_HEADER, REQUEST_ID_HEADER, Message
 from corral.rpc.server import Deferred, Reply, RPCServer
 from corral.worker import env as E
 from corral.worker.broadcast import parse_flag
+from corral.worker.controller_watch import ControllerWatch, _lease_fields  # noqa: F401
 from corral.worker.data_side import LazyWorkerData
 from corral.worker.dp_layout import layout
 from corral.worker.engines import EngineHost
@@ -33,7 +34,6 @@ from corral.worker.result_cache import (  # noqa: F401  (names importable from h
     RESULT_CACHE_ENTRIES,
     ResultCache,
 )
-from corral.worker.watch import ControllerWatch, _lease_fields  # noqa: F401
 
 #: threads for the requests of pipelined connections that are not plain engine calls (as
 #: many as a client used to have connections open to one worker, and then some)
@@ -153,12 +153,12 @@ class WorkerRuntime:
             "gpus": os.environ.get("CUDA_VISIBLE_DEVICES"),
         }
         self.name_resolve.add(
-            keys.worker_info_key(s.experiment, s.trial, s.role, s.index),
+            name_resolve_keys.worker_info_key(s.experiment, s.trial, s.role, s.index),
             json.dumps(info),
             replace=True,
         )
         self.name_resolve.add(
-            keys.worker_address_key(s.experiment, s.trial, s.role, s.index),
+            name_resolve_keys.worker_address_key(s.experiment, s.trial, s.role, s.index),
             self.address,
             replace=True,
         )
@@ -177,13 +177,13 @@ class WorkerRuntime:
             if self._forks is not None:
                 self._forks.kill_all()
             self.engines.close()
-            address_key = keys.worker_address_key(s.experiment, s.trial, s.role, s.index)
+            address_key = name_resolve_keys.worker_address_key(s.experiment, s.trial, s.role, s.index)
             try:
                 # a newer worker (a restart, another run) may own the names by now
                 if self.name_resolve.get(address_key) == self.address:
                     self.name_resolve.delete(address_key)
                     self.name_resolve.delete(
-                        keys.worker_info_key(s.experiment, s.trial, s.role, s.index)
+                        name_resolve_keys.worker_info_key(s.experiment, s.trial, s.role, s.index)
                     )
             except Exception:
                 pass
