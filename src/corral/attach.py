@@ -94,7 +94,9 @@ def find_run(
             "attach from the same user and fileroot as the run"
         ) from None  # fmt: skip
     stored = nr.get(name_resolve_keys.controller_key(experiment, trial)) or ""
-    signed = open_record(TrialKeys(secret), name_resolve_keys.controller_key(experiment, trial), stored)
+    signed = open_record(
+        TrialKeys(secret), name_resolve_keys.controller_key(experiment, trial), stored
+    )
     if signed is None or Lease.parse(signed) != lease:
         raise ConfigError(
             "attach", True, f"the controller lease of {where} is not signed with the trial's "

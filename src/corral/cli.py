@@ -102,7 +102,9 @@ def cmd_ps(args: argparse.Namespace) -> int:
             role, index = wid.split("/")
             if address != "-":
                 address = _address(nr, secret, exp, trial, wid) or "?"
-            raw = _verified(nr, secret, name_resolve_keys.worker_info_key(exp, trial, role, int(index)))
+            raw = _verified(
+                nr, secret, name_resolve_keys.worker_info_key(exp, trial, role, int(index))
+            )
             pid = json.loads(raw).get("pid", "") if raw else ""
             health = "no secret" if secret is None else "record not verified"
             if wid in deaths:

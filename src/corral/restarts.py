@@ -27,7 +27,9 @@ def restart_if_allowed(sched: Scheduler, worker: Worker, failure: WorkerFailedEr
         return
     state.restarts[worker.index] = done + 1
     with sched._lock:
-        sched.name_resolve.delete(sched._key(name_resolve_keys.worker_address_key, worker.role, worker.index))
+        sched.name_resolve.delete(
+            sched._key(name_resolve_keys.worker_address_key, worker.role, worker.index)
+        )
         env = sched.worker_env(worker.role, worker.index, spec)
         try:
             sched.launcher.restart(worker.role, worker.index, env)

@@ -30,8 +30,8 @@ from corral.spec import (
     normalize_job,
     validate_role_name,
 )
+from corral.stop_deadline import STOP_DEADLINE_ENV, check_stop_deadline
 from corral.worker import env as E
-from corral.worker.ending import STOP_DEADLINE_ENV, check_stop_deadline
 
 
 class RoleAPI:
@@ -227,7 +227,9 @@ class RoleAPI:
         """Grouped workers over ``targets``' GPUs, as their registrations list them."""
 
         def devices(w: Worker) -> str | None:
-            info = self.name_resolve.get(self._key(name_resolve_keys.worker_info_key, w.role, w.index))
+            info = self.name_resolve.get(
+                self._key(name_resolve_keys.worker_info_key, w.role, w.index)
+            )
             return json.loads(info).get("gpus") if info else None
 
         groups = plan_groups(job, slots_of(targets, [devices(w) for w in targets]))

@@ -83,7 +83,9 @@ class Teardown:
             self.stop_launched(role)
         try:
             for name in (role, *{m.role for m in members}):
-                self.name_resolve.clear_subtree(name_resolve_keys.role_prefix(self.experiment, self.trial, name))
+                self.name_resolve.clear_subtree(
+                    name_resolve_keys.role_prefix(self.experiment, self.trial, name)
+                )
                 for kind in ("_info", "_health"):
                     self.name_resolve.clear_subtree(f"{self.experiment}/{self.trial}/{kind}/{name}")
         except Exception as exc:

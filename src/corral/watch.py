@@ -57,7 +57,9 @@ class Watch:
         )
         if address is None:
             return None
-        raw = self.name_resolve.get(name_resolve_keys.worker_info_key(self.experiment, self.trial, role, index))
+        raw = self.name_resolve.get(
+            name_resolve_keys.worker_info_key(self.experiment, self.trial, role, index)
+        )
         info = json.loads(raw) if raw else {}
         return Worker.from_registration(role, index, address, info)  # backend_id from its env
 

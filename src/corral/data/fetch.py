@@ -15,11 +15,11 @@ from typing import Any
 
 from corral import name_resolve_keys
 from corral.data import relay
-from corral.data.ref import Ref
 from corral.data.relay import Relays
 from corral.data.store import ObjectStore
 from corral.errors import RefError, RefLostError
 from corral.rpc import wire
+from corral.rpc.ref import Ref
 from corral.rpc.wire import DataclassRecord
 
 FETCH_TIMEOUT = 600.0

@@ -46,7 +46,9 @@ class SnapshotBuilder:
             s = self.scheduler
             try:
                 raw = s.name_resolve.get(
-                    name_resolve_keys.worker_info_key(s.experiment_name, s.trial_name, worker.role, worker.index)
+                    name_resolve_keys.worker_info_key(
+                        s.experiment_name, s.trial_name, worker.role, worker.index
+                    )
                 )
                 self._gpus[key] = json.loads(raw).get("gpus") if raw else None
             except Exception:

@@ -27,8 +27,8 @@ import re
 import struct
 import sys
 
-from corral.data.ref import WIRE_TAG as _REF_TAG
-from corral.data.ref import Ref
+from corral.rpc.ref import WIRE_TAG as _REF_TAG
+from corral.rpc.ref import Ref
 from corral.errors import ProtocolError
 
 TYPE_CHECKING = False  # typing's, without importing typing (a worker's start)

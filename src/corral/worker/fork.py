@@ -90,7 +90,9 @@ class ForkManager:
         s = self.settings
         address_key = name_resolve_keys.worker_address_key(s.experiment, s.trial, role, index)
         self.name_resolve.delete(address_key)
-        self.name_resolve.delete(name_resolve_keys.worker_health_key(s.experiment, s.trial, role, index))
+        self.name_resolve.delete(
+            name_resolve_keys.worker_health_key(s.experiment, s.trial, role, index)
+        )
         read_end, write_end = os.pipe()
         try:
             child_env[E.SECRET_FD] = str(read_end)

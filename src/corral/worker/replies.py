@@ -1,36 +1,14 @@
-"""The envelopes a worker answers with: ``{"ok": True, "result": ...}`` or an error."""
+"""How an engine call is answered: whether it takes the path with refs, and the reply of a
+synchronous call queued on the engine thread (the envelope itself: ``rpc.envelope``)."""
 
 from __future__ import annotations
 
 from corral.errors import CorralError
-from corral.rpc import wire
-from corral.rpc.http import FRAME_TYPE
-from corral.rpc.server import Reply
+from corral.rpc.envelope import failure, ok
 
 TYPE_CHECKING = False  # typing's, without importing typing (a worker's start)
 if TYPE_CHECKING:
     from typing import Any
-
-_OK_NONE = b"".join(wire.encode({"ok": True, "result": None}))  # bytes: safe to share
-
-
-def ok(result: Any = None) -> Reply:
-    if result is None:  # many engine methods return nothing: no encoding per call
-        return Reply(200, [_OK_NONE], FRAME_TYPE)
-    return Reply(200, wire.encode({"ok": True, "result": result}), FRAME_TYPE)
-
-
-def failure(status: int, exc: BaseException) -> Reply:
-    error = {"type": type(exc).__name__, "message": str(exc)}
-    tb = getattr(exc, "remote_traceback", "") or ""
-    if not tb and not isinstance(exc, CorralError):
-        import traceback  # on failures only: not part of a worker's start
-
-        tb = traceback.format_exc()
-    error["traceback"] = tb
-    if getattr(exc, "owner", None):
-        error["owner"] = exc.owner
-    return Reply(status, wire.encode({"ok": False, "error": error}), FRAME_TYPE)
 
 
 def uses_refs(payload: dict) -> bool:

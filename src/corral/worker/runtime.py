@@ -15,6 +15,7 @@ from corral.discovery import make_name_resolve
 from corral.discovery.signed import SignedNameResolve
 from corral.errors import ProtocolError
 from corral.rpc import wire
+from corral.rpc.envelope import failure, ok
 from corral.rpc.http import PIPELINE_HEADER, REQUEST_ID_HEADER, Message
 from corral.rpc.server import Deferred, Reply, RPCServer
 from corral.worker import env as E
@@ -26,7 +27,7 @@ from corral.worker.engines import EngineHost
 from corral.worker.env import WorkerSettings, advertise_host, node_name, read_secret
 from corral.worker.group_side import LazyGroupMember
 from corral.worker.latch import StopLatch
-from corral.worker.replies import EngineCallReply, failure, ok, uses_refs
+from corral.worker.replies import EngineCallReply, uses_refs
 from corral.worker.result_cache import (  # noqa: F401  (names importable from here too)
     DELIVERED_IDS,
     LARGE_REPLY_BYTES,
@@ -177,7 +178,9 @@ class WorkerRuntime:
             if self._forks is not None:
                 self._forks.kill_all()
             self.engines.close()
-            address_key = name_resolve_keys.worker_address_key(s.experiment, s.trial, s.role, s.index)
+            address_key = name_resolve_keys.worker_address_key(
+                s.experiment, s.trial, s.role, s.index
+            )
             try:
                 # a newer worker (a restart, another run) may own the names by now
                 if self.name_resolve.get(address_key) == self.address:
