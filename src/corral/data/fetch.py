@@ -72,7 +72,7 @@ class RefResolver:
             while not notes.empty():
                 pids.add(notes.get())
             for address, pid in list(self.client.shm.local.items()):
-                if pid in pids and shm._RELEASED.get(pid):
+                if pid in pids and shm.has_released(pid):
                     try:  # any request carries the note; /health is the cheapest
                         self.client.request(address, "/health", method="GET", timeout=5.0)
                     except Exception:
