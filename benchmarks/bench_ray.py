@@ -49,10 +49,10 @@ RAY_INIT = {
 def check() -> str | None:
     """Why the Ray rows cannot run here, or None."""
     try:
-        import corral.backends.ray  # noqa: F401
+        import corral.backends.ray.scheduler  # noqa: F401
     except Exception as exc:
         return (
-            "corral.backends.ray cannot be imported "
+            "corral.backends.ray.scheduler cannot be imported "
             f"({type(exc).__name__}: {exc}); the Ray backend is not available yet"
         )
     try:
@@ -75,7 +75,7 @@ class Plan:
 
 def _start_runtime(ctx: Context):
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
-    from corral.backends.ray import apply_quiet_env
+    from corral.backends.ray.runtime import apply_quiet_env
 
     apply_quiet_env()
     import ray
@@ -170,7 +170,7 @@ def _wait_groups_removed(ray, groups, timeout: float = 30.0) -> None:
 
 
 def _scheduler(ctx: Context):
-    from corral.backends.ray import RayScheduler
+    from corral.backends.ray.scheduler import RayScheduler
     from corral.config import BaseExperimentConfig
 
     cfg = BaseExperimentConfig(experiment_name=ctx.unique_name("benchray"), trial_name="t0")
@@ -190,7 +190,7 @@ def _job(role: str, replicas: int):
 def _leftovers(ray, sched, pids: list[int]) -> dict:
     from ray.util.placement_group import placement_group_table
 
-    from corral.backends.ray import name_prefix
+    from corral.backends.ray.state import name_prefix
 
     prefix = name_prefix(sched.experiment_name, sched.trial_name) + ":"
     groups = [

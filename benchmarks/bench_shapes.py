@@ -116,7 +116,8 @@ def _rows(backend: str, trainers: int, grouped, plain, two, one) -> list[Row]:
 
 
 def _ray(ctx: Context, trainers: int) -> list[Row]:
-    from corral.backends.ray import RayScheduler, apply_quiet_env
+    from corral.backends.ray.runtime import apply_quiet_env
+    from corral.backends.ray.scheduler import RayScheduler
 
     apply_quiet_env()
     import ray
@@ -152,7 +153,7 @@ def _ray(ctx: Context, trainers: int) -> list[Row]:
 def _slurm(ctx: Context) -> list[Row]:
     import bench_slurm
 
-    from corral.backends.slurm import SlurmScheduler
+    from corral.backends.slurm.scheduler import SlurmScheduler
 
     hold_lock(ctx, bench_slurm.CLUSTER_LOCK, "slurm")
     gpus = bench_slurm.GPUS_PER_NODE

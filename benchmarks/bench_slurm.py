@@ -90,9 +90,9 @@ def ensure_cluster() -> None:
 def check() -> str | None:
     """Why the Slurm rows cannot run here, or None."""
     try:
-        import corral.backends.slurm  # noqa: F401
+        import corral.backends.slurm.scheduler  # noqa: F401
     except Exception as exc:
-        return f"corral.backends.slurm cannot be imported ({type(exc).__name__}: {exc})"
+        return f"corral.backends.slurm.scheduler cannot be imported ({type(exc).__name__}: {exc})"
     missing = [
         c
         for c in ("sbatch", "srun", "squeue", "scontrol", "scancel", "sinfo")
@@ -200,7 +200,7 @@ def bare_sbatch_srun(ctx: Context, rep: int, tasks: int) -> float:
 
 # -------------------------------------------------------------------- corral --
 def _scheduler(ctx: Context):
-    from corral.backends.slurm import SlurmScheduler
+    from corral.backends.slurm.scheduler import SlurmScheduler
     from corral.config import BaseExperimentConfig
 
     cfg = BaseExperimentConfig(experiment_name=ctx.unique_name("benchslurm"), trial_name="t0")

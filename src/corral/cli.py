@@ -6,7 +6,6 @@ import argparse
 import codecs
 import json
 import os
-import shutil
 import sys
 import time
 from typing import TYPE_CHECKING
@@ -219,11 +218,10 @@ def cmd_stop(args: argparse.Namespace) -> int:
             except Exception as exc:
                 print(f"{wid} at {address}: {type(exc).__name__}: {exc}")
     nr.delete(name_resolve_keys.controller_key(args.experiment, args.trial))
-    if shutil.which("squeue"):
-        from corral.backends.slurm import cancel_trial_jobs
+    from corral.backends import stop_trial_leftovers
 
-        for job_id in cancel_trial_jobs(args.experiment, args.trial):
-            print(f"cancelled Slurm job {job_id}")
+    for line in stop_trial_leftovers(args.experiment, args.trial):
+        print(line)
     print(
         f"removed the controller lease of {args.experiment}/{args.trial}; {stopped} worker(s) told to stop, "
         "the rest exit within the lease timeout"

@@ -1,14 +1,14 @@
-"""Where a trial's files live: logs, the secret, name-resolve records, batch scripts.
+"""Where a trial's files live: logs, the secret, name-resolve records.
 
 The one owner of these paths. The controller knows the fileroot
 (``TrialPaths.of(fileroot, experiment, trial)``); a worker or a rendered script knows
-only its log directory (``TrialPaths.at(log_dir)``); both name a file the same way.
+only its log directory (``TrialPaths.at(log_dir)``); both name a file the same way. A backend's own files (Slurm's batch scripts, batch log,
+exit and place files) are its package's (corral.backends.slurm.job_files).
 """
 
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 
 from corral.errors import ConfigError
@@ -102,32 +102,6 @@ class TrialPaths:
         """Every worker of every role, each line prefixed ``[role/index] ``."""
         return os.path.join(self.log_dir, MERGED_LOG_NAME)
 
-    def exit_file(self, role: str, index: int, job_id: str | None = None) -> str:
-        """Written by a Slurm task when its worker exits on its own: the exit code.
-
-        Absent while the worker runs, and when the task itself was killed (scancel,
-        ``--kill-on-bad-exit``). Named after the Slurm job (``<index>.<job>.exit``), so
-        that a job of an earlier run of the same trial, still ending, never writes the
-        file a new run reads.
-        """
-        name = f"{index}.{job_id}.exit" if job_id else f"{index}.exit"
-        return os.path.join(self.log_dir, role, name)
-
-    def place_file(self, role: str, index: int) -> str:
-        """Written by a Slurm restart step: the node and devices it runs on."""
-        return os.path.join(self.log_dir, role, f"{index}.place")
-
-    def sbatch_log(self, role: str) -> str:
-        """Slurm's own output of the role's batch script (srun errors, bash errors)."""
-        return os.path.join(self.log_dir, f"{role}.sbatch.log")
-
-    # --------------------------------------------------------------- scripts
-    def sbatch_script(self, role: str) -> str:
-        return os.path.join(self.log_dir, f"{role}.sbatch")
-
-    def restart_script(self, role: str, index: int, n: int) -> str:
-        return os.path.join(self.log_dir, f"{role}.{index}.restart{n}.sbatch")
-
     # ------------------------------------------------------- secret, records
     def _root(self) -> str:
         if self.fileroot is None or self.experiment is None or self.trial is None:
@@ -161,26 +135,6 @@ def role_log_path(log_dir: str, role: str) -> str:
 
 def merged_log_path(log_dir: str) -> str:
     return TrialPaths.at(log_dir).merged_log()
-
-
-def exit_code_path(log_dir: str, role: str, index: int, job_id: str | None = None) -> str:
-    return TrialPaths.at(log_dir).exit_file(role, index, job_id)
-
-
-def replica_exit_files(log_dir: str, role: str, index: int) -> list[str]:
-    """Every exit file replica ``index`` of ``role`` has: ``<index>.exit`` and
-    ``<index>.<job>.exit`` of any job."""
-    role_dir = os.path.dirname(exit_code_path(log_dir, role, index))
-    pattern = re.compile(rf"{index}(\.\d+)?\.exit")
-    try:
-        names = os.listdir(role_dir)
-    except FileNotFoundError:
-        return []
-    return [os.path.join(role_dir, n) for n in names if pattern.fullmatch(n)]
-
-
-def sbatch_log_path(log_dir: str, role: str) -> str:
-    return TrialPaths.at(log_dir).sbatch_log(role)
 
 
 def log_dir_for(fileroot: str, experiment: str, trial: str) -> str:

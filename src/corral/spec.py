@@ -199,14 +199,6 @@ class Worker:
         """``id#generation``: what the worker at ``address`` must be to accept a call."""
         return f"{self.id}#{self.generation}" if self.generation else None
 
-    @property
-    def slurm_job_id(self) -> int:
-        """The Slurm job id, or -1 for workers that are not Slurm jobs (forked ones)."""
-        try:
-            return int(self.backend_id) if self.backend_id and not self.forked else -1
-        except ValueError:
-            return -1
-
 
 def validate_role_name(role: object, field_name: str = "job.role") -> str:
     if not isinstance(role, str) or not _ROLE_RE.fullmatch(role) or ".." in role:

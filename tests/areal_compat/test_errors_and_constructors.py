@@ -178,7 +178,7 @@ def test_a_wrong_type_is_a_config_error_naming_the_keyword(tmp_path, kwargs, fie
 
 
 def test_an_explicit_config_wins_over_keywords_as_in_areal(tmp_path):
-    from corral.backends.slurm import SlurmScheduler
+    from corral.backends.slurm.scheduler import SlurmScheduler
 
     cfg = BaseExperimentConfig(experiment_name="from_config", trial_name="t1")
     cfg.cluster.n_gpus_per_node = 4
@@ -216,8 +216,8 @@ def test_local_n_gpus_per_node_is_the_number_of_gpu_devices_as_in_areal(tmp_path
 def test_every_scheduler_takes_a_config_first_beside_any_keyword(tmp_path):
     """``Scheduler(cfg, startup_timeout=60)`` is the same on every backend (issue 24,
     defect 6): Ray raised Python's 'got multiple values for argument'."""
-    from corral.backends.ray import RayScheduler
-    from corral.backends.slurm import SlurmScheduler
+    from corral.backends.ray.scheduler import RayScheduler
+    from corral.backends.slurm.scheduler import SlurmScheduler
 
     cfg = BaseExperimentConfig(experiment_name="first", trial_name="t1")
     cfg.cluster.fileroot = str(tmp_path)

@@ -15,8 +15,8 @@ import pytest
 import corral
 import corral.errors
 from corral.backends.local import LocalScheduler
-from corral.backends.ray import RayScheduler
-from corral.backends.slurm import SlurmScheduler
+from corral.backends.ray.scheduler import RayScheduler
+from corral.backends.slurm.scheduler import SlurmScheduler
 from corral.scheduler import Scheduler
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "areal.md"

@@ -38,7 +38,7 @@ class RayTestCluster:
         """Live actors and placement groups named for this trial."""
         from ray.util.placement_group import placement_group_table
 
-        from corral.backends.ray import name_prefix
+        from corral.backends.ray.state import name_prefix
 
         prefix = name_prefix(experiment, trial) + ":"
         left = [
@@ -80,7 +80,7 @@ def acquire_cluster() -> RayTestCluster:
     with _lock:
         if _state["cluster"] is None:
             try:
-                from corral.backends.ray import apply_quiet_env
+                from corral.backends.ray.runtime import apply_quiet_env
 
                 apply_quiet_env()
                 import ray
@@ -139,7 +139,7 @@ def ray_cluster():
 
 @pytest.fixture(scope="session")
 def ray_backend(ray_cluster, tmp_path_factory) -> BackendUnderTest:
-    from corral.backends.ray import RayScheduler
+    from corral.backends.ray.scheduler import RayScheduler
 
     root = str(tmp_path_factory.mktemp("corral-ray"))
 

@@ -74,7 +74,7 @@ def slurm_backend(tmp_path_factory) -> BackendUnderTest:
         require_service("slurm", why)
     if slurm_conf():
         os.environ.setdefault("SLURM_CONF", slurm_conf())
-    from corral.backends.slurm import SlurmScheduler
+    from corral.backends.slurm.scheduler import SlurmScheduler
 
     # one machine: every "node" sees /tmp
     root = str(tmp_path_factory.mktemp("corral-slurm"))

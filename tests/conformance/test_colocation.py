@@ -35,7 +35,7 @@ def test_fork_workers_start_children_next_to_their_targets(sched):
     for parent, child in zip(parents, children, strict=True):
         assert child.forked and child.pid != parent.pid
         assert child.host == parent.host
-        assert child.slurm_job_id == -1
+        assert child.index == parent.index  # replica i's child is proxy/i, beside it
     for wid in proxy + rollout:
         asyncio.run(sched.create_engine(wid, ECHO, "e"))
     assert sched.call_engine("proxy/0", "getenv", "e", "CUDA_VISIBLE_DEVICES") == sched.call_engine(

@@ -36,10 +36,12 @@ def test_unknown_slurm_names_are_refused_with_the_clusters_values(backend):
 def test_a_known_slurm_partition_runs_the_role(sched, backend):
     if backend.name != "slurm":
         pytest.skip(f"partitions are Slurm's ({backend.name})")
+    from corral.backends.slurm.job_files import JobFiles
+
     (wid,) = sched.create_workers(
         Job(role="p", replicas=1, tasks=[SchedulingSpec(partition="debug", exclusive=True)])
     )
-    with open(sched.paths.sbatch_script("p")) as fh:
+    with open(JobFiles(sched.paths.log_dir).batch_script("p")) as fh:
         script = fh.read()
     assert "#SBATCH --partition=debug\n" in script and "#SBATCH --exclusive\n" in script
     assert sched.health(wid)["status"] == "ok"

@@ -69,7 +69,7 @@ def test_a_two_node_instance_runs_its_member_and_hands_over_the_rendezvous(sched
         import ray
         from ray.util.placement_group import placement_group_table
 
-        from corral.backends.ray import name_prefix
+        from corral.backends.ray.state import name_prefix
 
         used = ray.cluster_resources()["GPU"] - ray.available_resources().get("GPU", 0)
         assert used == 2 * g

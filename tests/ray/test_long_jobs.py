@@ -65,7 +65,7 @@ def test_waiting_for_busy_gpus_shows_the_pending_placement_then_starts(make):  #
 
 def test_outlive_controller_is_refused_on_a_runtime_that_ends_with_this_process():
     from corral import ConfigError
-    from corral.backends.ray import RayLauncher
+    from corral.backends.ray.launcher import RayLauncher
     from corral.spec import normalize_job
 
     launcher = RayLauncher(dry_run=True)

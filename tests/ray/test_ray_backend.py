@@ -33,7 +33,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 @pytest.fixture
 def make(ray_cluster, tmp_path):  # noqa: F811
     """A RayScheduler factory for a fresh trial; checks nothing of it is left afterwards."""
-    from corral.backends.ray import RayScheduler
+    from corral.backends.ray.scheduler import RayScheduler
 
     made = []
 
@@ -180,7 +180,9 @@ def test_nothing_is_left_after_teardown(make, ray_cluster):  # noqa: F811
 
 
 def _run(code_or_file, env_extra, timeout=240):
-    env = dict(os.environ, RAY_ADDRESS="local", PYTHONPATH=ROOT, **env_extra)
+    # this tree's corral first (not another checkout installed in the environment)
+    path = os.pathsep.join([os.path.join(ROOT, "src"), ROOT])
+    env = dict(os.environ, RAY_ADDRESS="local", PYTHONPATH=path, **env_extra)
     argv = [sys.executable, *(["-c", code_or_file] if "\n" in code_or_file else [code_or_file])]
     return subprocess.run(
         argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False
@@ -198,7 +200,7 @@ def test_scheduler_starts_its_own_runtime_and_shuts_it_down(tmp_path):
 import sys
 from corral import BaseExperimentConfig, Job
 assert "ray" not in sys.modules, "import corral imported ray"
-from corral.backends.ray import RayScheduler
+from corral.backends.ray.scheduler import RayScheduler
 assert "ray" not in sys.modules, "importing the backend imported ray"
 import ray
 sched = RayScheduler(exp_config=BaseExperimentConfig(trial_name="own"), fileroot={str(tmp_path)!r},
@@ -301,3 +303,12 @@ def test_spec_training_script_example_runs_on_ray(tmp_path):
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "'completion': 'computing quantum Explain'" in proc.stdout
+
+
+def test_the_backend_package_named_ray_does_not_shadow_the_ray_library():
+    import corral.backends.ray as package
+    from corral.backends.ray.runtime import import_ray
+
+    library = import_ray()  # what every module of the package gets for ``import ray``
+    assert library is not package and callable(library.remote) and callable(library.init)
+    assert os.path.join("corral", "backends") not in library.__file__

@@ -117,7 +117,7 @@ def slurm_only(request):
 
 
 def test_dry_run_writes_nothing_and_keeps_the_running_trials_secret(slurm_only) -> None:
-    from corral.backends.slurm import render_dry_run
+    from corral.backends.slurm.scheduler import SlurmScheduler
 
     sched = slurm_only.scheduler()
     try:
@@ -128,7 +128,11 @@ def test_dry_run_writes_nothing_and_keeps_the_running_trials_secret(slurm_only) 
         )
         cfg.cluster.fileroot = sched.fileroot
         cfg.cluster.n_gpus_per_node = slurm_only.gpus_per_node
-        script = render_dry_run(cfg, "live2", 2)
+        dry = SlurmScheduler(exp_config=cfg, dry_run=True)
+        try:
+            script = dry.render_script(Job(role="live2", replicas=2))
+        finally:
+            dry.close()
         assert "#SBATCH" in script and sched.secret not in script
         after = _files_under(sched.fileroot)
         new = set(after) - set(before)
@@ -140,7 +144,7 @@ def test_dry_run_writes_nothing_and_keeps_the_running_trials_secret(slurm_only) 
 
 
 def test_corral_stop_leaves_other_users_jobs_alone(slurm_only) -> None:
-    from corral.backends.slurm import cancel_trial_jobs
+    from corral.backends.slurm.leftover_jobs import cancel_trial_jobs
 
     mallory()
     submitted = as_mallory(

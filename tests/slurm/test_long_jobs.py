@@ -23,7 +23,7 @@ def cpu_job(role: str, replicas: int = 1, **kw) -> Job:
 @pytest.mark.slurm
 def test_partition_node_limit_is_refused_with_the_reason_not_a_timeout(make, lab):  # noqa: F811
     sched = make(startup_timeout=600)
-    sched.launcher._inventory = {}  # skip the sinfo check: let Slurm queue it and say why
+    sched.launcher.cluster.inventory = {}  # skip the sinfo check: let Slurm queue it and say why
     with pytest.raises(PlacementError) as info:
         sched.create_workers(
             Job(role="wide", replicas=lab_nodes() + 1, tasks=[SchedulingSpec(cpu=1, gpu=lab)])

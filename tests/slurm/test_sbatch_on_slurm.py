@@ -13,14 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from corral.backends.sbatch import (
-    exit_code_path,
-    merged_log_path,
-    render_sbatch_script,
-    replica_log_path,
-    role_log_path,
-    sbatch_log_path,
-)
+from corral.backends.slurm.batch_script import render_sbatch_script
+from corral.backends.slurm.job_files import exit_code_path, sbatch_log_path
+from corral.paths import merged_log_path, replica_log_path, role_log_path
 from corral.spec import SchedulingSpec
 from tests.slurm.test_slurm_backend import lab  # noqa: F401  (fixture: the lab is up)
 from tests.unit.test_sbatch import make_params, read_lines

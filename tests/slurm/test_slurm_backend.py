@@ -22,21 +22,19 @@ from corral import (
     WorkerFailedError,
     WorkerTimeoutError,
 )
-from corral.backends.slurm import (
+from corral.backends.slurm.job_files import ending_state_from_log, exit_code_path
+from corral.backends.slurm.queue import (
     ACTIVE,
     ENDED,
     PENDING,
     UNKNOWN,
-    SlurmScheduler,
     classify_state,
     describe_state,
-    ending_state_from_log,
     normalize_state,
     parse_exit_code,
-    render_dry_run,
     state_is_final,
 )
-from corral.paths import exit_code_path
+from corral.backends.slurm.scheduler import SlurmScheduler
 from tests.conformance.backend_slurm import (
     lab_gpus_per_node,
     slurm_conf,
@@ -103,9 +101,10 @@ def test_a_job_slurm_ended_is_named_whatever_its_workers_exit_code(tmp_path):
     """Which ending names a worker whose exit file is there: Slurm's, when Slurm ends the
     job (also while COMPLETING, from slurmstepd's line), never a job that ends because
     its tasks exited."""
-    from corral.backends.slurm_queue import JobState, RoleJob
-    from corral.backends.slurm_watch import slurm_ending
-    from corral.paths import sbatch_log_path
+    from corral.backends.slurm.job_files import sbatch_log_path
+    from corral.backends.slurm.job_watch import slurm_ending
+    from corral.backends.slurm.jobs import RoleJob
+    from corral.backends.slurm.queue import JobState
 
     job = RoleJob("7", [0], str(tmp_path), "")
     with open(sbatch_log_path(str(tmp_path), "r"), "w") as fh:
@@ -143,7 +142,9 @@ def test_dry_run_submits_nothing_and_prints_the_script(tmp_path, capsys):
     assert "#SBATCH --job-name=slurmtest:" in script
     assert sched.roles == []
     sched.close()
-    text = render_dry_run(_cfg(str(tmp_path)), "gen", 2)
+    again = SlurmScheduler(exp_config=_cfg(str(tmp_path)), dry_run=True)
+    text = again.render_script(Job(role="gen", replicas=2))
+    again.close()
     assert "#SBATCH --ntasks=2" in text
 
 
@@ -203,7 +204,7 @@ def test_role_over_two_nodes_gets_distinct_hosts_and_gpus_by_local_id(make, lab)
     workers = sched.get_workers("wide")
     assert len({w.host for w in workers}) == 2
     job_id = sched.launcher_jobs["wide"]
-    assert {w.slurm_job_id for w in workers} == {int(job_id)}
+    assert {w.backend_id for w in workers} == {job_id}
     by_host: dict[str, list[str]] = {}
     for wid, worker in zip(ids, workers, strict=True):
         asyncio.run(sched.create_engine(wid, ECHO, "e"))
@@ -222,6 +223,40 @@ def test_role_over_two_nodes_gets_distinct_hosts_and_gpus_by_local_id(make, lab)
     while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert [p for p in pids if pid_alive(p)] == []
+
+
+@pytest.mark.slurm
+def test_corral_stop_cancels_a_dead_controllers_jobs_through_the_registry(lab, tmp_path):
+    """``corral stop`` asks the backend registry (corral.backends.stop_trial_leftovers):
+    the Slurm entry cancels the trial's jobs (named experiment:trial:role), and only
+    those."""
+    from corral.backends import stop_trial_leftovers
+
+    trial = f"stop{uuid.uuid4().hex[:6]}"
+
+    def submit(name: str) -> str:
+        out = subprocess.run(
+            ["sbatch", "--parsable", "-J", name, "-o", "/dev/null", "--wrap", "sleep 300"],
+            capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        return out.stdout.strip().split(";")[0]
+
+    mine, other = submit(f"leftover:{trial}:role"), submit(f"leftover:{trial}x:role")
+    try:
+        assert stop_trial_leftovers("leftover", trial) == [f"cancelled Slurm job {mine}"]
+
+        def state(job_id: str) -> str:
+            return subprocess.run(
+                ["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True
+            ).stdout.split("JobState=")[-1].split()[0]  # fmt: skip
+
+        deadline = time.monotonic() + 30  # a running job passes through COMPLETING
+        while state(mine) != "CANCELLED" and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert state(mine) == "CANCELLED"
+        assert state(other) in ("PENDING", "RUNNING")
+    finally:
+        subprocess.run(["scancel", mine, other], capture_output=True)
 
 
 @pytest.mark.slurm
@@ -316,7 +351,7 @@ def test_request_beyond_free_gpus_pends_and_times_out_with_slurm_reason(make, la
 def test_request_slurm_refuses_gives_worker_creation_error(make, lab):
     too_many = lab + 4
     sched = make(n_gpus_per_node=too_many)
-    sched.launcher._inventory = {}  # skip corral's own sinfo check: sbatch itself refuses
+    sched.launcher.cluster.inventory = {}  # skip corral's own sinfo check: sbatch itself refuses
     with pytest.raises(WorkerCreationError) as info:
         sched.create_workers(Job(role="huge", replicas=1, tasks=[SchedulingSpec(gpu=too_many)]))
     text = str(info.value)
@@ -405,7 +440,7 @@ def test_restart_policy_restarts_one_replica_inside_its_job_on_its_node_and_gpus
         asyncio.run(sched.create_engine(wid, ECHO, "e"))
     first_job = sched.launcher_jobs["phoenix"]
     keeper, victim = sched.get_workers("phoenix")
-    assert keeper.slurm_job_id == victim.slurm_job_id == int(first_job)
+    assert keeper.backend_id == victim.backend_id == first_job
     victim_gpus = sched.call_engine(ids[1], "getenv", "e", "CUDA_VISIBLE_DEVICES")
     assert victim_gpus and victim_gpus != sched.call_engine(
         ids[0], "getenv", "e", "CUDA_VISIBLE_DEVICES"
@@ -426,7 +461,7 @@ def test_restart_policy_restarts_one_replica_inside_its_job_on_its_node_and_gpus
     assert again.pid != victim.pid and again.generation != victim.generation
     assert again.index == 1 and sched.call_engine(ids[1], "echo", "e", 5) == 5
     assert sched.launcher.job_ids("phoenix") == [first_job]
-    assert str(again.slurm_job_id) == first_job
+    assert again.backend_id == first_job
     assert again.host == victim.host
     assert sched.call_engine(ids[1], "getenv", "e", "CUDA_VISIBLE_DEVICES") == victim_gpus
     assert sched.launcher.poll("phoenix") == {}

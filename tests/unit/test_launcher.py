@@ -7,8 +7,8 @@ from __future__ import annotations
 import inspect
 
 from corral.backends.local import LocalLauncher
-from corral.backends.ray import RayLauncher
-from corral.backends.slurm import SlurmLauncher
+from corral.backends.ray.launcher import RayLauncher
+from corral.backends.slurm.launcher import SlurmLauncher
 from corral.launcher import ForkRequest, Launcher, LaunchRequest, can_restart
 from corral.spec import Worker
 

@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from corral.backends.ray_placement import infeasible
-from corral.backends.slurm import requeue_count
-from corral.backends.slurm_cluster import Partition, fit_problem, never_clears
+from corral.backends.ray.feasibility import infeasible
+from corral.backends.slurm.inventory import Partition, fit_problem, never_clears
+from corral.backends.slurm.job_files import requeue_count
 from corral.health import HealthMonitor
 from corral.launcher import WorkerExit
 from corral.runs import Lease
@@ -119,7 +119,7 @@ def test_outlive_controller_must_be_seconds_and_the_error_names_the_field(value)
 
 
 def test_a_ray_actor_death_counts_as_node_loss_only_when_its_node_died():
-    from corral.backends.ray_requeue import node_lost
+    from corral.backends.ray.node_loss import node_lost
 
     assert node_lost(RuntimeError("The actor died because its node has died. Node Id: 12ab"))
     assert not node_lost(RuntimeError("The actor died unexpectedly before finishing this task."))

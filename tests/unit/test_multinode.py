@@ -1,11 +1,11 @@
-"""Multi-node instances' arithmetic (corral.multinode, backends/slurm_layout.py): whole
+"""Multi-node instances' arithmetic (corral.multinode, backends/slurm/layout.py): whole
 nodes only, cpu/mem shared per node, member indices, the node variables."""
 
 from __future__ import annotations
 
 import pytest
 
-from corral.backends.slurm_layout import plan_layout
+from corral.backends.slurm.layout import plan_layout
 from corral.errors import ConfigError, GPURequestError
 from corral.instances import head_of, start_instances
 from corral.multinode import (

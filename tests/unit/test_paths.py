@@ -12,8 +12,7 @@ def test_controller_and_worker_name_the_same_files():
     controller = TrialPaths.of("/root", "exp", "t1")
     worker = TrialPaths.at(controller.log_dir)
     assert controller.log_dir == os.path.join(paths.logs_root("/root"), "exp", "t1")
-    for name in ("replica_log", "exit_file"):
-        assert getattr(controller, name)("actor", 3) == getattr(worker, name)("actor", 3)
+    assert controller.replica_log("actor", 3) == worker.replica_log("actor", 3)
     assert (
         controller.role_log("actor")
         == worker.role_log("actor")
@@ -21,12 +20,20 @@ def test_controller_and_worker_name_the_same_files():
     )
     assert controller.merged_log() == f"{controller.log_dir}/merged.log"
     assert controller.replica_log("actor", 3) == f"{controller.log_dir}/actor/3.log"
-    assert controller.exit_file("actor", 3) == f"{controller.log_dir}/actor/3.exit"
-    assert controller.sbatch_log("actor") == f"{controller.log_dir}/actor.sbatch.log"
-    assert controller.sbatch_script("actor") == f"{controller.log_dir}/actor.sbatch"
-    assert (
-        controller.restart_script("actor", 2, 1) == f"{controller.log_dir}/actor.2.restart1.sbatch"
-    )
+
+
+def test_slurm_job_files_are_named_from_the_log_directory():
+    from corral.backends.slurm.job_files import JobFiles
+
+    files = JobFiles(TrialPaths.of("/root", "exp", "t1").log_dir)
+    log_dir = files.log_dir
+    assert files.exit_file("actor", 3) == f"{log_dir}/actor/3.exit"
+    assert files.exit_file("actor", 3, "41") == f"{log_dir}/actor/3.41.exit"
+    assert files.place_file("actor", 3) == f"{log_dir}/actor/3.place"
+    assert files.batch_log("actor") == f"{log_dir}/actor.sbatch.log"
+    assert files.batch_script("actor") == f"{log_dir}/actor.sbatch"
+    assert files.grow_script("actor", 4) == f"{log_dir}/actor.grow4.sbatch"
+    assert files.restart_script("actor", 2, 1) == f"{log_dir}/actor.2.restart1.sbatch"
 
 
 def test_secret_and_records_live_under_the_fileroot():

@@ -1,13 +1,15 @@
 """The Ray backend's pure pieces, without a Ray runtime: which placement groups a role
 asks for (launch and grow, every strategy; the names a dead run's groups are found by),
-an actor's accelerator share, and a dry run printing the same groups."""
+an actor's accelerator share, a dry run printing the same groups, and the launcher made
+of parts that share one state."""
 
 from __future__ import annotations
 
-from corral.backends.ray import RayLauncher
-from corral.backends.ray_groups import group_specs
-from corral.backends.ray_start import accelerator_options
-from corral.launcher import LaunchRequest
+from corral.backends.ray.bundles import accelerator_options
+from corral.backends.ray.groups import group_specs
+from corral.backends.ray.launcher import RayLauncher
+from corral.capabilities import Adoptable, Elastic, Preemptible
+from corral.launcher import Launcher, LaunchRequest
 from corral.spec import NormalizedJob, SchedulingSpec, SchedulingStrategy
 from corral.worker import env as E
 
@@ -46,3 +48,25 @@ def test_a_dry_run_prints_the_groups_launch_would_create():
     for _, strategy, name in group_specs("corral:e:t", "r", [bundle, bundle], "separate"):
         assert f"placement_group([{bundle}], strategy='{strategy}', name='{name}')" in text
     assert "'num_gpus': 0.9" in text
+
+
+def test_the_launcher_is_made_of_parts_that_share_one_state():
+    launcher = RayLauncher(dry_run=True)
+    assert RayLauncher.__bases__ == (Launcher,)  # no mixins
+    assert isinstance(launcher.elastic, Elastic)
+    assert isinstance(launcher.preemption, Preemptible)
+    assert isinstance(launcher.adoption, Adoptable)
+    assert launcher.multi_node is True
+    parts = [launcher.elastic, launcher.preemption, launcher.adoption, launcher.actors]
+    parts += [launcher.groups, launcher.teardown, launcher.forks, launcher.polls]
+    assert all(part.state is launcher.state for part in parts)
+    # the scheduler sets these on the launcher after making it: the parts must see them
+    launcher.outlive, launcher.trial_secret, launcher.n_gpus_per_node = 5.0, "s", 8
+    launcher.startup_timeout = 7.0
+    seen = launcher.state
+    assert (seen.outlive, seen.trial_secret, seen.n_gpus_per_node) == (5.0, "s", 8)
+    assert seen.startup_timeout == 7.0
+    said = []
+    launcher.progress = said.append
+    launcher.state.progress("waiting")
+    assert said == ["waiting"]

@@ -1,4 +1,4 @@
-"""corral.backends.ray_raylet without Ray: a refused connection to a node's raylet port
+"""corral.backends.ray.raylet without Ray: a refused connection to a node's raylet port
 means it died (a listening port or a timeout does not), and teardown's last resort kills
 only Ray worker processes, by pid. Real sockets and processes, a stand-in for ray.nodes()."""
 
@@ -9,8 +9,8 @@ import subprocess
 import time
 from types import SimpleNamespace
 
-from corral.backends import ray_raylet
-from corral.backends.ray_raylet import RayletProbe, end_orphaned_processes
+from corral.backends.ray import raylet
+from corral.backends.ray.raylet import RayletProbe, end_orphaned_processes
 from corral.procs import pid_alive
 
 
@@ -34,7 +34,7 @@ def test_a_listening_raylet_is_alive_and_a_refusing_one_is_lost():
 
 
 def test_teardown_kills_a_leftover_ray_worker_by_pid_and_nothing_else(monkeypatch):
-    monkeypatch.setattr(ray_raylet, "PROCESS_EXIT_WAIT_SECONDS", 0.2)
+    monkeypatch.setattr(raylet, "PROCESS_EXIT_WAIT_SECONDS", 0.2)
     ray_worker = subprocess.Popen(["bash", "-c", "exec -a ray::RayWorkerActor sleep 60"])
     other = subprocess.Popen(["sleep", "60"])
     try:

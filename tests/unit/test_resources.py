@@ -1,4 +1,4 @@
-"""Heterogeneous resources (corral.resources, backends/slurm_resources.py): the spec's
+"""Heterogeneous resources (corral.resources, backends/slurm/resource_names.py): the spec's
 fields, what they become for each backend, and unknown names refused with the cluster's."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import warnings
 
 import pytest
 
-from corral.backends.slurm_resources import SlurmResources, read_resources, resource_problem
+from corral.backends.slurm.resource_names import SlurmResources, read_resources, resource_problem
 from corral.errors import ConfigError
 from corral.resources import (
     constraint_features,

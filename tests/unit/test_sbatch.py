@@ -19,21 +19,12 @@ from pathlib import Path
 import pytest
 
 from corral.backends.backend_options import SlurmOptions
-from corral.backends.sbatch import (
-    RESERVED_ENV,
-    SbatchParams,
-    check_container,
-    check_homogeneous,
-    exit_code_path,
-    merged_log_path,
-    plan_layout,
-    render_sbatch_script,
-    render_task_script,
-    replica_log_path,
-    role_log_path,
-    sbatch_log_path,
-)
+from corral.backends.slurm.batch_params import RESERVED_ENV, SbatchParams, check_container
+from corral.backends.slurm.batch_script import render_sbatch_script, render_task_script
+from corral.backends.slurm.job_files import exit_code_path, sbatch_log_path
+from corral.backends.slurm.layout import check_homogeneous, plan_layout
 from corral.errors import ConfigError
+from corral.paths import merged_log_path, replica_log_path, role_log_path
 from corral.spec import SchedulingSpec
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
@@ -278,7 +269,9 @@ def test_environment_exports():
         "export WANDB_MODE=offline",
     ):
         assert line + "\n" in head
-    assert "CORRAL_INDEX=" not in script  # the worker derives it from SLURM_PROCID
+    # per task, not per job: the task script exports it from SLURM_PROCID
+    assert "CORRAL_INDEX=" not in head
+    assert 'export CORRAL_INDEX="$corral_index"\n' in script[srun_at:]
 
 
 @pytest.mark.skipif(BASH is None, reason="bash not available")
@@ -638,6 +631,32 @@ def test_task_script_index_offset_defaults_to_zero(tmp_path):
     r = run_task(params, procid=3, localid=1)
     assert r.returncode == 0, r.stderr
     assert read_lines(replica_log_path(params.log_dir, "actor", 3))[0] == "cvd=1"
+
+
+def test_task_script_tells_the_worker_its_index_and_node_in_corral_variables(tmp_path):
+    """The worker reads no Slurm variable: the task script exports CORRAL_INDEX
+    (offset + SLURM_PROCID) and CORRAL_NODE (SLURMD_NODENAME), and the worker's settings
+    and node name come from those."""
+    probe = (
+        f"{sys.executable} -c 'from corral.worker import env; "
+        "print(env.WorkerSettings.from_env().index, env.node_name())'"
+    )
+    spec = SchedulingSpec(cpu=1, gpu=0, mem=1, cmd=probe)
+    params = make_params(
+        role="actor", replicas=4, spec=spec, n_gpus_per_node=8, log_dir=str(tmp_path / "logs")
+    )
+    corral_env = {
+        "CORRAL_EXPERIMENT": "e",
+        "CORRAL_TRIAL": "t",
+        "CORRAL_ROLE": "actor",
+        "CORRAL_NAME_RESOLVE": "{}",
+        "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+    }
+    r = run_task(
+        params, procid=2, localid=0, CORRAL_INDEX_OFFSET="10", SLURMD_NODENAME="n7", **corral_env
+    )
+    assert r.returncode == 0, r.stderr
+    assert read_lines(replica_log_path(params.log_dir, "actor", 12)) == ["12 n7"]
 
 
 def test_task_script_cpu_only_hides_gpus(tmp_path):

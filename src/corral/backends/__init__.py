@@ -16,9 +16,27 @@ from corral.errors import ConfigError
 #: name -> "module:Class". Add a backend by adding a line here.
 BACKENDS: dict[str, str] = {
     "local": "corral.backends.local:LocalScheduler",
-    "ray": "corral.backends.ray:RayScheduler",
-    "slurm": "corral.backends.slurm:SlurmScheduler",
+    "ray": "corral.backends.ray.scheduler:RayScheduler",
+    "slurm": "corral.backends.slurm.scheduler:SlurmScheduler",
 }
+
+
+#: name -> "module:function(experiment, trial) -> list[str]": what ``corral stop`` asks a
+#: backend to remove of a trial whose controller is gone (one printable line per thing
+#: removed). A backend with nothing to remove from outside a controller has no line.
+TRIAL_LEFTOVERS: dict[str, str] = {
+    "slurm": "corral.backends.slurm.leftover_jobs:stop_trial_leftovers",
+}
+
+
+def stop_trial_leftovers(experiment: str, trial: str) -> list[str]:
+    """Ask every backend of :data:`TRIAL_LEFTOVERS` to remove what a trial left; their
+    lines, in the table's order."""
+    lines: list[str] = []
+    for target in TRIAL_LEFTOVERS.values():
+        module, _, function = target.partition(":")
+        lines += getattr(importlib.import_module(module), function)(experiment, trial)
+    return lines
 
 
 def backend_names() -> tuple[str, ...]:
@@ -26,7 +44,7 @@ def backend_names() -> tuple[str, ...]:
 
 
 def class_path(name: str) -> tuple[str, str]:
-    """``("corral.backends.ray", "RayScheduler")`` for ``"ray"``; ConfigError if unknown."""
+    """``("corral.backends.ray.scheduler", "RayScheduler")`` for ``"ray"``; ConfigError if unknown."""
     target = BACKENDS.get(name)
     if target is None:
         raise ConfigError("scheduler.type", name, f"use one of {', '.join(BACKENDS)}")

@@ -131,9 +131,10 @@ def advertise_host() -> str:
 
 def node_name() -> str:
     """The node this worker runs on, as its launcher names it (LOCAL_RANK counts workers per
-    node): ``CORRAL_NODE`` (the Ray backend sets the Ray node id), Slurm's node name, or
-    the hostname. Several Ray or Slurm nodes may share one host (a test cluster)."""
-    return os.environ.get(NODE) or os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    node): ``CORRAL_NODE`` (the Ray backend sets the Ray node id, Slurm's task script the
+    node's name), or the hostname. Several Ray or Slurm nodes may share one host (a test
+    cluster)."""
+    return os.environ.get(NODE) or socket.gethostname()
 
 
 class WorkerSettings(
@@ -187,7 +188,7 @@ class WorkerSettings(
         if env.get(INDEX) is not None:
             index = int(env[INDEX])
         else:
-            index = int(env.get(INDEX_OFFSET, "0")) + int(env.get("SLURM_PROCID", "0"))
+            index = int(env.get(INDEX_OFFSET, "0"))
         pid = env.get(CONTROLLER_PID)
         return cls(
             experiment=env[EXPERIMENT],

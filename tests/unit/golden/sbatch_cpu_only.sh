@@ -26,6 +26,8 @@ srun --ntasks=2 --ntasks-per-node=2 --cpus-per-task=2 --kill-on-bad-exit=1 --unb
     bash -c 'set -u
 export PYTHONUNBUFFERED=1
 corral_index=$(( ${CORRAL_INDEX_OFFSET:-0} + ${SLURM_PROCID:-0} ))
+export CORRAL_INDEX="$corral_index"
+export CORRAL_NODE="${SLURMD_NODENAME:-$(hostname)}"
 export CUDA_VISIBLE_DEVICES=""  # CPU-only role: no GPU visible
 export ASCEND_RT_VISIBLE_DEVICES=""
 corral_prefix="[trainer/${corral_index}] "

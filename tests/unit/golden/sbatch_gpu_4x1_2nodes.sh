@@ -26,6 +26,8 @@ srun --ntasks=4 --ntasks-per-node=2 --cpus-per-task=4 --kill-on-bad-exit=1 --unb
     bash -c 'set -u
 export PYTHONUNBUFFERED=1
 corral_index=$(( ${CORRAL_INDEX_OFFSET:-0} + ${SLURM_PROCID:-0} ))
+export CORRAL_INDEX="$corral_index"
+export CORRAL_NODE="${SLURMD_NODENAME:-$(hostname)}"
 corral_gpus=1
 corral_first=$(( ${SLURM_LOCALID:-0} * corral_gpus ))
 IFS=, read -r -a corral_alloc <<< "${CUDA_VISIBLE_DEVICES:-}"

@@ -37,6 +37,7 @@ if (( corral_rank > 0 )); then  # a member, on node corral_rank of the instance
 fi
 export CORRAL_INDEX="$corral_index"
 export CORRAL_NNODES=2 CORRAL_NODE_RANK="$corral_rank"
+export CORRAL_NODE="${SLURMD_NODENAME:-$(hostname)}"
 corral_gpus=8
 corral_first=$(( ${SLURM_LOCALID:-0} * corral_gpus ))
 IFS=, read -r -a corral_alloc <<< "${CUDA_VISIBLE_DEVICES:-}"
