@@ -27,7 +27,7 @@ def _with(sched, recorder):
 
 
 def bench(sched, ids: list[str], quick: bool) -> list[Row]:
-    from corral.observe.calls import CallStats, NullCallStats
+    from corral.observe.call_stats import CallStats, NullCallStats
 
     blocks, per_block = (6, 200) if quick else (60, 200)
     fan_n, fan_reps = (400, 2) if quick else (2000, 16)  # 16: one gather varies by +-10 %

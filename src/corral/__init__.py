@@ -26,14 +26,14 @@ _EXPORTS: dict[str, str] = {
     **dict.fromkeys(_CONFIG, "corral.config"),
     **dict.fromkeys(_SPEC, "corral.spec"),
     **dict.fromkeys(_ERRORS, "corral.errors"),
-    "Ref": "corral.data.ref",
+    "Ref": "corral.rpc.ref",
     "Scheduler": "corral.controller.scheduler",
 }
 
 
 def __getattr__(name: str):
     module = _EXPORTS.get(name)
-    if module is None and name[:1].isupper():  # not `from corral import keys` (a submodule)
+    if module is None and name[:1].isupper():  # not `from corral import spec` (a submodule)
         from corral.backends import lazy_exports
 
         module = lazy_exports().get(name)

@@ -10,7 +10,7 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from corral import keys
+from corral import name_resolve_keys
 from corral.backends import backend_names
 from corral.cli_errors import debug_wanted, report
 from corral.cli_trials import pick_log_trial, require_trial
@@ -55,7 +55,7 @@ def _verified(nr: NameResolve, secret: str | None, key: str) -> str | None:
 
 def _address(nr: NameResolve, secret: str | None, exp: str, trial: str, wid: str) -> str | None:
     role, _, index = wid.partition("/")
-    return _verified(nr, secret, keys.worker_address_key(exp, trial, role, int(index)))
+    return _verified(nr, secret, name_resolve_keys.worker_address_key(exp, trial, role, int(index)))
 
 
 def _trials(nr: NameResolve) -> dict[tuple[str, str], dict[str, str]]:
@@ -84,8 +84,8 @@ def cmd_ps(args: argparse.Namespace) -> int:
     for (exp, trial), workers in sorted(trials.items()):
         secret = _secret(args.fileroot, exp, trial) if _safe_name(exp, trial) else None
         client = RPCClient(secret) if secret else None
-        lease = Lease.parse(_verified(nr, secret, keys.controller_key(exp, trial)))
-        if lease is None and nr.get(keys.controller_key(exp, trial)) is not None:
+        lease = Lease.parse(_verified(nr, secret, name_resolve_keys.controller_key(exp, trial)))
+        if lease is None and nr.get(name_resolve_keys.controller_key(exp, trial)) is not None:
             _print_inert(f"{exp:<16} {trial:<24} {'(controller)':<16} lease record not verified")
         if lease is not None:
             alive = "alive" if lease.alive(5.0) else "NOT RENEWED"
@@ -101,7 +101,9 @@ def cmd_ps(args: argparse.Namespace) -> int:
             role, index = wid.split("/")
             if address != "-":
                 address = _address(nr, secret, exp, trial, wid) or "?"
-            raw = _verified(nr, secret, keys.worker_info_key(exp, trial, role, int(index)))
+            raw = _verified(
+                nr, secret, name_resolve_keys.worker_info_key(exp, trial, role, int(index))
+            )
             pid = json.loads(raw).get("pid", "") if raw else ""
             health = "no secret" if secret is None else "record not verified"
             if wid in deaths:
@@ -215,7 +217,7 @@ def cmd_stop(args: argparse.Namespace) -> int:
                 print(f"asked {wid} at {address} to stop")
             except Exception as exc:
                 print(f"{wid} at {address}: {type(exc).__name__}: {exc}")
-    nr.delete(keys.controller_key(args.experiment, args.trial))
+    nr.delete(name_resolve_keys.controller_key(args.experiment, args.trial))
     from corral.backends import stop_trial_leftovers
 
     for line in stop_trial_leftovers(args.experiment, args.trial):

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from corral.backends import backend_names, scheduler_class
-from corral.backends.options import RayOptions, SlurmOptions, legacy_keys
-from corral.backends.options import section_value as _field_of
+from corral.backends.backend_options import RayOptions, SlurmOptions, legacy_keys
+from corral.backends.backend_options import section_value as _field_of
 from corral.config_sections import (
     near_miss,
     parse_override_value,
@@ -48,7 +48,7 @@ class ClusterSpecConfig:
 @dataclass
 class SchedulerConfig:
     """``type`` picks the backend (a name in ``corral.backends.BACKENDS``); ``ray`` and
-    ``slurm`` hold that backend's options (``corral.backends.options``). The flat keys of
+    ``slurm`` hold that backend's options (``corral.backends.backend_options``). The flat keys of
     older configs (``scheduler.ray_address``, ``scheduler.partition``, ...) are read into
     their section."""
 

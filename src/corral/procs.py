@@ -136,4 +136,3 @@ def _exited(pidfd: int, timeout: float | None) -> bool:
     poller = select.poll()
     poller.register(pidfd, select.POLLIN)
     return bool(poller.poll(None if timeout is None else int(timeout * 1000)))
-

@@ -21,8 +21,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from corral.data.ref import Ref
 from corral.errors import ConfigError
+from corral.rpc.ref import Ref
 
 
 def bounds(n: int, k: int) -> list[tuple[int, int]]:

@@ -249,7 +249,7 @@ def validate_spec(spec: SchedulingSpec, prefix: str = "SchedulingSpec") -> None:
         isinstance(k, str) and isinstance(v, str) for k, v in spec.env_vars.items()
     ):
         raise ConfigError(f"{prefix}.env_vars", spec.env_vars, "use a dict of str to str")
-    from corral.worker.ending import STOP_DEADLINE_ENV, check_stop_deadline
+    from corral.stop_deadline import STOP_DEADLINE_ENV, check_stop_deadline
 
     check_stop_deadline(spec.env_vars, f"{prefix}.env_vars[{STOP_DEADLINE_ENV!r}]")
     if not isinstance(spec.engines, dict) or not all(

@@ -41,7 +41,9 @@ def assert_no_leaks(sched, *live: str) -> None:
     is still up, and none mapped by the controller once its idle pool is dropped."""
     gc.collect()
     sched.parts.data.flush()
-    assert sched.parts.data._counts == {}, f"controller still counts refs {sched.parts.data._counts}"
+    assert sched.parts.data._counts == {}, (
+        f"controller still counts refs {sched.parts.data._counts}"
+    )
     for wid in live:
         # Notes that a mapping is gone travel with the next request to the segment's owner
         # (workers send theirs within ~20 ms): wait for them, bounded.
@@ -91,9 +93,15 @@ def test_ref_passed_to_another_worker_is_fetched_from_the_owner(sched):
     a, b = _workers(sched, "a", 1) + _workers(sched, "b", 1)
     nbytes = 32 * MiB
     ref = sched.call_engine(a, "make", None, nbytes, rpc_meta={"keep": True})["big"]
-    before = sched.parts.caller.client.bytes_received + sched.parts.caller.async_client.bytes_received
+    before = (
+        sched.parts.caller.client.bytes_received + sched.parts.caller.async_client.bytes_received
+    )
     got = sched.call_engine(b, "describe", None, {"weights": [ref]})
-    read = sched.parts.caller.client.bytes_received + sched.parts.caller.async_client.bytes_received - before
+    read = (
+        sched.parts.caller.client.bytes_received
+        + sched.parts.caller.async_client.bytes_received
+        - before
+    )
     assert got == {"type": "ndarray", "nbytes": nbytes, "first": 0.0, "last": nbytes / 4 - 1}
     assert read < nbytes / 100, f"the controller read {read} bytes of a {nbytes}-byte transfer"
     assert sched.call_engine(b, "describe", None, ref, rpc_meta={"keep": True})["nbytes"] == nbytes

@@ -23,7 +23,7 @@ from corral import (
     WorkerCreationError,
     WorkerFailedError,
     WorkerTimeoutError,
-    keys,
+    name_resolve_keys,
 )
 from corral.logs import replica_log_path
 from tests.conformance.harness import pid_alive
@@ -81,7 +81,9 @@ def test_fork_workers_runs_a_foreign_server_to_areals_contract(sched):
     assert sched.call_engine("gen/0", "echo", None, "hi") == "hi"  # its parent is corral's
 
     # death detection: its host worker records the death with its exit code
-    health = keys.worker_health_key(sched.experiment_name, sched.trial_name, "proxy", 1)
+    health = name_resolve_keys.worker_health_key(
+        sched.experiment_name, sched.trial_name, "proxy", 1
+    )
     os.kill(proxies[1].pid, signal.SIGKILL)
     wait_until(lambda: sched.name_resolve.get(health) is not None, "its death recorded")
     record = json.loads(sched.name_resolve.get(health))

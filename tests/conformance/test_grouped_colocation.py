@@ -30,7 +30,7 @@ def gpus_held(sched) -> object:
     GPUs, the trial's Slurm jobs and their gres (other users share the lab cluster)."""
     if sched.backend == "local":
         return sorted(sched.launcher.devices), len(sched.gpu_devices) - len(
-            sched.launcher._free  # the ledger of free devices (test-only peek)
+            sched.launcher.gpus.free  # the ledger of free devices
         )
     if sched.backend == "ray":
         import ray

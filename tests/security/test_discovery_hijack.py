@@ -14,7 +14,7 @@ import threading
 import pytest
 
 from corral import BaseExperimentConfig, Job, SchedulingSpec
-from corral import keys as K
+from corral import name_resolve_keys as K
 from corral.auth import TrialKeys, sign_record
 from corral.backends.local import LocalScheduler
 from corral.discovery import make_name_resolve

@@ -20,7 +20,7 @@ import time
 import pytest
 
 from corral import Job
-from corral import keys as K
+from corral import name_resolve_keys as K
 from corral.auth import TrialKeys, open_record
 from corral.discovery import make_name_resolve
 from corral.paths import TrialPaths

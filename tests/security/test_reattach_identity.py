@@ -59,7 +59,7 @@ def other_users_process():
 
 def test_a_reused_pid_of_another_user_is_not_adopted(other_users_process, tmp_path) -> None:
     launcher = LocalLauncher(gpu_devices=[])
-    launcher.adopt("w", [_dead_worker_at(other_users_process)], str(tmp_path))
+    launcher.adoption.adopt("w", [_dead_worker_at(other_users_process)], str(tmp_path))
     assert 0 in launcher.poll("w")  # reported as exited, not as a live worker
     assert _stop_returns(launcher, "w"), "close() hung on another user's process"
     assert os.path.exists(f"/proc/{other_users_process}")  # X still runs
@@ -69,7 +69,7 @@ def test_a_reused_pid_of_the_same_user_is_never_signalled(tmp_path) -> None:
     x = subprocess.Popen(["sleep", "300"], start_new_session=True)
     try:
         launcher = LocalLauncher(gpu_devices=[])
-        launcher.adopt("w", [_dead_worker_at(x.pid)], str(tmp_path))
+        launcher.adoption.adopt("w", [_dead_worker_at(x.pid)], str(tmp_path))
         assert 0 in launcher.poll("w")
         assert _stop_returns(launcher, "w")
         assert x.poll() is None  # X was not killed
@@ -85,7 +85,7 @@ def test_the_real_worker_is_still_adopted_and_stopped(local_backend) -> None:
         sched.create_workers(Job(role="w", replicas=1))
         worker = sched.get_workers("w")[0]
         launcher = LocalLauncher(gpu_devices=[])
-        launcher.adopt("w", [worker], str(sched.log_dir))
+        launcher.adoption.adopt("w", [worker], str(sched.log_dir))
         assert launcher.poll("w") == {}
         assert _stop_returns(launcher, "w")
         assert not pid_alive(worker.pid)  # (a zombie until its first controller reaps it)

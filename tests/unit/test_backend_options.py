@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from corral.backends.options import RayOptions, SlurmOptions
+from corral.backends.backend_options import RayOptions, SlurmOptions
 from corral.backends.slurm.scheduler import SlurmScheduler
 from corral.config import BaseExperimentConfig, load_expr_config
 from corral.errors import ConfigError

@@ -25,7 +25,7 @@ from corral.auth import AUTH_HEADER, RequestSigner, RequestVerifier, TrialKeys
 from corral.rpc import wire
 from corral.rpc.http import REQUEST_ID_HEADER, SocketReader
 from corral.rpc.server import Reply
-from corral.worker.runtime import ResultCache
+from corral.worker.result_cache import ResultCache
 from tests.unit.test_rpc_server import SECRET, runtime  # noqa: F401  (module fixture)
 
 

@@ -15,7 +15,10 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 CONTROLLER = SRC / "corral" / "controller"
-OBSERVERS = [SRC / "corral" / "observe" / "snapshot.py", SRC / "corral" / "observe" / "publisher.py"]
+OBSERVERS = [
+    SRC / "corral" / "observe" / "snapshot.py",
+    SRC / "corral" / "observe" / "publisher.py",
+]
 MAX_STATEMENTS = 3  # a hand-over: maybe a check, the call, its return
 
 

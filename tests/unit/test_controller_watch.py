@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from corral import keys
+from corral import name_resolve_keys
 from corral.discovery.memory import MemoryNameResolve
 from corral.worker.runtime import ControllerWatch
 
@@ -39,7 +39,7 @@ class _Watch:
         self.runtime = runtime
         self.lost: list[str] = []
         self.done = threading.Event()
-        self.key = keys.controller_key("exp", "t")
+        self.key = name_resolve_keys.controller_key("exp", "t")
 
         def on_lost(why: str) -> None:
             self.lost.append(why)

@@ -12,10 +12,10 @@ import torch
 
 from corral import ConfigError, ProcessGroupError, WorkerFailedError, shards
 from corral.controller import dispatch as D
-from corral.data.ref import PLANES, Ref
 from corral.groups import process_group
 from corral.groups.controller import GroupPorts, GroupTable
 from corral.groups.member import build, torch_backend
+from corral.rpc.ref import PLANES, Ref
 
 
 def test_uneven_splits_follow_numpy_array_split():

@@ -100,7 +100,7 @@ def test_health_monitor_reports_each_death_once_and_survives_a_backend_outage():
 
 # --------------------------------------------------------------- re-attach, node loss
 def test_the_worker_reads_the_grace_period_and_run_id_from_the_lease():
-    from corral.worker.runtime import _lease_fields
+    from corral.worker.controller_watch import _lease_fields
 
     assert _lease_fields('{"run_id": "abc", "grace": 120}') == ("abc", 120.0)
     assert _lease_fields('{"run_id": "abc"}') == ("abc", 0.0)

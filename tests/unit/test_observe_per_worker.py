@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 from types import SimpleNamespace
 
-from corral.observe.calls import BUCKET_SECONDS, HISTORY_SECONDS, RECENT_POINTS, CallStats
+from corral.observe.call_stats import BUCKET_SECONDS, HISTORY_SECONDS, RECENT_POINTS, CallStats
 from corral.observe.finished import FinishedRoles
 from corral.observe.follow import follow_lines
 from corral.observe.prometheus import render

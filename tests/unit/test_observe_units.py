@@ -7,7 +7,7 @@ import re
 import threading
 import time
 
-from corral.observe.calls import (
+from corral.observe.call_stats import (
     CallStats,
     NullCallStats,
     percentile,

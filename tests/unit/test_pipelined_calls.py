@@ -84,12 +84,12 @@ def test_a_slow_coroutine_call_does_not_hold_up_the_calls_behind_it(runtime):  #
 def test_a_reply_labelled_with_another_requests_id_is_refused(runtime, monkeypatch):  # noqa: F811
     a, b = _rid(), _rid()
     swap = {a: b, b: a}
-    original = RPCServer._reply
+    original = RPCServer.write_reply
 
     def mislabel(self, *args, request_id=None, **kwargs):
         return original(self, *args, request_id=swap.get(request_id, request_id), **kwargs)
 
-    monkeypatch.setattr(RPCServer, "_reply", mislabel)
+    monkeypatch.setattr(RPCServer, "write_reply", mislabel)
     client = AsyncRPCClient(SECRET)
 
     async def go():

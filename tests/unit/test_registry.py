@@ -63,7 +63,7 @@ def test_the_registry_imports_no_backend():
 
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     # the config's typed backend options (data only) are loaded; no backend module is
-    assert out.stdout.strip() == "['corral.backends.options']"
+    assert out.stdout.strip() == "['corral.backends.backend_options']"
 
 
 def _leftovers_of_a(experiment: str, trial: str) -> list[str]:

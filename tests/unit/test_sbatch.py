@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from corral.backends.options import SlurmOptions
+from corral.backends.backend_options import SlurmOptions
 from corral.backends.slurm.batch_params import RESERVED_ENV, SbatchParams, check_container
 from corral.backends.slurm.batch_script import render_sbatch_script, render_task_script
 from corral.backends.slurm.job_files import exit_code_path, sbatch_log_path

@@ -7,7 +7,8 @@ import os
 import signal
 import threading
 
-from corral.worker.ending import StopWatchdog, stop_deadline
+from corral.stop_deadline import stop_deadline
+from corral.worker.ending import StopWatchdog
 
 
 def _watchdog():

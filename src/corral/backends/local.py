@@ -8,11 +8,13 @@ import os
 import shlex
 import socket
 import threading
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
 from corral import identity
-from corral import options as opts
+from corral import scheduler_keywords as opts
+from corral.capabilities import Adoptable, Elastic, ServesCommands
 from corral.config import cluster_field
 from corral.controller.scheduler import Scheduler
 from corral.errors import ConfigError, GPURequestError, SchedulerError
@@ -45,12 +47,147 @@ def _argv(spec: SchedulingSpec, env: dict[str, str], port: int) -> list[str]:
     return argv + args_from_env(env, port=port)
 
 
+class GpuLedger:
+    """This machine's GPUs: which devices a worker gets, given exclusively (taken from the
+    free list, given back when it stops) or, with ``round_robin``, in turn (shared)."""
+
+    def __init__(self, devices: list[int], sharing: str):
+        self.devices = devices
+        self.sharing = sharing
+        self.free = list(devices)
+        self.turn = 0
+        self.lock = threading.Lock()
+
+    @property
+    def exclusive(self) -> bool:
+        return self.sharing != "round_robin"
+
+    def refuse_over_free(self, need: int, field: str, fix: str, role: str) -> None:
+        """GPURequestError when ``need`` exclusive devices are more than are free."""
+        if self.exclusive and need > len(self.free):
+            raise GPURequestError(field, need, fix, role)
+
+    def take(self, count: int) -> list[int]:
+        """``count`` devices: the first free ones, or (round robin) the next in turn."""
+        with self.lock:
+            if not self.exclusive:
+                picked = [self.devices[(self.turn + i) % len(self.devices)] for i in range(count)]
+                self.turn += count
+                return picked
+            devices, self.free = self.free[:count], self.free[count:]
+            return devices
+
+    def preview(self, counts: list[int]) -> list[list[int]]:
+        """The devices ``take`` would hand out for ``counts``, taking nothing (dry runs)."""
+        free, turn, out = list(self.free), self.turn, []
+        for count in counts:
+            if not self.exclusive:
+                out.append([self.devices[(turn + i) % len(self.devices)] for i in range(count)])
+                turn += count
+            else:
+                out.append(free[:count])
+                free = free[count:]
+        return out
+
+    def give_back(self, held: list[list[int]]) -> None:
+        with self.lock:
+            if self.exclusive:
+                for devices in held:
+                    self.free.extend(devices)
+            self.free.sort()
+
+
+class LocalWorkers:
+    """The worker processes of each role, their GPUs and specs, by replica index; where
+    worker commands were told to serve; the directory their logs go to."""
+
+    def __init__(self) -> None:
+        self.procs: dict[str, list] = {}
+        self.gpus: dict[str, list[list[int]]] = {}
+        self.specs: dict[str, tuple] = {}
+        self.served: dict[tuple[str, int], ServedAt] = {}  # worker commands' --port
+        self.log_dir = ""
+
+
+#: starts replica ``index`` of ``role`` with its spec, environment and devices
+StartWorker = Callable[[str, int, SchedulingSpec, dict, list], Any]
+
+
+class LocalElastic(Elastic):
+    """Grow a running role by new processes, shrink it by its highest replicas."""
+
+    def __init__(self, workers: LocalWorkers, gpus: GpuLedger, start: StartWorker):
+        self.workers, self.gpus, self.start = workers, gpus, start
+
+    def grow(self, request: LaunchRequest, first: int) -> None:
+        role, tasks, envs = request.job.role, request.job.tasks, request.envs
+        need = sum(spec.gpu for spec in tasks)
+        with self.gpus.lock:
+            self.gpus.refuse_over_free(
+                need,
+                f"{role}: gpu per worker x new replicas",
+                f"only {len(self.gpus.free)} GPUs are free; shrink or delete other roles",
+                role,
+            )
+        w = self.workers
+        w.specs[role] = tuple(w.specs[role]) + tuple(tasks)
+        for i, (spec, env) in enumerate(zip(tasks, envs, strict=True)):
+            devices = self.gpus.take(spec.gpu)
+            w.gpus[role].append(devices)
+            w.procs[role].append(self.start(role, first + i, spec, env, devices))
+
+    def shrink(self, role: str, indices: list[int]) -> None:
+        keep, w = min(indices), self.workers
+        stop_process_groups(w.procs[role][keep:])
+        self.gpus.give_back(w.gpus[role][keep:])
+        del w.procs[role][keep:]
+        del w.gpus[role][keep:]
+        w.specs[role] = tuple(w.specs[role])[:keep]
+
+
+class LocalAdoption(Adoptable):
+    """Workers of a dead controller's run, adopted by the pid they registered (same host)."""
+
+    def __init__(self, workers: LocalWorkers, host: str):
+        self.workers, self.host = workers, host
+
+    def adopt(self, role: str, workers: list, log_dir: str) -> None:
+        self.workers.log_dir = log_dir
+        for worker in workers:
+            if not worker.pid or worker.host not in ("", self.host):
+                raise SchedulerError(
+                    f"cannot adopt {worker.id}: it runs on {worker.host!r} with pid "
+                    f"{worker.pid}, not on this host ({self.host}); attach from that host"
+                )
+        self.workers.procs[role] = [
+            AdoptedProcess(
+                int(w.pid),
+                partial(identity.matches, role=role, index=str(w.index), log_dir=log_dir),
+            )
+            for w in workers
+        ]
+        self.workers.gpus[role] = [[] for _ in workers]  # its GPUs stay with the old run's
+        self.workers.specs[role] = tuple(SchedulingSpec() for _ in workers)
+
+
+class LocalCommands(ServesCommands):
+    """Where a worker command (``spec.cmd``) was told to serve: its ``--port``."""
+
+    def __init__(self, workers: LocalWorkers):
+        self.workers = workers
+
+    def served_at(self, role: str, index: int) -> ServedAt | None:
+        return self.workers.served.get((role, index))
+
+
 class LocalLauncher(Launcher):
+    """Worker processes on this machine: ``gpus`` is the GPU ledger, ``workers`` what runs;
+    the parts (elastic, adoption, commands) share both."""
+
     name = "local"
     # its output pipe and the connection of a call fan-out; log files are shared by all
     # workers, at most 16 open (corral.logs.OpenFiles): within fdlimit.MARGIN
     fds_per_worker = 2
-    elastic = adoption = commands = property(lambda self: self)  # its own parts, for now
 
     def __init__(self, gpu_devices: list[int] | None = None, gpu_sharing: str = "exclusive"):
         devices = detect_gpu_devices() if gpu_devices is None else list(gpu_devices)
@@ -65,47 +202,37 @@ class LocalLauncher(Launcher):
                 "gpu_sharing='round_robin': GPUs are handed out in turn and may be shared by "
                 "several workers (AReaL's behaviour); workers can run out of GPU memory"
             )
-        self.sharing = gpu_sharing
-        self._turn = 0
         self.devices = devices
-        self._free = list(devices)
-        self._procs: dict[str, list] = {}
-        self._gpus: dict[str, list[list[int]]] = {}
-        self._specs: dict[str, tuple] = {}
-        self._served: dict[tuple[str, int], ServedAt] = {}  # worker commands' --port
-        self._log_dir = ""
-        self._pump = LogPump(on_error=lambda text: self.progress(text))
-        self._lock = threading.Lock()
+        self.gpus = GpuLedger(devices, gpu_sharing)
+        self.workers = LocalWorkers()
         self.host = socket.gethostname()
+        self._pump = LogPump(on_error=lambda text: self.progress(text))
+        self.elastic = LocalElastic(self.workers, self.gpus, self._start)
+        self.adoption = LocalAdoption(self.workers, self.host)
+        self.commands = LocalCommands(self.workers)
 
     def check(self, job: NormalizedJob) -> None:
-        need = job.total_gpus
-        if self.sharing == "round_robin":
-            return  # each worker's own request was checked against the node's GPU count
-        if need > len(self._free):
-            raise GPURequestError(
-                f"{job.role}: gpu per worker x replicas",
-                need,
-                f"only {len(self._free)} of {len(self.devices)} GPUs are free on this machine "
-                f"(devices {self.devices}); lower gpu/replicas, delete other roles, or declare "
-                "devices with gpu_devices=[...]",
-                job.role,
-            )
+        # round robin: each worker's own request was checked against the node's GPU count
+        self.gpus.refuse_over_free(
+            job.total_gpus,
+            f"{job.role}: gpu per worker x replicas",
+            f"only {len(self.gpus.free)} of {len(self.devices)} GPUs are free on this machine "
+            f"(devices {self.devices}); lower gpu/replicas, delete other roles, or declare "
+            "devices with gpu_devices=[...]",
+            job.role,
+        )
 
     def describe(self, request: LaunchRequest) -> str:
         """Each worker's argv, GPUs (as free now; taken at launch) and environment."""
         job = request.job
-        free, turn = list(self._free), self._turn
         lines = [
             f"# dry run (local): {job.replicas} {job.role} worker process(es) on this "
             f"machine; logs in {request.log_dir}"
         ]
-        for index, (spec, env) in enumerate(zip(job.tasks, request.envs, strict=True)):
-            if self.sharing == "round_robin":
-                devices = [self.devices[(turn + i) % len(self.devices)] for i in range(spec.gpu)]
-                turn += spec.gpu
-            else:
-                devices, free = free[: spec.gpu], free[spec.gpu :]
+        picked = self.gpus.preview([spec.gpu for spec in job.tasks])
+        for index, (spec, env, devices) in enumerate(
+            zip(job.tasks, request.envs, picked, strict=True)
+        ):
             env = self._process_env(env, devices)
             argv = _argv(spec, env, port=0)
             lines += [
@@ -117,29 +244,19 @@ class LocalLauncher(Launcher):
         return "\n".join(lines)
 
     def launch(self, request: LaunchRequest) -> None:
-        job = request.job
+        job, w = request.job, self.workers
         procs = []
         taken: list[list[int]] = []
-        self._log_dir = request.log_dir
+        w.log_dir = request.log_dir
         try:
             for index, (spec, env) in enumerate(zip(job.tasks, request.envs, strict=True)):
-                with self._lock:
-                    devices = self._take(spec.gpu)
+                devices = self.gpus.take(spec.gpu)
                 taken.append(devices)
                 procs.append(self._start(job.role, index, spec, env, devices))
         finally:
-            self._procs[job.role] = procs
-            self._gpus[job.role] = taken
-            self._specs[job.role] = job.tasks
-
-    def _take(self, count: int) -> list[int]:
-        """``count`` devices: the first free ones, or (round robin) the next in turn."""
-        if self.sharing == "round_robin":
-            picked = [self.devices[(self._turn + i) % len(self.devices)] for i in range(count)]
-            self._turn += count
-            return picked
-        devices, self._free = self._free[:count], self._free[count:]
-        return devices
+            w.procs[job.role] = procs
+            w.gpus[job.role] = taken
+            w.specs[job.role] = job.tasks
 
     @staticmethod
     def _process_env(env: dict[str, str], devices: list[int]) -> dict[str, str]:
@@ -153,81 +270,35 @@ class LocalLauncher(Launcher):
         argv = _argv(spec, env, port=ports[0])
         proc = self._spawn(role, index, argv, env)
         if spec.cmd:
-            self._served[(role, index)] = ServedAt(advertise_host(), ports, self.host, proc.pid)
+            self.workers.served[(role, index)] = ServedAt(
+                advertise_host(), ports, self.host, proc.pid
+            )
         return proc
 
     def _spawn(self, role: str, index: int, argv: list[str], env: dict[str, str]):
+        log_dir = self.workers.log_dir
         if self.outlive:  # outlives the controller (corral.controller.adoption): writes its own log
-            path = replica_log_path(self._log_dir, role, index)
+            path = replica_log_path(log_dir, role, index)
             os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
             with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as log:
                 return spawn(argv, env, stdout=log)
         env[E.DIE_WITH_PARENT] = "1"
         proc = spawn(argv, env)
-        self._pump.add(proc.stdout, self._log_dir, role, index)
+        self._pump.add(proc.stdout, log_dir, role, index)
         return proc
 
-    def adopt(self, role: str, workers: list, log_dir: str) -> None:
-        """Workers of a dead controller's run, by the pid they registered (same host)."""
-        self._log_dir = log_dir
-        host = socket.gethostname()
-        for worker in workers:
-            if not worker.pid or worker.host not in ("", host):
-                raise SchedulerError(
-                    f"cannot adopt {worker.id}: it runs on {worker.host!r} with pid "
-                    f"{worker.pid}, not on this host ({host}); attach from that host"
-                )
-        self._procs[role] = [
-            AdoptedProcess(
-                int(w.pid),
-                partial(identity.matches, role=role, index=str(w.index), log_dir=log_dir),
-            )
-            for w in workers
-        ]
-        self._gpus[role] = [[] for _ in workers]  # its GPUs stay with the old ledger's run
-        self._specs[role] = tuple(SchedulingSpec() for _ in workers)
-
-    def grow(self, request: LaunchRequest, first: int) -> None:
-        role, tasks, envs = request.job.role, request.job.tasks, request.envs
-        need = sum(spec.gpu for spec in tasks)
-        with self._lock:
-            if self.sharing != "round_robin" and need > len(self._free):
-                raise GPURequestError(
-                    f"{role}: gpu per worker x new replicas",
-                    need,
-                    f"only {len(self._free)} GPUs are free; shrink or delete other roles",
-                    role,
-                )
-        self._specs[role] = tuple(self._specs[role]) + tuple(tasks)
-        for i, (spec, env) in enumerate(zip(tasks, envs, strict=True)):
-            with self._lock:
-                devices = self._take(spec.gpu)
-            self._gpus[role].append(devices)
-            self._procs[role].append(self._start(role, first + i, spec, env, devices))
-
-    def shrink(self, role: str, indices: list[int]) -> None:
-        keep = min(indices)
-        stop_process_groups(self._procs[role][keep:])
-        with self._lock:
-            if self.sharing != "round_robin":
-                for devices in self._gpus[role][keep:]:
-                    self._free.extend(devices)
-                self._free.sort()
-        del self._procs[role][keep:]
-        del self._gpus[role][keep:]
-        self._specs[role] = tuple(self._specs[role])[:keep]
-
     def restart(self, role: str, index: int, env: dict[str, str]) -> None:
-        stop_process_groups([self._procs[role][index]], grace=1.0)
-        spec = self._specs[role][index]
-        self._procs[role][index] = self._start(role, index, spec, env, self._gpus[role][index])
+        w = self.workers
+        stop_process_groups([w.procs[role][index]], grace=1.0)
+        spec = w.specs[role][index]
+        w.procs[role][index] = self._start(role, index, spec, env, w.gpus[role][index])
 
     def poll(self, role: str) -> dict[int, WorkerExit]:
         dead = {}
-        for index, proc in enumerate(self._procs.get(role, [])):
+        for index, proc in enumerate(self.workers.procs.get(role, [])):
             code = proc.poll()
             if code is not None:
-                path = replica_log_path(self._log_dir, role, index)
+                path = replica_log_path(self.workers.log_dir, role, index)
                 if getattr(proc, "adopted", False):
                     why = f"exited (pid {proc.pid}, adopted on re-attach: exit code unknown)"
                     dead[index] = WorkerExit(why, None, path)
@@ -238,28 +309,22 @@ class LocalLauncher(Launcher):
         return dead
 
     def stop(self, role: str, reverse: bool = False) -> None:
-        procs = self._procs.pop(role, [])
+        w = self.workers
+        procs = w.procs.pop(role, [])
         for index in range(len(procs)):
-            self._served.pop((role, index), None)
+            w.served.pop((role, index), None)
         if reverse:
             for proc in reversed(procs):
                 stop_process_groups([proc])
         stop_process_groups(procs)
-        self._specs.pop(role, None)
-        with self._lock:
-            for devices in self._gpus.pop(role, []):
-                if self.sharing == "exclusive":
-                    self._free.extend(devices)
-            self._free.sort()
-
-    def served_at(self, role: str, index: int) -> ServedAt | None:
-        return self._served.get((role, index))
+        w.specs.pop(role, None)
+        self.gpus.give_back(w.gpus.pop(role, []))
 
     def pids(self, role: str) -> list[int]:
-        return [p.pid for p in self._procs.get(role, [])]
+        return [p.pid for p in self.workers.procs.get(role, [])]
 
     def close(self) -> None:
-        for role in list(self._procs):
+        for role in list(self.workers.procs):
             self.stop(role)
 
 

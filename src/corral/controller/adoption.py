@@ -22,7 +22,7 @@ import os
 import time
 from dataclasses import dataclass
 
-from corral import keys
+from corral import name_resolve_keys
 from corral.auth import TrialKeys, open_record
 from corral.capabilities import require
 from corral.controller.parts import ControllerParts
@@ -90,8 +90,10 @@ def find_run(
             "attach", True, f"cannot read the trial secret {secret_file} ({exc.strerror}); "
             "attach from the same user and fileroot as the run"
         ) from None  # fmt: skip
-    stored = nr.get(keys.controller_key(experiment, trial)) or ""
-    signed = open_record(TrialKeys(secret), keys.controller_key(experiment, trial), stored)
+    stored = nr.get(name_resolve_keys.controller_key(experiment, trial)) or ""
+    signed = open_record(
+        TrialKeys(secret), name_resolve_keys.controller_key(experiment, trial), stored
+    )
     if signed is None or Lease.parse(signed) != lease:
         raise ConfigError(
             "attach", True, f"the controller lease of {where} is not signed with the trial's "

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from corral import options as opts
+from corral import scheduler_keywords as opts
 from corral.data.store import parse_keep
 from corral.errors import (
     ConfigError,
@@ -116,7 +116,7 @@ class Caller:
         self.async_client = AsyncRPCClient(secret)
         self.diagnose = diagnose
         self.stats = stats
-        """Engine-call figures per role (``corral.observe.calls.CallStats``), or None."""
+        """Engine-call figures per role (``corral.observe.call_stats.CallStats``), or None."""
 
     @contextmanager
     def measured(self, worker: Worker, path: str, method: str | None = None) -> Iterator[None]:

@@ -37,8 +37,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from corral import shards
-from corral.data.ref import Ref
 from corral.errors import ConfigError
+from corral.rpc.ref import Ref
 
 MODES = ("split", "all", "rank0", "engine")
 COLLECTS = ("concat", "list", "refs")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from corral import keys
+from corral import name_resolve_keys
 from corral.capabilities import require
 from corral.controller.launch import worker_env
 from corral.controller.parts import ControllerParts
@@ -76,7 +76,7 @@ def scale(c: ControllerParts, role: str, replicas: int) -> list[str]:
                 c.monitor.forget(worker.id)
                 c.data.owner_gone(worker, f"was removed by scale({role!r}, {replicas})")
                 state.engines.pop(worker.id, None)
-                for fn in (keys.worker_address_key, keys.worker_info_key):
+                for fn in (name_resolve_keys.worker_address_key, name_resolve_keys.worker_info_key):
                     c.name_resolve.delete(c.key(fn, role, worker.index))
             state.workers = state.workers[:replicas]
             state.job = dataclasses.replace(

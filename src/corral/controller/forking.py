@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from corral import keys
+from corral import name_resolve_keys
 from corral.controller.caller import Caller
 from corral.controller.launch import check_job, hold_lease
 from corral.controller.parts import ControllerParts
@@ -149,7 +149,7 @@ def fork_role(
 ) -> list[str]:
     hold_lease(c)
     targets = c.table.roles[target_role].workers
-    c.name_resolve.clear_subtree(c.key(keys.role_prefix, job.role))
+    c.name_resolve.clear_subtree(c.key(name_resolve_keys.role_prefix, job.role))
     c.progress(f"forking {len(targets)} {job.role} worker(s) next to {target_role}")
     state = RoleState(job, [], FORKED, target_role)
     c.table.roles[job.role] = state
@@ -174,7 +174,7 @@ def fork_grouped(
     """Grouped workers over ``targets``' GPUs, as their registrations list them."""
 
     def devices(w: Worker) -> str | None:
-        info = c.name_resolve.get(c.key(keys.worker_info_key, w.role, w.index))
+        info = c.name_resolve.get(c.key(name_resolve_keys.worker_info_key, w.role, w.index))
         return json.loads(info).get("gpus") if info else None
 
     groups = plan_groups(job, slots_of(targets, [devices(w) for w in targets]))

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from corral import keys
+from corral import name_resolve_keys
 from corral.launcher import WorkerExit
 
 log = logging.getLogger("corral")
@@ -33,7 +33,7 @@ DEFAULT_INTERVAL = 0.25
 
 
 def health_key(experiment: str, trial: str, role: str, index: int) -> str:
-    return keys.worker_health_key(experiment, trial, role, index)
+    return name_resolve_keys.worker_health_key(experiment, trial, role, index)
 
 
 @dataclass

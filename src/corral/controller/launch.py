@@ -8,8 +8,8 @@ from __future__ import annotations
 import os
 import time
 
-from corral import keys
-from corral import options as opts
+from corral import name_resolve_keys
+from corral import scheduler_keywords as opts
 from corral.controller.configure_workers import configure_all
 from corral.controller.multinode_instances import start_instances
 from corral.controller.parts import ControllerParts
@@ -63,7 +63,7 @@ def hold_lease(c: ControllerParts) -> None:
 def launch_role(c: ControllerParts, job: NormalizedJob, wait: bool = True) -> list[str]:
     ensure_fds(job.replicas * c.launcher.fds_per_worker, f"role {job.role!r}")
     hold_lease(c)
-    c.name_resolve.clear_subtree(c.key(keys.role_prefix, job.role))
+    c.name_resolve.clear_subtree(c.key(name_resolve_keys.role_prefix, job.role))
     envs = [worker_env(c, job.role, i, spec) for i, spec in enumerate(job.tasks)]
     make_private_subdir(c.paths.log_dir)  # 0700, like every directory below
     c.progress(

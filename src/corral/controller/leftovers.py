@@ -19,7 +19,7 @@ import socket
 import time
 from collections.abc import Callable
 
-from corral import identity, keys
+from corral import identity, name_resolve_keys
 from corral.controller.run_lease import Lease, registered_workers
 from corral.discovery import NameResolve
 from corral.procs import pid_alive
@@ -83,7 +83,7 @@ def clean_dead_run(
                 removed.append(f"worker {wid} (pid {pid}): SIGKILLed, it did not exit")
             except ProcessLookupError:
                 pass
-    root = keys.trial_root(experiment, trial)
+    root = name_resolve_keys.trial_root(experiment, trial)
     entries = [k for k in nr.get_subtree(root) if not k.endswith("/_controller")]
     if entries:
         for key in list(nr.get_subtree(root)):

@@ -4,7 +4,7 @@ restart hook runs (e.g. to create its engines again)."""
 
 from __future__ import annotations
 
-from corral import keys
+from corral import name_resolve_keys
 from corral.controller.launch import worker_env
 from corral.controller.parts import ControllerParts
 from corral.controller.rendezvous import give_rendezvous
@@ -25,7 +25,9 @@ def restart_if_allowed(c: ControllerParts, worker: Worker, failure: WorkerFailed
         return
     state.restarts[worker.index] = done + 1
     with c.lock:
-        c.name_resolve.delete(c.key(keys.worker_address_key, worker.role, worker.index))
+        c.name_resolve.delete(
+            c.key(name_resolve_keys.worker_address_key, worker.role, worker.index)
+        )
         env = worker_env(c, worker.role, worker.index, spec)
         try:
             c.launcher.restart(worker.role, worker.index, env)

@@ -32,7 +32,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from corral import keys
+from corral import name_resolve_keys
 from corral.auth import TrialKeys, open_record, unverified_value
 from corral.discovery import NameResolve
 from corral.errors import NameResolveError, TrialInUseError
@@ -89,7 +89,7 @@ class Lease:
 
 
 def read_lease(nr: NameResolve, experiment: str, trial: str) -> Lease | None:
-    return Lease.parse(nr.get(keys.controller_key(experiment, trial)))
+    return Lease.parse(nr.get(name_resolve_keys.controller_key(experiment, trial)))
 
 
 class ControllerLease:
@@ -116,7 +116,7 @@ class ControllerLease:
         self._forged_seen = False
         self.experiment = experiment
         self.trial = trial
-        self.key = keys.controller_key(experiment, trial)
+        self.key = name_resolve_keys.controller_key(experiment, trial)
         self.lease_timeout = lease_timeout
         self.beat = Lease(run_id, os.getpid(), socket.gethostname(), time.time(), 0, grace)
         self._stop: threading.Event | None = None
@@ -243,7 +243,7 @@ class ControllerLease:
 def registered_workers(nr: NameResolve, experiment: str, trial: str) -> dict[str, dict]:
     """``role/index`` -> {address, pid, host, run_id, ...} of every worker registered
     under the trial (whatever run started it)."""
-    root = keys.trial_root(experiment, trial)
+    root = name_resolve_keys.trial_root(experiment, trial)
     found: dict[str, dict] = {}
     for key, value in nr.get_subtree(root).items():
         parts = key.split("/")

@@ -1,5 +1,5 @@
 """What a controller is set up with, resolved once: AReaL's keywords, then the
-experiment config, then the defaults (see ``corral.options`` for which wins). It names
+experiment config, then the defaults (see ``corral.scheduler_keywords`` for which wins). It names
 the trial, checks numbers and directories, and opens the name-resolve store. A dry run
 checks the directories without creating anything and only describes the store.
 """
@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from corral import options as opts
+from corral import scheduler_keywords as opts
 from corral.config import cluster_field, scheduler_field
 from corral.discovery import (
     NameResolve,

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from corral import keys
+from corral import name_resolve_keys
 from corral.controller.caller import Caller
 from corral.controller.role_table import FORKED, LAUNCHED, REUSED, RoleTable
 from corral.discovery.base import NameResolve
@@ -83,7 +83,9 @@ class Teardown:
             self.stop_launched(role)
         try:
             for name in (role, *{m.role for m in members}):
-                self.name_resolve.clear_subtree(keys.role_prefix(self.experiment, self.trial, name))
+                self.name_resolve.clear_subtree(
+                    name_resolve_keys.role_prefix(self.experiment, self.trial, name)
+                )
                 for kind in ("_info", "_health"):
                     self.name_resolve.clear_subtree(f"{self.experiment}/{self.trial}/{kind}/{name}")
         except Exception as exc:

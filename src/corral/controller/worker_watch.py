@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from corral import keys
+from corral import name_resolve_keys
 from corral.controller.role_table import LAUNCHED, RoleState, RoleTable
 from corral.discovery.base import NameResolve
 from corral.errors import (
@@ -53,11 +53,13 @@ class WorkerWatch:
     # ---------------------------------------------------------------- registration
     def read_worker(self, role: str, index: int) -> Worker | None:
         address = self.name_resolve.get(
-            keys.worker_address_key(self.experiment, self.trial, role, index)
+            name_resolve_keys.worker_address_key(self.experiment, self.trial, role, index)
         )
         if address is None:
             return None
-        raw = self.name_resolve.get(keys.worker_info_key(self.experiment, self.trial, role, index))
+        raw = self.name_resolve.get(
+            name_resolve_keys.worker_info_key(self.experiment, self.trial, role, index)
+        )
         info = json.loads(raw) if raw else {}
         return Worker.from_registration(role, index, address, info)  # backend_id from its env
 

@@ -6,8 +6,8 @@ purpose. See docs/data-plane.md.
 
 from __future__ import annotations
 
-from corral.data.ref import Ref
 from corral.errors import RefError, RefLostError
+from corral.rpc.ref import Ref
 
 
 def keep(value):  # noqa: ANN001, ANN201 - re-exported lazily to keep imports cheap

@@ -13,13 +13,13 @@ import threading
 import time
 from typing import Any
 
-from corral import keys
+from corral import name_resolve_keys
 from corral.data import relay
-from corral.data.ref import Ref
 from corral.data.relay import Relays
 from corral.data.store import ObjectStore
 from corral.errors import RefError, RefLostError
 from corral.rpc import wire
+from corral.rpc.ref import Ref
 from corral.rpc.wire import DataclassRecord
 
 FETCH_TIMEOUT = 600.0
@@ -72,7 +72,7 @@ class RefResolver:
             while not notes.empty():
                 pids.add(notes.get())
             for address, pid in list(self.client.shm.local.items()):
-                if pid in pids and shm._RELEASED.get(pid):
+                if pid in pids and shm.has_released(pid):
                     try:  # any request carries the note; /health is the cheapest
                         self.client.request(address, "/health", method="GET", timeout=5.0)
                     except Exception:
@@ -151,7 +151,7 @@ class RefResolver:
         if not role or not index.isdigit():
             raise RefError(f"ref owner {owner!r} is not a worker id of the form role/index")
         address = self.name_resolve.get(
-            keys.worker_address_key(self.experiment, self.trial, role, int(index))
+            name_resolve_keys.worker_address_key(self.experiment, self.trial, role, int(index))
         )
         if address is None:
             raise RefLostError(

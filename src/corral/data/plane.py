@@ -16,8 +16,8 @@ import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from corral.data.ref import PLANES, Ref
 from corral.errors import RefError, RefLostError, WorkerFailedError, WorkerNotFoundError
+from corral.rpc.ref import PLANES, Ref
 
 log = logging.getLogger("corral")
 BATCH_SECONDS = 0.05

@@ -8,9 +8,9 @@ from corral.data import relay
 from corral.data.store import ObjectStore
 from corral.errors import CorralError, ProtocolError
 from corral.rpc import shm, wire
+from corral.rpc.envelope import failure, ok
 from corral.rpc.http import Message
 from corral.rpc.server import Reply
-from corral.worker.replies import failure, ok
 
 
 class DataRoutes:

@@ -13,8 +13,8 @@ import sys
 import threading
 from typing import Any
 
-from corral.data.ref import Ref
 from corral.errors import ConfigError, RefError, RefLostError
+from corral.rpc.ref import Ref
 
 #: the store of the worker running in this process (set by the worker runtime)
 _CURRENT: ObjectStore | None = None

@@ -5,6 +5,6 @@ The controller side (``calls``, ``snapshot``, ``publisher``) imports only the st
 library; the dashboard server and ``rich`` are imported by the commands that need them.
 """
 
-from corral.observe.calls import CallStats, NullCallStats
+from corral.observe.call_stats import CallStats, NullCallStats
 
 __all__ = ["CallStats", "NullCallStats"]

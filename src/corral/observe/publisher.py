@@ -11,7 +11,7 @@ import logging
 import os
 import threading
 
-from corral.observe.calls import CallStats, NullCallStats
+from corral.observe.call_stats import CallStats, NullCallStats
 from corral.observe.snapshot import ControllerView, SnapshotBuilder
 from corral.safedirs import make_private_subdir
 

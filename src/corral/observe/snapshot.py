@@ -11,13 +11,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from corral import keys
+from corral import name_resolve_keys
 from corral.controller.health_monitor import WorkerHealth
 from corral.controller.role_table import RoleState
 from corral.discovery.base import NameResolve
 from corral.launcher import WorkerExit
 from corral.logs import replica_log_path, tail
-from corral.observe.calls import CallFigures
+from corral.observe.call_stats import CallFigures
 from corral.observe.finished import FinishedRoles
 from corral.observe.resources import ResourceSampler
 
@@ -70,7 +70,9 @@ class SnapshotBuilder:
             v = self.view
             try:
                 raw = v.name_resolve.get(
-                    keys.worker_info_key(v.experiment, v.trial, worker.role, worker.index)
+                    name_resolve_keys.worker_info_key(
+                        v.experiment, v.trial, worker.role, worker.index
+                    )
                 )
                 self._gpus[key] = json.loads(raw).get("gpus") if raw else None
             except Exception:
@@ -216,7 +218,9 @@ class SnapshotBuilder:
         v = self.view
         found: dict[int, dict] = {}
         try:
-            records = v.name_resolve.get_subtree(keys.health_prefix(v.experiment, v.trial, role))
+            records = v.name_resolve.get_subtree(
+                name_resolve_keys.health_prefix(v.experiment, v.trial, role)
+            )
         except Exception:  # a record not signed by this trial is not shown
             return found
         for key, value in records.items():

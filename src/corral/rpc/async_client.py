@@ -187,13 +187,13 @@ class AsyncRPCClient:
         ).encode("latin-1")
 
     def _frame(
-        self, address: str, path: str, parts: list, request_id: str, identity, writer
+        self, address: str, path: str, parts: list, request_id: str, identity, fresh: bool
     ) -> tuple[list, str]:
         """Head and body parts for one attempt on this connection (shared memory decided
-        here: the offer rides on a connection's first request), signed; and the nonce."""
+        here: the offer rides on a ``fresh`` connection's first request: a pooled one
+        has carried a request before), signed; and the nonce."""
         extra: dict[str, str] = {}
-        send = self.shm.prepare(address, extra, parts, not getattr(writer, "_offered", False))
-        writer._offered = True
+        send = self.shm.prepare(address, extra, parts, fresh)
         length = wire.frame_size(send)
         nonce = sign_headers(self._signer, extra, "POST", path, request_id, identity, send, length)
         head = self._head(path, request_id, identity, length, extra)
@@ -222,7 +222,7 @@ class AsyncRPCClient:
             with _connect_errors(address):
                 conn, reused = await pool.acquire(lambda: self._open(address))
             reader, writer = conn
-            frame, nonce = self._frame(address, path, parts, request_id, identity, writer)
+            frame, nonce = self._frame(address, path, parts, request_id, identity, not reused)
             try:
                 reply, body = await self._exchange(address, reader, writer, frame, nonce)
             except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:

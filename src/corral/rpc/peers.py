@@ -37,10 +37,9 @@ class SharedMemoryPeers:
         pid = self.local.get(address)
         if pid is None:
             return parts
-        if pid in shm._RELEASED:
-            released = shm.released_for(pid)
-            if released:
-                headers[shm.RELEASED_HEADER] = released
+        released = shm.released_for(pid)
+        if released:
+            headers[shm.RELEASED_HEADER] = released
         if shm.wants_segment(parts, True):
             segment = shm.Segment.from_parts(parts, pid)
             headers[shm.SEGMENT_HEADER] = segment.descriptor()

@@ -88,7 +88,8 @@ def raise_remote(error: dict) -> None:
     raise errors.EngineCallError(f"{kind}: {message}", remote_traceback=tb)
 
 
-_OK_NONE = b"".join(wire.encode({"ok": True, "result": None}))  # what most calls return
+#: what most calls return (``rpc.envelope.OK_NONE``; the client does not import the server side)
+_OK_NONE = b"".join(wire.encode({"ok": True, "result": None}))
 
 
 def interpret_reply(address: str, msg: Message) -> Any:

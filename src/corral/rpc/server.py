@@ -255,7 +255,7 @@ class RPCServer:
                 if wanted and self.identity and wanted != self.identity:
                     text = f"this is {self.identity}, not {wanted}: the address is stale"
                     with wlock:
-                        self._reply(
+                        self.write_reply(
                             conn, Reply(409, [text.encode()], "text/plain"), False,
                             nonce=nonce, request_id=rid,
                         )  # fmt: skip
@@ -263,7 +263,7 @@ class RPCServer:
                 if length > self._max_body:
                     text = f"body over {self._max_body} bytes".encode()
                     with wlock:
-                        self._reply(
+                        self.write_reply(
                             conn, Reply(413, [text], "text/plain"), False, nonce=nonce,
                             request_id=rid,
                         )  # fmt: skip
@@ -279,7 +279,7 @@ class RPCServer:
                     except ProtocolError as exc:
                         refused = Reply(400, [str(exc).encode()], "text/plain")
                         with wlock:
-                            self._reply(
+                            self.write_reply(
                                 conn, refused, msg.keep_alive, refused=True, nonce=nonce,
                                 request_id=rid,
                             )  # fmt: skip
@@ -304,7 +304,7 @@ class RPCServer:
                     reply.start(sender.send)
                 else:
                     with wlock:
-                        self._reply(
+                        self.write_reply(
                             conn, reply, msg.keep_alive, peer, announce=offered, hold=hold,
                             nonce=nonce, request_id=rid,
                         )  # fmt: skip
@@ -316,7 +316,7 @@ class RPCServer:
         except ProtocolError as exc:
             try:
                 with wlock:
-                    self._reply(conn, Reply(400, [str(exc).encode()], "text/plain"), False)
+                    self.write_reply(conn, Reply(400, [str(exc).encode()], "text/plain"), False)
             except OSError:
                 pass
         except OSError:  # includes timeouts: the connection is dropped
@@ -328,7 +328,7 @@ class RPCServer:
     def _refuse(self, conn: socket.socket, why: str, wlock: threading.Lock) -> None:
         text = f"request not authenticated ({why}); sign it with the trial secret"
         with wlock:
-            self._reply(conn, Reply(401, [text.encode()], "text/plain"), False)
+            self.write_reply(conn, Reply(401, [text.encode()], "text/plain"), False)
 
     def _acknowledged(self, method: str, request_id: str, held_by_id: dict) -> None:
         """A pipelined client's ``ACK``/``NAK`` for the reply to ``request_id``: ACK proves
@@ -341,7 +341,7 @@ class RPCServer:
         elif entry is not None:
             shm.POOL.returned([entry[0].name], entry[1])
 
-    def _reply(
+    def write_reply(
         self,
         conn: socket.socket,
         reply: Reply,
@@ -403,7 +403,7 @@ class _Sender:
     def send(self, reply: Reply) -> None:
         try:
             with self.lock:
-                self.server._reply(
+                self.server.write_reply(
                     self.conn, reply, True, self.peer, announce=self.offered, hold=self.hold,
                     nonce=self.nonce, request_id=self.request_id,
                 )  # fmt: skip

@@ -248,6 +248,11 @@ def released_for(pid: int | None) -> str | None:
     return ",".join(names) if names else None
 
 
+def has_released(pid: int) -> bool:
+    """Are there segments of process ``pid`` whose mappings here are gone (to tell it)?"""
+    return bool(_RELEASED.get(pid))
+
+
 def take_released(value: str | None, reader: int | None) -> None:
     """Process ``reader``'s ``x-corral-shm-released`` header: its mappings are gone."""
     if value:

@@ -27,9 +27,9 @@ import re
 import struct
 import sys
 
-from corral.data.ref import WIRE_TAG as _REF_TAG
-from corral.data.ref import Ref
 from corral.errors import ProtocolError
+from corral.rpc.ref import WIRE_TAG as _REF_TAG
+from corral.rpc.ref import Ref
 
 TYPE_CHECKING = False  # typing's, without importing typing (a worker's start)
 if TYPE_CHECKING:

@@ -5,8 +5,8 @@ may be busy with a call that never returns, and touches name-resolve and the log
 which may hang. Without a bound such a worker outlived its controller for hours and
 ignored SIGTERM (its main thread was already waiting in the stop). So once a worker
 decides to stop, a watchdog gives the orderly stop ``STOP_DEADLINE_SECONDS``
-(``CORRAL_STOP_DEADLINE`` overrides it); after that, or on a second SIGTERM/SIGINT, the
-worker kills its forked children and leaves at once with the exit code it would have had.
+(``CORRAL_STOP_DEADLINE`` overrides it; both in ``corral.stop_deadline``); after that, or
+on a second SIGTERM/SIGINT, the worker kills its forked children and leaves at once with the exit code it would have had.
 """
 
 from __future__ import annotations
@@ -16,40 +16,7 @@ import signal
 import threading
 from collections.abc import Callable
 
-STOP_DEADLINE_SECONDS = 5.0
-STOP_DEADLINE_ENV = "CORRAL_STOP_DEADLINE"
-
-
-def parse_stop_deadline(raw: str) -> float:
-    """Seconds from a ``CORRAL_STOP_DEADLINE`` value; ValueError unless a finite number > 0."""
-    value = float(raw)
-    if not 0 < value < float("inf"):
-        raise ValueError(f"{raw!r} is not a number of seconds > 0")
-    return value
-
-
-def check_stop_deadline(env: dict[str, str], field_name: str) -> None:
-    """ConfigError naming ``field_name`` when ``env`` sets a bad ``CORRAL_STOP_DEADLINE``:
-    the controller checks before any worker starts (the worker itself can only fall back)."""
-    from corral.errors import ConfigError
-
-    raw = env.get(STOP_DEADLINE_ENV)
-    if raw is None:
-        return
-    try:
-        parse_stop_deadline(raw)
-    except ValueError:
-        raise ConfigError(
-            field_name, raw, f"use a number of seconds > 0 (default {STOP_DEADLINE_SECONDS:g})"
-        ) from None
-
-
-def stop_deadline(env: dict[str, str] | None = None) -> float:
-    raw = (env if env is not None else os.environ).get(STOP_DEADLINE_ENV, "")
-    try:
-        return parse_stop_deadline(raw) if raw else STOP_DEADLINE_SECONDS
-    except ValueError:
-        return STOP_DEADLINE_SECONDS
+from corral.stop_deadline import stop_deadline
 
 
 def _say(text: str) -> None:

@@ -11,7 +11,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from corral import keys
+from corral import name_resolve_keys
 from corral.discovery.base import NameResolve
 from corral.errors import ConfigError, WorkerCreationError
 from corral.foreign import PROBE_INTERVAL, answers_health
@@ -88,9 +88,11 @@ class ForkManager:
         for name in (E.SECRET, E.SECRET_FILE):
             child_env.pop(name, None)
         s = self.settings
-        address_key = keys.worker_address_key(s.experiment, s.trial, role, index)
+        address_key = name_resolve_keys.worker_address_key(s.experiment, s.trial, role, index)
         self.name_resolve.delete(address_key)
-        self.name_resolve.delete(keys.worker_health_key(s.experiment, s.trial, role, index))
+        self.name_resolve.delete(
+            name_resolve_keys.worker_health_key(s.experiment, s.trial, role, index)
+        )
         read_end, write_end = os.pipe()
         try:
             child_env[E.SECRET_FD] = str(read_end)
@@ -141,7 +143,7 @@ class ForkManager:
             value = self.name_resolve.get(address_key)
             if value is not None:
                 info = self.name_resolve.get(
-                    keys.worker_info_key(s.experiment, s.trial, role, index)
+                    name_resolve_keys.worker_info_key(s.experiment, s.trial, role, index)
                 )
                 meta = json.loads(info) if info else {}
                 self._watch(child_id)
@@ -199,7 +201,7 @@ class ForkManager:
         }
         try:
             self.name_resolve.add(
-                keys.worker_health_key(s.experiment, s.trial, child.role, child.index),
+                name_resolve_keys.worker_health_key(s.experiment, s.trial, child.role, child.index),
                 json.dumps(record),
                 replace=True,
             )
@@ -217,10 +219,10 @@ class ForkManager:
         stop_process_groups([child.proc], grace)
         s = self.settings
         self.name_resolve.delete(
-            keys.worker_address_key(s.experiment, s.trial, child.role, child.index)
+            name_resolve_keys.worker_address_key(s.experiment, s.trial, child.role, child.index)
         )
         self.name_resolve.delete(
-            keys.worker_info_key(s.experiment, s.trial, child.role, child.index)
+            name_resolve_keys.worker_info_key(s.experiment, s.trial, child.role, child.index)
         )
         return True
 

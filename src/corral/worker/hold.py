@@ -27,7 +27,7 @@ class _Holder:
 
 
 def main() -> int:
-    from corral.worker.runtime import ControllerWatch
+    from corral.worker.controller_watch import ControllerWatch
 
     holder = _Holder(WorkerSettings.from_env())
     lost = StopLatch()  # set by the SIGTERM handler: no threading.Event there (latch.py)

@@ -1,36 +1,10 @@
-"""The envelopes a worker answers with: ``{"ok": True, "result": ...}`` or an error."""
+"""How an engine call is answered: whether it takes the path with refs, and the reply of a
+synchronous call queued on the engine thread (the envelope itself: ``rpc.envelope``)."""
 
 from __future__ import annotations
 
 from corral.errors import CorralError
-from corral.rpc import wire
-from corral.rpc.http import FRAME_TYPE
-from corral.rpc.server import Reply
-
-TYPE_CHECKING = False  # typing's, without importing typing (a worker's start)
-if TYPE_CHECKING:
-    from typing import Any
-
-_OK_NONE = b"".join(wire.encode({"ok": True, "result": None}))  # bytes: safe to share
-
-
-def ok(result: Any = None) -> Reply:
-    if result is None:  # many engine methods return nothing: no encoding per call
-        return Reply(200, [_OK_NONE], FRAME_TYPE)
-    return Reply(200, wire.encode({"ok": True, "result": result}), FRAME_TYPE)
-
-
-def failure(status: int, exc: BaseException) -> Reply:
-    error = {"type": type(exc).__name__, "message": str(exc)}
-    tb = getattr(exc, "remote_traceback", "") or ""
-    if not tb and not isinstance(exc, CorralError):
-        import traceback  # on failures only: not part of a worker's start
-
-        tb = traceback.format_exc()
-    error["traceback"] = tb
-    if getattr(exc, "owner", None):
-        error["owner"] = exc.owner
-    return Reply(status, wire.encode({"ok": False, "error": error}), FRAME_TYPE)
+from corral.rpc.envelope import failure, ok
 
 
 def uses_refs(payload: dict) -> bool:
@@ -42,18 +16,20 @@ def uses_refs(payload: dict) -> bool:
 class EngineCallReply:
     """A synchronous engine call queued on the engine thread; it replies itself."""
 
-    __slots__ = ("runtime", "request_id", "fn", "send")
+    __slots__ = ("finish", "request_id", "fn", "send")
 
-    def __init__(self, runtime: Any, request_id: str | None, fn, send):
-        self.runtime, self.request_id, self.fn, self.send = runtime, request_id, fn, send
+    def __init__(self, finish, request_id: str | None, fn, send):
+        """``finish(request_id, reply)``: the runtime's result cache takes the reply and
+        gives it back; ``send``: the reply goes to the connection."""
+        self.finish, self.request_id, self.fn, self.send = finish, request_id, fn, send
 
     def run(self) -> None:
         try:
             reply = ok(self.fn())
         except Exception as exc:
             reply = failure(500, exc)
-        self.send(self.runtime._finish(self.request_id, reply))
+        self.send(self.finish(self.request_id, reply))
 
     def cancel(self) -> None:
         stopping = CorralError("the worker is stopping; the call did not run")
-        self.send(self.runtime._finish(self.request_id, failure(503, stopping)))
+        self.send(self.finish(self.request_id, failure(503, stopping)))

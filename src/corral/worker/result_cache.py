@@ -7,8 +7,8 @@ from collections import OrderedDict
 
 from corral.errors import ProtocolError
 from corral.rpc import wire
+from corral.rpc.envelope import failure
 from corral.rpc.server import Reply
-from corral.worker.replies import failure
 
 RESULT_CACHE_ENTRIES = 256
 RESULT_CACHE_BYTES = 128 << 20

@@ -10,35 +10,44 @@ import sys
 import threading
 import time
 
-from corral import keys
+from corral import name_resolve_keys
 from corral.discovery import make_name_resolve
 from corral.discovery.signed import SignedNameResolve
 from corral.errors import ProtocolError
 from corral.rpc import wire
+from corral.rpc.envelope import failure, ok
 from corral.rpc.http import PIPELINE_HEADER, REQUEST_ID_HEADER, Message
 from corral.rpc.server import Deferred, Reply, RPCServer
 from corral.worker import env as E
 from corral.worker.broadcast import parse_flag
+from corral.worker.controller_watch import ControllerWatch
 from corral.worker.data_side import LazyWorkerData
 from corral.worker.dp_layout import layout
 from corral.worker.engines import EngineHost
 from corral.worker.env import WorkerSettings, advertise_host, node_name, read_secret
 from corral.worker.group_side import LazyGroupMember
 from corral.worker.latch import StopLatch
-from corral.worker.replies import EngineCallReply, failure, ok, uses_refs
-from corral.worker.result_cache import (  # noqa: F401  (names importable from here too)
-    DELIVERED_IDS,
-    LARGE_REPLY_BYTES,
-    RESULT_CACHE_BYTES,
-    RESULT_CACHE_ENTRIES,
-    ResultCache,
-)
-from corral.worker.watch import ControllerWatch, _lease_fields  # noqa: F401
+from corral.worker.replies import EngineCallReply, uses_refs
+from corral.worker.result_cache import ResultCache
+from corral.worker.seeding import find_seed, seed_everything
 
 #: threads for the requests of pipelined connections that are not plain engine calls (as
 #: many as a client used to have connections open to one worker, and then some)
 SLOW_THREADS = 32
 _PR_SET_PDEATHSIG = 1
+
+
+class Route:
+    """How ``WorkerRuntime.handle`` runs one endpoint. ``raw``: ``fn`` gets the request
+    itself and its reply goes out as is (reads only: not decoded, not cached). Otherwise
+    ``fn`` gets the decoded payload and its result is sent in the envelope, cached by
+    request id. ``engine_call``: a synchronous engine method runs on the engine thread,
+    which replies itself (a worker's fast path)."""
+
+    __slots__ = ("fn", "raw", "engine_call")
+
+    def __init__(self, fn, raw: bool = False, engine_call: bool = False):
+        self.fn, self.raw, self.engine_call = fn, raw, engine_call
 
 
 class WorkerRuntime:
@@ -84,23 +93,26 @@ class WorkerRuntime:
         # the data plane (refs, keep, /data/*) is imported and made on first use
         self.data = LazyWorkerData(settings, self.generation, self.name_resolve, secret)
         self.groups = LazyGroupMember(settings.worker_id, advertised)  # cross-role groups
-        self._routes = {
-            ("GET", "/health"): self._health,
-            ("POST", "/create_engine"): self._create_engine,
-            ("POST", "/call"): self._call,
-            ("POST", "/set_env"): self._set_env,
-            ("POST", "/configure"): self._configure,
-            ("POST", "/destroy_engines"): self._destroy_engines,
-            ("POST", "/fork"): self._fork,
-            ("POST", "/kill_forked_worker"): self._kill_forked,
-            ("POST", "/shutdown"): self._shutdown,
-            ("POST", "/data/free"): lambda p: self.data.get().routes.free(p),
-            ("POST", "/data/stats"): lambda p: self.data.get().routes.stats(p),
-            ("POST", "/data/split"): lambda p: self.data.get().routes.split(p),
-            ("POST", "/dp_layout"): self._dp_layout,
-            ("POST", "/group/open"): self.groups.open,
-            ("POST", "/group/join"): self.groups.join,
-            ("POST", "/group/destroy"): self.groups.destroy,
+        data_routes = lambda: self.data.get().routes  # noqa: E731
+        self._routes = {  # the one table of endpoints (see Route)
+            ("GET", "/health"): Route(self._health, raw=True),
+            ("POST", "/data/get"): Route(lambda msg: data_routes().get(msg), raw=True),
+            ("POST", "/data/chunk"): Route(lambda msg: data_routes().chunk(msg), raw=True),
+            ("POST", "/call"): Route(self._call, engine_call=True),
+            ("POST", "/create_engine"): Route(self._create_engine),
+            ("POST", "/set_env"): Route(self._set_env),
+            ("POST", "/configure"): Route(self._configure),
+            ("POST", "/destroy_engines"): Route(self._destroy_engines),
+            ("POST", "/fork"): Route(self._fork),
+            ("POST", "/kill_forked_worker"): Route(self._kill_forked),
+            ("POST", "/shutdown"): Route(self._shutdown),
+            ("POST", "/data/free"): Route(lambda p: data_routes().free(p)),
+            ("POST", "/data/stats"): Route(lambda p: data_routes().stats(p)),
+            ("POST", "/data/split"): Route(lambda p: data_routes().split(p)),
+            ("POST", "/dp_layout"): Route(self._dp_layout),
+            ("POST", "/group/open"): Route(self.groups.open),
+            ("POST", "/group/join"): Route(self.groups.join),
+            ("POST", "/group/destroy"): Route(self.groups.destroy),
         }
 
     # made on first use -----------------------------------------------------
@@ -153,12 +165,12 @@ class WorkerRuntime:
             "gpus": os.environ.get("CUDA_VISIBLE_DEVICES"),
         }
         self.name_resolve.add(
-            keys.worker_info_key(s.experiment, s.trial, s.role, s.index),
+            name_resolve_keys.worker_info_key(s.experiment, s.trial, s.role, s.index),
             json.dumps(info),
             replace=True,
         )
         self.name_resolve.add(
-            keys.worker_address_key(s.experiment, s.trial, s.role, s.index),
+            name_resolve_keys.worker_address_key(s.experiment, s.trial, s.role, s.index),
             self.address,
             replace=True,
         )
@@ -177,13 +189,15 @@ class WorkerRuntime:
             if self._forks is not None:
                 self._forks.kill_all()
             self.engines.close()
-            address_key = keys.worker_address_key(s.experiment, s.trial, s.role, s.index)
+            address_key = name_resolve_keys.worker_address_key(
+                s.experiment, s.trial, s.role, s.index
+            )
             try:
                 # a newer worker (a restart, another run) may own the names by now
                 if self.name_resolve.get(address_key) == self.address:
                     self.name_resolve.delete(address_key)
                     self.name_resolve.delete(
-                        keys.worker_info_key(s.experiment, s.trial, s.role, s.index)
+                        name_resolve_keys.worker_info_key(s.experiment, s.trial, s.role, s.index)
                     )
             except Exception:
                 pass
@@ -193,15 +207,15 @@ class WorkerRuntime:
 
     # dispatch --------------------------------------------------------------
     def handle(self, msg: Message) -> Reply:
-        if msg.path == "/data/get" and msg.method == "POST":
-            return self.data.get().routes.get(msg)
-        if msg.path == "/data/chunk" and msg.method == "POST":  # read-only: never cached
-            return self.data.get().routes.chunk(msg)
+        """Every request, by its ``Route``: a raw one answers the message itself; any other
+        gets the decoded payload, once per request id (the result cache), and is answered
+        in the envelope: from the engine thread (a synchronous engine call), from the pool
+        (a pipelined connection: the next request must not wait) or here."""
         route = self._routes.get((msg.method, msg.path))
         if route is None:
             return Reply(404, [f"no endpoint {msg.method} {msg.path}".encode()], "text/plain")
-        if msg.method == "GET":
-            return route(None)
+        if route.raw:
+            return route.fn(msg)
         refs: list = []
         try:
             # The peer proved it holds the trial secret: rebuild its dataclasses and enums
@@ -219,21 +233,21 @@ class WorkerRuntime:
             if cached is not None:
                 return cached
         try:
-            if msg.path == "/call" and msg.keep_alive:
+            if route.engine_call and msg.keep_alive:
                 run = None if uses_refs(payload) else self._prepare_call(payload)
                 if run is not None:  # a synchronous method: reply from the engine thread
                     return Deferred(
                         lambda send: self.engines.submit(
-                            EngineCallReply(self, request_id, run, send)
+                            EngineCallReply(self._finish, request_id, run, send)
                         )
                     )
             if PIPELINE_HEADER in msg.headers and msg.keep_alive:  # the next must not wait
                 return Deferred(
                     lambda send: self._slow.submit(
-                        _run_route, self, request_id, route, payload, send
+                        self._run_and_send, request_id, route.fn, payload, send
                     )
                 )
-            reply = ok(route(payload))
+            reply = ok(route.fn(payload))
         except Exception as exc:
             reply = failure(500, exc)
         return self._finish(request_id, reply)
@@ -242,6 +256,17 @@ class WorkerRuntime:
         if request_id:
             self.cache.finish(request_id, reply)
         return reply
+
+    def _run_and_send(self, request_id: str | None, fn, payload: dict, send) -> None:
+        """A request that is not a plain synchronous engine call (a coroutine method, refs,
+        ``create_engine``, ``fork``...) from a pipelined connection, run on a thread of
+        the pool: the requests behind it are read and run meanwhile, as they would be on
+        connections of their own. It replies from there."""
+        try:
+            reply = ok(fn(payload))
+        except Exception as exc:
+            reply = failure(500, exc)
+        send(self._finish(request_id, reply))
 
     def _prepare_call(self, p: dict):
         name = p.get("engine_name") or self.settings.worker_id
@@ -295,7 +320,7 @@ class WorkerRuntime:
         """Keep the experiment config, role and rank, and seed the random generators from
         the config's ``seed`` (plus the rank) when it has one, as AReaL's workers do."""
         self.config = {"config": p.get("config"), "role": p.get("role"), "rank": p.get("rank")}
-        seed = _find_seed(p.get("config"))
+        seed = find_seed(p.get("config"))
         if seed is not None:
             seed_everything(seed + int(p.get("rank") or 0))
 
@@ -323,36 +348,6 @@ class WorkerRuntime:
     def _shutdown_soon(self) -> None:
         time.sleep(0.05)
         self._on_shutdown()
-
-
-def _run_route(runtime: WorkerRuntime, request_id, route, payload, send) -> None:
-    """A request that is not a plain synchronous engine call (a coroutine method, refs,
-    ``create_engine``, ``fork``...) from a pipelined connection, run on a thread of the
-    runtime's pool: the requests behind it are read and run meanwhile, as they would be on
-    connections of their own. It replies from there."""
-    try:
-        reply = ok(route(payload))
-    except Exception as exc:
-        reply = failure(500, exc)
-    send(runtime._finish(request_id, reply))
-
-
-def _find_seed(config: object) -> int | None:
-    seed = config.get("seed") if isinstance(config, dict) else getattr(config, "seed", None)
-    return seed if isinstance(seed, int) and not isinstance(seed, bool) else None
-
-
-def seed_everything(seed: int) -> None:
-    """Seed Python's, numpy's and torch's generators (the last two only if loaded)."""
-    import random
-
-    random.seed(seed)
-    np = sys.modules.get("numpy")
-    if np is not None:
-        np.random.seed(seed % (1 << 32))
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        torch.manual_seed(seed)
 
 
 def _reserve_ports(count: int) -> list[int]:

@@ -8,7 +8,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from corral.backends.options import RayOptions
+from corral.backends.backend_options import RayOptions
 from corral.backends.ray.actors import ACTOR_MAX_CONCURRENCY, ActorStarter
 from corral.backends.ray.adoption import RayAdoption
 from corral.backends.ray.bundles import (

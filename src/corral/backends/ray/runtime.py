@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from corral.backends.options import RayOptions
+from corral.backends.backend_options import RayOptions
 from corral.backends.ray.private_api import running_cluster_address
 
 QUIET_ENV = {

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from corral import options as opts
-from corral.backends.options import RayOptions
+from corral import scheduler_keywords as opts
+from corral.backends.backend_options import RayOptions
 from corral.backends.ray.launcher import RayLauncher
 from corral.controller.scheduler import Scheduler
 

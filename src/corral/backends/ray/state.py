@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from corral.backends.options import RayOptions
+from corral.backends.backend_options import RayOptions
 from corral.launcher import WorkerExit
 
 NAMESPACE = "corral"  # of the detached actors of runs that outlive their controller
@@ -66,7 +66,9 @@ class RayState:
     requeue: bool = False
     startup_timeout: float = 120.0
     n_gpus_per_node: int = 0  # multi-node workers (corral.multinode)
-    outlive: float = 0.0  # seconds the workers outlive their controller (corral.controller.adoption)
+    outlive: float = (
+        0.0  # seconds the workers outlive their controller (corral.controller.adoption)
+    )
     trial_secret: str = ""
     progress: Callable[[str], None] = _silent
     own_cluster: bool = False  # a local runtime that ends with this process

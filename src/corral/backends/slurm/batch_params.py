@@ -9,7 +9,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from corral.backends.options import SlurmOptions
+from corral.backends.backend_options import SlurmOptions
 from corral.backends.slurm.layout import SlurmLayout, plan_layout
 from corral.errors import ConfigError
 from corral.spec import SchedulingSpec

@@ -26,7 +26,7 @@ import logging
 import os
 import sys
 
-from corral.backends.options import SlurmOptions
+from corral.backends.backend_options import SlurmOptions
 from corral.backends.slurm.adoption import SlurmAdoption
 from corral.backends.slurm.commands import require_command, run_command
 from corral.backends.slurm.elastic_jobs import SlurmElastic

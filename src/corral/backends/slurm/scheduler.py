@@ -15,8 +15,8 @@ import shlex
 import sys
 from typing import Any
 
-from corral import options as opts
-from corral.backends.options import SlurmOptions
+from corral import scheduler_keywords as opts
+from corral.backends.backend_options import SlurmOptions
 from corral.backends.slurm.launcher import SlurmLauncher
 from corral.config import cluster_field
 from corral.controller.scheduler import Scheduler
@@ -30,7 +30,7 @@ class SlurmScheduler(Scheduler):
     """Workers are ``srun`` tasks of one ``sbatch`` job per role, on a cluster with a
     filesystem shared by the controller and every node (``cluster.fileroot``).
 
-    Its options are :class:`corral.backends.options.SlurmOptions` (keywords, else
+    Its options are :class:`corral.backends.backend_options.SlurmOptions` (keywords, else
     ``cfg.scheduler.slurm``); ``nodelist``/``exclude`` there apply to every role (a
     role's ``SchedulingSpec.nodelist``/``exclude`` is used when they are None). ``python`` is the interpreter the nodes run workers with.
     ``dry_run=True`` submits nothing: ``create_workers`` prints the batch script and

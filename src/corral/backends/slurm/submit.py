@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from corral.backends.options import SlurmOptions
+from corral.backends.backend_options import SlurmOptions
 from corral.backends.slurm.batch_params import SbatchParams, check_container
 from corral.backends.slurm.batch_script import render_sbatch_script
 from corral.backends.slurm.commands import run_command

@@ -6,6 +6,9 @@ another worker's call costs nothing; that worker fetches the bytes straight from
 
 In the controller, every ref that arrives in a result is adopted by the scheduler's data
 plane (found by trial name), which frees it on the owner once the last copy is dropped.
+
+It lives in ``rpc`` because the wire encodes it (``rpc.wire``); the data plane above
+(``corral.data``) registers in ``PLANES`` and does the fetching and freeing.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ import json
 import socket
 import time
 
-from corral import keys
+from corral import name_resolve_keys
 from corral.liveness import pid_alive
 
 TYPE_CHECKING = False  # typing's, without importing typing (a worker's start)
@@ -21,7 +21,7 @@ class ControllerWatch:
         self.runtime = runtime
         self.on_lost = on_lost
         s = runtime.settings
-        self.key = keys.controller_key(s.experiment, s.trial)
+        self.key = name_resolve_keys.controller_key(s.experiment, s.trial)
 
     def run(self) -> None:
         s = self.runtime.settings
