@@ -21,8 +21,8 @@ from corral.launcher import LaunchRequest
 from corral.multinode import Instance, nodes_of
 from corral.safedirs import make_private_subdir
 from corral.spec import NormalizedJob, SchedulingSpec, Worker
+from corral.stop_deadline import STOP_DEADLINE_ENV, check_stop_deadline
 from corral.worker import env as E
-from corral.worker.ending import STOP_DEADLINE_ENV, check_stop_deadline
 
 
 def worker_env(c: ControllerParts, role: str, index: int, spec: SchedulingSpec) -> dict[str, str]:
