@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 
 import corral
@@ -52,15 +50,3 @@ def test_unknown_backend_names_the_field_and_the_choices():
         make_scheduler(cfg)
     assert "scheduler.type" in str(info.value) and "kubernetes" in str(info.value)
     assert "local, ray, slurm" in str(info.value)
-
-
-def test_the_registry_imports_no_backend():
-    code = (
-        "import sys, corral.backends as b, corral.config; b.backend_names(); "
-        "print(sorted(m for m in sys.modules if m.startswith('corral.backends.')))"
-    )
-    import subprocess
-
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    # the config's typed backend options (data only) are loaded; no backend module is
-    assert out.stdout.strip() == "['corral.backends.options']"
