@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
 import time
 
 import numpy as np
@@ -16,7 +14,6 @@ from corral import (
     Job,
     LocalScheduler,
     SchedulingSpec,
-    WorkerFailedError,
 )
 from corral.errors import WorkerConnectionError
 from corral.rpc.async_client import AsyncRPCClient
@@ -151,44 +148,6 @@ def test_a_stale_address_is_refused_by_the_worker_now_there(local_sched):
         ]
         == a
     )
-
-
-def test_restart_policy_starts_a_failed_worker_again_and_runs_the_hook(local_sched):
-    made = []
-
-    def hook(s, worker_id):
-        asyncio.run(s.create_engine(worker_id, ECHO, "e", tag="again"))
-        made.append(worker_id)
-
-    local_sched.set_restart_hook("phoenix", hook)
-    (wid,) = local_sched.create_workers(
-        Job(role="phoenix", replicas=1, tasks=[SchedulingSpec(max_restarts=1)])
-    )
-    asyncio.run(local_sched.create_engine(wid, ECHO, "e"))
-    first = local_sched.get_workers("phoenix")[0]
-    os.kill(first.pid, signal.SIGKILL)
-    with pytest.raises(WorkerFailedError) as info:
-        local_sched.call_engine(wid, "noop", "e")
-    assert info.value.restarted and "restarted it (1 of 1)" in str(info.value)
-    assert made == [wid]
-    second = local_sched.get_workers("phoenix")[0]
-    assert second.pid != first.pid and second.generation != first.generation
-    assert local_sched.call_engine(wid, "echo", "e", 5) == 5
-    os.kill(second.pid, signal.SIGKILL)
-    with pytest.raises(WorkerFailedError) as info:
-        local_sched.call_engine(wid, "noop", "e")
-    assert not info.value.restarted
-
-
-def test_default_is_fail_fast(local_sched):
-    (wid,) = local_sched.create_workers(Job(role="mortal", replicas=1))
-    asyncio.run(local_sched.create_engine(wid, ECHO, "e"))
-    os.kill(local_sched.get_workers("mortal")[0].pid, signal.SIGKILL)
-    with pytest.raises(WorkerFailedError) as info:
-        local_sched.call_engine(wid, "noop", "e")
-    assert not info.value.restarted
-    with pytest.raises(WorkerFailedError):
-        local_sched.get_workers("mortal")
 
 
 def test_negative_restarts_are_refused():

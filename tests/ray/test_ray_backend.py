@@ -258,32 +258,6 @@ def test_actors_get_their_environment_without_a_runtime_env(make):
         assert sched.secret.encode() not in fh.read()
 
 
-def test_demo_runs_on_ray(tmp_path):
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "corral.cli",
-            "--fileroot",
-            str(tmp_path),
-            "demo",
-            "--scheduler",
-            "ray",
-            "--steps",
-            "5",
-        ],
-        env={**os.environ, "RAY_ADDRESS": "local"},
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "step   5/5" in proc.stdout and "backend                 ray" in proc.stdout
-    assert "all workers stopped" in proc.stdout
-
-
 def test_spec_training_script_example_runs_on_ray(tmp_path):
     proc = subprocess.run(
         [
