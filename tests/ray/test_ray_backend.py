@@ -93,9 +93,8 @@ def test_sigkill_of_an_actor_mid_call_gives_worker_failed_naming_the_ray_actor(m
     with pytest.raises(WorkerFailedError) as info:
         sched.call_engine(wid, "sleep", "e", 60, rpc_meta={"timeout": 50})
     timer.join()
-    assert "victim/0" in str(info.value) and "Ray actor" in info.value.reason
-    with pytest.raises(WorkerFailedError):
-        sched.get_workers("victim")
+    # the death itself on every backend: tests/conformance/test_failures.py
+    assert "Ray actor" in info.value.reason
 
 
 def test_unsatisfiable_request_names_what_was_asked_and_leaves_no_group(make, ray_cluster):  # noqa: F811
