@@ -28,8 +28,10 @@ WIRE = "tests/unit/test_wire.py"
 FUZZ = "tests/unit/test_wire_fuzz.py"
 RPC = "tests/unit/test_rpc_server.py"
 WATCH = "tests/unit/test_controller_watch.py"
-NR = "tests/unit/test_name_resolve_contract.py"
+WATCH_PID = "tests/integration/test_controller_watch_dead_pid.py"
+NR = "tests/integration/test_name_resolve_contract.py"
 FAULTS = "tests/faults/test_restart_and_connections.py"
+RESTART = "tests/conformance/test_restart_in_place.py"
 GPUS = "tests/conformance/test_gpus_and_ranks.py"
 LIFE = "tests/conformance/test_lifecycle.py"
 FAIL = "tests/conformance/test_failures.py"
@@ -164,11 +166,11 @@ MUTANTS: list[Mutant] = [
       'return self.on_lost("controller lease removed")', "pass", WATCH,
       why="a removed lease is not noticed as such"),
     M("watch-controller-pid", "worker/controller_watch.py",
-      "if not grace and same_host and not pid_alive(s.controller_pid):", "if False:", WATCH,
+      "if not grace and same_host and not pid_alive(s.controller_pid):", "if False:", WATCH_PID,
       why="a dead controller on the same host is not noticed by its pid"),
     M("watch-pid-other-host", "worker/controller_watch.py",
       "same_host = s.controller_pid and s.controller_host == socket.gethostname()",
-      "same_host = s.controller_pid", WATCH,
+      "same_host = s.controller_pid", WATCH_PID,
       why="a controller pid on another host is looked up on this one"),
     M("watch-lease-other-run", "worker/controller_watch.py",
       "if mine and owner and owner != mine:", "if False:", WATCH,
@@ -231,7 +233,7 @@ MUTANTS: list[Mutant] = [
       "for dependent in []:", f"{COLO} -k target_takes",
       why="deleting a role leaves its forked roles behind"),
     M("restart-flag", "controller/restarts.py",
-      "failure.restarted = True", "failure.restarted = False", f"{FAULTS} -k restart_policy",
+      "failure.restarted = True", "failure.restarted = False", f"{RESTART} -k max_restarts",
       why="a restarted worker's failure does not say it was restarted"),
     # ------------------------------------------------------------------ backends/local.py
     M("local-cuda-off-by-one", "backends/local.py",

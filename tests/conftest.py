@@ -25,3 +25,13 @@ def sched(backend):
     scheduler.close()
     left = backend.leftovers(scheduler.experiment_name, scheduler.trial_name)
     assert not left, f"left behind after close(): {left}"
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    """The random order's seed, last, even under -q (pytest-randomly prints it only in the
+    header, which -q hides): a failure that depends on the order can be replayed."""
+    seed = getattr(config.option, "randomly_seed", None)
+    if isinstance(seed, int) and config.pluginmanager.has_plugin("randomly"):
+        terminalreporter.write_line(
+            f"random test order: seed {seed} (replay: python -m pytest --randomly-seed={seed} ...)"
+        )

@@ -3,7 +3,7 @@
 With AReaL's ``areal.infra.scheduler.exceptions`` loaded (the ``areal`` fixture imports
 it, as AReaL's controllers do), each error corral raises in a real situation is caught by
 an ``except`` naming AReaL's class of the same name, and is still corral's class with
-corral's message. Without AReaL loaded nothing changes: tests/unit/test_areal_twins.py.
+corral's message. Without AReaL loaded nothing changes: tests/integration/test_areal_not_imported.py.
 """
 
 from __future__ import annotations

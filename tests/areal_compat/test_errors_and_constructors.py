@@ -71,15 +71,15 @@ def test_areal_constructor_forms_and_attributes():
 
 
 @pytest.fixture
-def sched(tmp_path):
+def local_sched(tmp_path):
     cfg = BaseExperimentConfig(experiment_name="compat", trial_name="errors")
     s = LocalScheduler(gpu_devices=[0], exp_config=cfg, fileroot=str(tmp_path))
     yield s
     s.close()
 
 
-def test_each_refusal_is_the_class_areal_raises_and_a_config_error(sched):
-    sched.create_workers(Job(role="base", replicas=1))
+def test_each_refusal_is_the_class_areal_raises_and_a_config_error(local_sched):
+    local_sched.create_workers(Job(role="base", replicas=1))
     cases = [
         (Job(role="base", replicas=1), WorkerCreationError, "already exists"),
         (Job(role="z", replicas=0), WorkerCreationError, "replicas must be greater than 0"),
@@ -112,22 +112,22 @@ def test_each_refusal_is_the_class_areal_raises_and_a_config_error(sched):
     ]
     for job, areal_class, phrase in cases:
         with pytest.raises(areal_class, match=phrase) as info:
-            sched.create_workers(job)
+            local_sched.create_workers(job)
         assert isinstance(info.value, ConfigError)  # corral's class, naming the field
-    assert sched.roles == ["base"]
+    assert local_sched.roles == ["base"]
 
 
-def test_engine_errors_are_the_classes_areal_raises(sched):
-    (wid,) = sched.create_workers(Job(role="e", replicas=1))
+def test_engine_errors_are_the_classes_areal_raises(local_sched):
+    (wid,) = local_sched.create_workers(Job(role="e", replicas=1))
     with pytest.raises(EngineCreationError, match="must be a string"):
-        asyncio.run(sched.create_engine(wid, 123))
+        asyncio.run(local_sched.create_engine(wid, 123))
     with pytest.raises(EngineCreationError):
-        asyncio.run(sched.create_engine(wid, "nonexistent.module.Engine"))
+        asyncio.run(local_sched.create_engine(wid, "nonexistent.module.Engine"))
     with pytest.raises(WorkerNotFoundError):
-        asyncio.run(sched.create_engine("nobody/0", "x.Engine"))
-    asyncio.run(sched.create_engine(wid, "corral.testing.engines.EchoEngine", "echo"))
+        asyncio.run(local_sched.create_engine("nobody/0", "x.Engine"))
+    asyncio.run(local_sched.create_engine(wid, "corral.testing.engines.EchoEngine", "echo"))
     with pytest.raises(EngineCallError) as info:
-        sched.call_engine(wid, "no_such_method", "echo")
+        local_sched.call_engine(wid, "no_such_method", "echo")
     assert (info.value.worker_id, info.value.method) == (wid, "no_such_method")
 
 

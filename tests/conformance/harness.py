@@ -54,6 +54,13 @@ class BackendUnderTest:
     fileroot: str = "/tmp/corral-conformance"
     controller_env: dict = field(default_factory=dict)
     leftovers: Callable[[str, str], list[str]] = field(default=lambda exp, trial: [])
+    lacks: dict[str, str] = field(default_factory=dict)
+    """Capabilities this backend does not have, each with why (see ``require``)."""
+
+    def require(self, capability: str) -> None:
+        """Skip a conformance case whose behaviour this backend lacks, saying which and why."""
+        if capability in self.lacks:
+            pytest.skip(f"the {self.name} backend lacks {capability}: {self.lacks[capability]}")
 
     def scheduler(
         self,

@@ -70,10 +70,13 @@ def test_a_ref_batch_is_split_on_its_owner_and_the_controller_never_holds_it(sch
     (owner,) = _role(sched, "src", 1)
     ids = _role(sched, "t", 4)
     rows, cols = 1030, 1024  # ~4 MiB of float32, 1030 rows over 4 ranks: 258, 258, 257, 257
+
     def received():
         return (
-            sched.parts.caller.client.bytes_received + sched.parts.caller.async_client.bytes_received
+            sched.parts.caller.client.bytes_received
+            + sched.parts.caller.async_client.bytes_received
         )  # noqa: E731
+
     before = received()
     batch = sched.call_engine(owner, "batch", None, rows, cols, rpc_meta={"keep": True})
     seen = sched.dispatch("t", "shapes", None, {"x": batch}, collect="list")

@@ -47,6 +47,8 @@ def test_sigkill_mid_call_gives_worker_failed_not_a_hang(sched, backend):
         sched.call_engine(wid, "sleep", "e", 60, rpc_meta={"timeout": 50})
     timer.join()
     assert wid in str(info.value)
+    with pytest.raises(WorkerFailedError):  # the death is remembered, not only reported once
+        sched.get_workers("victim")
 
 
 def test_sigstopped_worker_times_out_at_the_callers_deadline(sched, backend):

@@ -9,8 +9,8 @@ import pytest
 
 from corral import Job
 from corral.errors import NameResolveError, WorkerConnectionError
+from tests.integration.test_name_resolve_contract import LocalEtcd
 from tests.support.proxy import CuttingProxy, sockets_only
-from tests.unit.test_name_resolve_contract import LocalEtcd
 
 ECHO = "corral.testing.engines.EchoEngine"
 

@@ -23,7 +23,7 @@ GONE_WITHIN = 30.0  # generous: only "it exits at all" is asserted, not how fast
 
 
 @pytest.fixture
-def sched(tmp_path, monkeypatch):
+def local_sched(tmp_path, monkeypatch):
     monkeypatch.setenv("CORRAL_STOP_DEADLINE", "1")  # workers inherit it
     cfg = BaseExperimentConfig(experiment_name="stuck", trial_name=tmp_path.name[:40])
     s = LocalScheduler(exp_config=cfg, fileroot=str(tmp_path), gpu_devices=[])
@@ -35,17 +35,17 @@ def sched(tmp_path, monkeypatch):
     s.close()
 
 
-def _stuck_worker(sched) -> tuple[int, int]:
+def _stuck_worker(local_sched) -> tuple[int, int]:
     """A worker whose engine thread is busy for an hour, with a forked child."""
-    (wid,) = sched.create_workers(Job(role="stuck", replicas=1))
-    sched.fork_workers("kid", "stuck")
-    asyncio.run(sched.create_engine(wid, ECHO, "e"))
+    (wid,) = local_sched.create_workers(Job(role="stuck", replicas=1))
+    local_sched.fork_workers("kid", "stuck")
+    asyncio.run(local_sched.create_engine(wid, ECHO, "e"))
     threading.Thread(
-        target=lambda: _ignore(sched.call_engine, wid, "sleep", "e", 3600), daemon=True
+        target=lambda: _ignore(local_sched.call_engine, wid, "sleep", "e", 3600), daemon=True
     ).start()
     time.sleep(1.0)  # the call has reached the engine thread
-    pids = sched.get_workers("stuck")[0].pid, sched.get_workers("kid")[0].pid
-    sched.test_pids.extend(pids)
+    pids = local_sched.get_workers("stuck")[0].pid, local_sched.get_workers("kid")[0].pid
+    local_sched.test_pids.extend(pids)
     return pids
 
 
@@ -63,15 +63,20 @@ def _wait_gone(pids: list[int]) -> list[int]:
     return [p for p in pids if pid_alive(p)]
 
 
-def test_sigterm_ends_a_worker_whose_engine_call_never_returns(sched):
-    pid, child = _stuck_worker(sched)
+def test_sigterm_ends_a_worker_whose_engine_call_never_returns(local_sched):
+    pid, child = _stuck_worker(local_sched)
     os.kill(pid, signal.SIGTERM)
     assert _wait_gone([pid, child]) == [], "SIGTERM was ignored by a worker with a stuck engine"
 
 
-def test_a_lost_lease_ends_a_worker_whose_engine_call_never_returns(sched):
-    pid, child = _stuck_worker(sched)
-    lease = sched.parts.hold.lease  # the controller "dies": no more renewals, lease removed
+def test_a_lost_lease_ends_a_worker_whose_engine_call_never_returns(local_sched):
+    pid, child = _stuck_worker(local_sched)
+    lease = local_sched.parts.hold.lease  # the controller "dies": no more renewals, lease removed
     lease.release()
-    assert read_lease(sched.name_resolve.inner, sched.experiment_name, sched.trial_name) is None
+    assert (
+        read_lease(
+            local_sched.name_resolve.inner, local_sched.experiment_name, local_sched.trial_name
+        )
+        is None
+    )
     assert _wait_gone([pid, child]) == [], "a worker that lost its lease stayed"

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import threading
 import time
 import uuid
 
@@ -34,33 +33,6 @@ def drain_for_preemption(node_id: str, deadline_s: int) -> None:
         int((time.time() + deadline_s) * 1000),
     )
     assert accepted, why
-
-
-def test_waiting_for_busy_gpus_shows_the_pending_placement_then_starts(make):  # noqa: F811
-    lines: list[str] = []
-    other = make()  # another trial holds every GPU of both nodes
-    other.create_workers(gpu_job("hog", 2, gpu=GPUS_PER_NODE))
-    sched = make(startup_timeout=60, progress=lines.append)
-    result: dict = {}
-
-    def create():
-        try:
-            result["ids"] = sched.create_workers(gpu_job("patient", 1, gpu=1))
-        except Exception as exc:  # reported below
-            result["error"] = exc
-
-    thread = threading.Thread(target=create)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not any(line.startswith("waiting for patient") for line in lines):
-        assert thread.is_alive(), result
-        assert time.monotonic() < deadline, lines
-        time.sleep(0.1)
-    other.delete_workers("hog")
-    thread.join(60)
-    assert result.get("ids") == ["patient/0"], result
-    waiting = next(line for line in lines if line.startswith("waiting for patient"))
-    assert "PENDING" in waiting and "GPU 1" in waiting, waiting
 
 
 def test_outlive_controller_is_refused_on_a_runtime_that_ends_with_this_process():

@@ -93,9 +93,8 @@ def test_sigkill_of_an_actor_mid_call_gives_worker_failed_naming_the_ray_actor(m
     with pytest.raises(WorkerFailedError) as info:
         sched.call_engine(wid, "sleep", "e", 60, rpc_meta={"timeout": 50})
     timer.join()
-    assert "victim/0" in str(info.value) and "Ray actor" in info.value.reason
-    with pytest.raises(WorkerFailedError):
-        sched.get_workers("victim")
+    # the death itself on every backend: tests/conformance/test_failures.py
+    assert "Ray actor" in info.value.reason
 
 
 def test_unsatisfiable_request_names_what_was_asked_and_leaves_no_group(make, ray_cluster):  # noqa: F811
@@ -258,32 +257,6 @@ def test_actors_get_their_environment_without_a_runtime_env(make):
     pid = sched.launcher.placement("envy", 0)["pid"]
     with open(f"/proc/{pid}/environ", "rb") as fh:
         assert sched.secret.encode() not in fh.read()
-
-
-def test_demo_runs_on_ray(tmp_path):
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "corral.cli",
-            "--fileroot",
-            str(tmp_path),
-            "demo",
-            "--scheduler",
-            "ray",
-            "--steps",
-            "5",
-        ],
-        env={**os.environ, "RAY_ADDRESS": "local"},
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "step   5/5" in proc.stdout and "backend                 ray" in proc.stdout
-    assert "all workers stopped" in proc.stdout
 
 
 def test_spec_training_script_example_runs_on_ray(tmp_path):

@@ -1,5 +1,5 @@
 """``cluster.name_resolve.type="ray"``: the name-resolve contract on the GCS key-value
-store of a real Ray cluster (the same tests as tests/unit/test_name_resolve_contract.py),
+store of a real Ray cluster (the same tests as tests/integration/test_name_resolve_contract.py),
 and AReaL's keyword ``name_resolve_type="ray"`` (issue 24, defect 3). Forged records are
 refused like those of the file and etcd stores: tests/security/test_discovery_hijack.py."""
 
@@ -15,7 +15,7 @@ import pytest
 from corral import Job
 from corral.discovery.ray_kv import RayNameResolve
 from tests.conformance.backend_ray import ray_cluster  # noqa: F401
-from tests.unit.test_name_resolve_contract import (  # noqa: F401  (collected here for Ray)
+from tests.integration.test_name_resolve_contract import (  # noqa: F401  (collected here for Ray)
     P,
     store,
     test_add_then_get,

@@ -21,8 +21,8 @@ from corral.discovery import make_name_resolve
 from corral.discovery.signed import ForgedRecordError
 from corral.errors import ConfigError
 from corral.safedirs import default_fileroot, user_name
+from tests.integration.test_name_resolve_contract import LocalEtcd
 from tests.security.support import MALLORY, Listener, as_mallory, mallory
-from tests.unit.test_name_resolve_contract import LocalEtcd
 
 OTHER_SECRET = "b" * 64
 

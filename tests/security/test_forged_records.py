@@ -24,7 +24,7 @@ from corral import name_resolve_keys as K
 from corral.auth import TrialKeys, open_record
 from corral.discovery import make_name_resolve
 from corral.paths import TrialPaths
-from tests.unit.test_name_resolve_contract import LocalEtcd
+from tests.integration.test_name_resolve_contract import LocalEtcd
 
 ESCAPES = "\x1b]0;PWNED\x07\x1b[2J"
 LINK = "[link=http://evil.example]login[/link]"

@@ -401,20 +401,6 @@ def test_spec_colocation_example_runs(lab):
     assert left == [], f"the example left jobs behind: {left}"
 
 
-@pytest.mark.slurm
-@pytest.mark.timeout(240)
-def test_corral_demo_on_slurm(lab, tmp_path):
-    r = subprocess.run(
-        [sys.executable, "-m", "corral.cli", "--fileroot", str(tmp_path), "demo",
-         "--scheduler", "slurm", "--steps", "5", "--no-torch"],
-        capture_output=True, text=True, timeout=200,
-    )  # fmt: skip
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    assert "backend                 slurm" in r.stdout
-    out = subprocess.run(["squeue", "-h", "-o", "%j"], capture_output=True, text=True).stdout
-    assert not [j for j in out.split() if j.startswith("demo:")], out
-
-
 def _trial_job_names(experiment: str, trial: str) -> list[str]:
     out = subprocess.run(["squeue", "-h", "-o", "%j"], capture_output=True, text=True).stdout
     return [j for j in out.split() if j.startswith(f"{experiment}:{trial}:")]

@@ -3,12 +3,8 @@ then. Runs the real ``ControllerWatch`` against an in-memory name-resolve."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import threading
 from types import SimpleNamespace
-
-import pytest
 
 from corral import name_resolve_keys
 from corral.discovery.memory import MemoryNameResolve
@@ -87,25 +83,6 @@ def test_a_removed_lease_is_lost():
         rt.name_resolve.delete(watch.key)
         assert watch.done.wait(LEASE * 10)
     assert watch.lost == ["controller lease removed"]
-
-
-@pytest.mark.parametrize("same_host", [True, False])
-def test_a_dead_controller_pid_counts_only_on_the_same_host(same_host):
-    import socket
-
-    gone = subprocess.Popen([sys.executable, "-c", "pass"])
-    gone.wait()
-    host = socket.gethostname() if same_host else "another-host"
-    rt = _runtime(controller_pid=gone.pid, controller_host=host)
-    with _Watch(rt) as watch:
-        for n in range(int(LEASE * 2 / 0.1)):
-            watch.beat(n)
-            if watch.done.wait(0.1):
-                break
-        if same_host:
-            assert watch.lost == [f"controller pid {gone.pid} is gone"]
-        else:
-            assert watch.lost == [], "a pid on another host was checked on this one"
 
 
 def test_a_lease_taken_by_another_run_is_lost_at_once():

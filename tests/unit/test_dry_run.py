@@ -58,25 +58,6 @@ def _cli(tmp_path, backend: str, fileroot: str) -> tuple[int, str, dict]:
     return json.loads(tail)["rc"], out, json.loads(tail)
 
 
-@pytest.mark.parametrize("backend", ["local", "ray", "slurm"])
-def test_cli_dry_run_prints_the_request_and_creates_no_fileroot(tmp_path, backend):
-    fileroot = tmp_path / "root"
-    rc, out, info = _cli(tmp_path, backend, str(fileroot))
-    assert rc == 0
-    for text in EXPECTED[backend]:
-        assert text in out, (text, out)
-    assert not fileroot.exists()  # no logs, secret or name-resolve directory
-    assert info["ray"] is False  # no Ray import, let alone a runtime
-
-
-@pytest.mark.parametrize("backend", ["local", "ray", "slurm"])
-def test_cli_dry_run_writes_nothing_under_an_existing_fileroot(tmp_path, backend):
-    fileroot = tmp_path / "root"
-    fileroot.mkdir()
-    _cli(tmp_path, backend, str(fileroot))
-    assert list(fileroot.rglob("*")) == []
-
-
 def test_dry_run_scheduler_prints_instead_of_starting(tmp_path, capsys):
     cfg = BaseExperimentConfig(experiment_name="dr", trial_name="t2")
     root = tmp_path / "root"

@@ -2,8 +2,8 @@
 docs/architecture.md (the worker never imports the backends or the controller).
 
 Edges are read from the source (every ``import`` / ``from ... import`` of a corral
-module, at any depth except under ``if TYPE_CHECKING``), so an import inside a function
-counts too: a lazy import hides a circle from Python, not from a reader.
+module, at any depth), so an import inside a function or under ``if TYPE_CHECKING``
+counts too: a lazy or type-only import hides a circle from Python, not from a reader.
 """
 
 from __future__ import annotations
@@ -11,35 +11,26 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 SRC = Path(__file__).resolve().parents[2] / "src"
 
 
-def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(SRC).with_suffix("").parts)
+def _module_name(path: Path, src: Path) -> str:
+    parts = list(path.relative_to(src).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
 
 
-def _modules() -> dict[str, Path]:
-    return {_module_name(p): p for p in (SRC / "corral").rglob("*.py")}
-
-
-def _is_type_checking(node: ast.If) -> bool:
-    test = node.test
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
+def _modules(src: Path) -> dict[str, Path]:
+    return {_module_name(p, src): p for p in (src / "corral").rglob("*.py")}
 
 
 def _imports(tree: ast.AST, here: str, is_package: bool, known: set[str]) -> set[str]:
     found: set[str] = set()
 
     def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and _is_type_checking(node):
-            for child in node.orelse:
-                visit(child)
-            return
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names if a.name in known)
         elif isinstance(node, ast.ImportFrom):
@@ -63,8 +54,9 @@ def _imports(tree: ast.AST, here: str, is_package: bool, known: set[str]) -> set
     return found
 
 
-def import_graph() -> dict[str, set[str]]:
-    modules = _modules()
+def import_graph(src: Path = SRC) -> dict[str, set[str]]:
+    """Module -> the corral modules it imports, for the ``corral`` package under ``src``."""
+    modules = _modules(src)
     known = set(modules)
     return {
         name: _imports(ast.parse(path.read_text()), name, path.name == "__init__.py", known)
@@ -109,6 +101,39 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return out
 
 
+def circle_path(graph: dict[str, set[str]], component: list[str]) -> list[str]:
+    """One walk around a circle of ``component``: ``[a, b, ..., a]``, each importing the next."""
+    members = set(component)
+    start = component[0]
+    # breadth-first from start's imports back to start, inside the component
+    previous: dict[str, str] = {}
+    todo = [start]
+    while todo:
+        current = todo.pop(0)
+        for nxt in sorted(graph.get(current, set()) & members):
+            if nxt == start:
+                path = [current]
+                while path[-1] != start:
+                    path.append(previous[path[-1]])
+                return [start, *reversed(path[:-1]), start] if current != start else [start, start]
+            if nxt not in previous:
+                previous[nxt] = current
+                todo.append(nxt)
+    return component
+
+
+def describe_circles(graph: dict[str, set[str]]) -> str:
+    """The import circles, each as its modules and one walk around it."""
+    lines = []
+    for component in cycles(graph):
+        lines.append(f"{len(component)} modules in a circle: {', '.join(component)}")
+        lines.append("  e.g. " + " -> ".join(circle_path(graph, component)))
+        for module in component:
+            inside = sorted(graph.get(module, set()) & set(component))
+            lines.append(f"  {module} imports {', '.join(inside)}")
+    return "\n".join(lines)
+
+
 def reaches(graph: dict[str, set[str]], start: str) -> set[str]:
     seen: set[str] = set()
     todo = [start]
@@ -137,7 +162,64 @@ def test_cycle_finder_finds_a_planted_circle():
 
 
 def test_no_import_circle():
-    assert cycles(import_graph()) == []
+    graph = import_graph()
+    if cycles(graph):
+        pytest.fail(
+            "import circle(s) among src/corral modules (imports under TYPE_CHECKING and "
+            "inside functions count):\n" + describe_circles(graph),
+            pytrace=False,
+        )
+
+
+def _write_tree(root: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        path = root / "corral" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root
+
+
+def test_a_type_checking_import_closes_a_circle(tmp_path):
+    """Synthetic tree: b imports a only for type hints; that still is a circle."""
+    src = _write_tree(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "a.py": "from corral import b\n",
+            "b.py": (
+                "from typing import TYPE_CHECKING\n"
+                "if TYPE_CHECKING:\n    from corral.a import Thing\n"
+            ),
+            "c.py": "def lazy():\n    from . import a\n",
+        },
+    )
+    graph = import_graph(src)
+    assert graph["corral.b"] == {"corral.a"} and graph["corral.c"] == {"corral.a"}
+    assert cycles(graph) == [["corral.a", "corral.b"]]
+    text = describe_circles(graph)
+    assert "corral.a, corral.b" in text and "corral.a -> corral.b -> corral.a" in text
+
+
+def test_a_tree_without_circles_passes(tmp_path):
+    src = _write_tree(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "a.py": "from corral import b\nfrom corral.pkg import c\n",
+            "b.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from corral.pkg import c\n",
+            "pkg/__init__.py": "",
+            "pkg/c.py": "import os\n",
+        },
+    )
+    graph = import_graph(src)
+    assert graph["corral.a"] == {"corral.b", "corral.pkg.c"}
+    assert cycles(graph) == [] and describe_circles(graph) == ""
+
+
+def test_a_walk_goes_around_a_three_module_circle():
+    graph = {"x": {"y"}, "y": {"z", "w"}, "z": {"x"}, "w": set()}
+    assert cycles(graph) == [["x", "y", "z"]]
+    assert circle_path(graph, ["x", "y", "z"]) == ["x", "y", "z", "x"]
 
 
 def test_worker_never_reaches_backends_or_controller():

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from corral.backends.ray.feasibility import infeasible
-from corral.backends.slurm.inventory import Partition, fit_problem, never_clears
+from corral.backends.slurm.inventory import Partition, fit_problem
 from corral.backends.slurm.job_files import requeue_count
 from corral.controller.health_monitor import HealthMonitor
 from corral.controller.run_lease import Lease
@@ -37,14 +37,6 @@ def test_slurm_fit_problems():
     field, value, why = fit_problem(INV, "nopart", 1, 0)
     assert (field, value) == ("partition", "nopart") and "debug" in why
     assert fit_problem({}, None, 99, 99) is None  # unknown inventory: let Slurm decide
-
-
-def test_slurm_reasons_that_never_clear():
-    assert "PartitionNodeLimit" in never_clears("PartitionNodeLimit", INV)
-    assert never_clears("Resources", INV) is None
-    assert never_clears("Priority", INV) is None
-    assert never_clears("ReqNodeNotAvail, UnavailableNodes:node1", INV) is None  # may clear
-    assert "node9" in never_clears("ReqNodeNotAvail, UnavailableNodes:node9", INV)
 
 
 def test_ray_feasibility_uses_node_totals():
@@ -126,20 +118,3 @@ def test_a_ray_actor_death_counts_as_node_loss_only_when_its_node_died():
     drained = RuntimeError("worker killed")
     drained.preempted = True  # Ray's flag for a node drained for preemption
     assert node_lost(drained)
-
-
-def test_an_adopted_process_is_polled_and_waited_for_by_pid():
-    import subprocess
-    import sys
-
-    from corral.procs import AdoptedProcess
-
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
-    adopted = AdoptedProcess(child.pid, lambda pid: pid == child.pid)  # the identity check
-    assert AdoptedProcess(child.pid, lambda pid: False).poll() == -1  # not the worker: exited
-    assert adopted.poll() is None
-    with pytest.raises(subprocess.TimeoutExpired):
-        adopted.wait(0.1)
-    child.kill()
-    child.wait()
-    assert adopted.poll() == -1 and adopted.wait(1.0) == -1

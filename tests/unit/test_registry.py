@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 
 import corral
@@ -52,46 +50,3 @@ def test_unknown_backend_names_the_field_and_the_choices():
         make_scheduler(cfg)
     assert "scheduler.type" in str(info.value) and "kubernetes" in str(info.value)
     assert "local, ray, slurm" in str(info.value)
-
-
-def test_the_registry_imports_no_backend():
-    code = (
-        "import sys, corral.backends as b, corral.config; b.backend_names(); "
-        "print(sorted(m for m in sys.modules if m.startswith('corral.backends.')))"
-    )
-    import subprocess
-
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    # the config's typed backend options (data only) are loaded; no backend module is
-    assert out.stdout.strip() == "['corral.backends.backend_options']"
-
-
-def _leftovers_of_a(experiment: str, trial: str) -> list[str]:
-    return [f"a removed {experiment}/{trial}"]
-
-
-def _leftovers_of_b(experiment: str, trial: str) -> list[str]:
-    return [f"b removed {experiment}/{trial}", "b again"]
-
-
-def test_corral_stop_asks_every_backend_of_the_leftovers_table(monkeypatch):
-    """``corral stop`` names no backend: it asks each entry of TRIAL_LEFTOVERS, in order."""
-    monkeypatch.setattr(
-        backends,
-        "TRIAL_LEFTOVERS",
-        {"a": f"{__name__}:_leftovers_of_a", "b": f"{__name__}:_leftovers_of_b"},
-    )
-    assert backends.stop_trial_leftovers("exp", "t1") == [
-        "a removed exp/t1",
-        "b removed exp/t1",
-        "b again",
-    ]
-
-
-def test_every_leftovers_entry_is_a_registered_backends_function():
-    import importlib
-
-    for name, target in backends.TRIAL_LEFTOVERS.items():
-        assert name in backends.BACKENDS
-        module, _, function = target.partition(":")
-        assert callable(getattr(importlib.import_module(module), function))

@@ -21,7 +21,6 @@ from corral.errors import (
     EngineImportError,
     ProtocolError,
     SchedulerError,
-    WorkerCreationError,
 )
 from corral.rpc import wire
 from corral.rpc.client import RPCClient
@@ -417,17 +416,6 @@ def test_create_engine_with_malformed_import_path_is_refused(runtime, client, pa
         )
     assert "is not of the form" in str(info.value)
     assert "malformed" not in runtime.engines.engines
-
-
-def test_forked_child_that_dies_before_registering_is_forgotten(runtime, client) -> None:
-    """A dotted module name is allowed (the controller is authenticated); a child that
-    exits at once must be reported and forgotten, so the same fork can be retried."""
-    payload = {"role": "diesfast", "index": 0, "module": "corral_no_such_module", "timeout": 20}
-    for _ in range(2):
-        with pytest.raises(WorkerCreationError) as info:
-            client.request(runtime.test_address, "/fork", payload)
-        assert "exited with code 1 before it registered" in str(info.value)
-        assert "diesfast/0" not in runtime.forks.children
 
 
 def test_create_engine_with_unknown_module_names_it(runtime, client) -> None:

@@ -482,20 +482,6 @@ def test_bad_experiment_or_trial_name(tmp_path, field_name: str) -> None:
     assert not (tmp_path / "secrets").exists()
 
 
-def test_secret_file_is_private(scheduler: LocalScheduler) -> None:
-    # written when the run claims its trial (its first create_workers), not before:
-    # a refused second controller must not overwrite a live run's secret
-    assert not os.path.exists(scheduler.secret_file)
-    scheduler.create_workers(Job(role="w", replicas=1, tasks=[SchedulingSpec(cpu=1)]))
-    scheduler.delete_workers()
-    mode = os.stat(scheduler.secret_file).st_mode & 0o777
-    assert mode == 0o600
-    assert os.stat(os.path.dirname(scheduler.secret_file)).st_mode & 0o777 == 0o700
-    with open(scheduler.secret_file) as fh:
-        assert fh.read() == scheduler.secret
-    assert len(scheduler.secret) >= 32
-
-
 @pytest.mark.parametrize("value", ["soon", "0", "-3", "inf", "nan", ""])
 def test_bad_stop_deadline_in_env_vars_is_refused_before_anything_starts(
     scheduler: LocalScheduler, value: str

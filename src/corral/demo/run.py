@@ -121,7 +121,10 @@ def run_demo(
     if scheduler_type == "ray":
         # A runtime the demo starts itself declares logical CPUs, so the 6 small workers
         # fit on a laptop; a cluster it joins is used as it is.
-        extra["init_kwargs"] = {"num_cpus": max(8, os.cpu_count() or 1)}
+        address = cfg.scheduler.ray.address or os.environ.get("RAY_ADDRESS") or "local"
+        extra["init_kwargs"] = {}
+        if address == "local":  # joining a cluster: ray.init refuses num_cpus
+            extra["init_kwargs"]["num_cpus"] = max(8, os.cpu_count() or 1)
         if not verbose:  # the demo's own lines only (Ray's: corral demo --verbose)
             quiet_ray(extra["init_kwargs"])
     sched = make_scheduler(cfg, progress=lambda text: say(f"  .. {text}"), **extra)

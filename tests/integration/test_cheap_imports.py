@@ -37,3 +37,15 @@ def test_a_started_worker_has_imported_no_heavy_library(tmp_path):
         (wid,) = sched.create_workers(Job(role="light", replicas=1))
         asyncio.run(sched.create_engine(wid, "corral.testing.engines.EchoEngine", "e"))
         assert sched.call_engine(wid, "loaded", "e", HEAVY) == []
+
+
+def test_the_registry_imports_no_backend():
+    code = (
+        "import sys, corral.backends as b, corral.config; b.backend_names(); "
+        "print(sorted(m for m in sys.modules if m.startswith('corral.backends.')))"
+    )
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    # the config's typed backend options (data only) are loaded; no backend module is
+    assert out.stdout.strip() == "['corral.backends.backend_options']"

@@ -34,7 +34,7 @@ class RecordingLauncher(LocalLauncher):
 
 
 @pytest.fixture
-def sched(tmp_path):
+def local_sched(tmp_path):
     from corral.controller.scheduler import Scheduler
 
     class Recording(Scheduler):
@@ -48,41 +48,41 @@ def sched(tmp_path):
     s.close()
 
 
-def test_every_fork_goes_through_the_launcher_and_back(sched):
-    sched.create_workers(Job(role="host", replicas=2))
-    forked = sched.create_workers(
+def test_every_fork_goes_through_the_launcher_and_back(local_sched):
+    local_sched.create_workers(Job(role="host", replicas=2))
+    forked = local_sched.create_workers(
         Job(role="kid", replicas=2, scheduling_strategy=SchedulingStrategy("colocation", "host"))
     )
     assert forked == ["kid/0", "kid/1"]
-    asked = sorted(a for a in sched.launcher.asked if a[0] == "fork")
+    asked = sorted(a for a in local_sched.launcher.asked if a[0] == "fork")
     assert asked == [("fork", "kid", 0, "host/0"), ("fork", "kid", 1, "host/1")]
-    assert sched.health("kid/1")["status"] == "ok"  # the shared path (POST /fork) made it
-    sched.delete_workers("kid")
-    stops = sorted(a for a in sched.launcher.asked if a[0] == "stop_fork")
+    assert local_sched.health("kid/1")["status"] == "ok"  # the shared path (POST /fork) made it
+    local_sched.delete_workers("kid")
+    stops = sorted(a for a in local_sched.launcher.asked if a[0] == "stop_fork")
     assert stops == [("stop_fork", "kid/0"), ("stop_fork", "kid/1")]
 
 
-def test_reverse_order_is_passed_to_the_launcher(sched):
-    sched.create_workers(Job(role="a", replicas=1))
-    sched.delete_workers("a", reverse_order=True)
-    assert ("stop", "a", True) in sched.launcher.asked
+def test_reverse_order_is_passed_to_the_launcher(local_sched):
+    local_sched.create_workers(Job(role="a", replicas=1))
+    local_sched.delete_workers("a", reverse_order=True)
+    assert ("stop", "a", True) in local_sched.launcher.asked
 
 
-def test_wait_false_returns_ids_at_once_and_get_workers_waits(sched):
-    ids = sched.create_workers(Job(role="w", replicas=2), wait=False)
+def test_wait_false_returns_ids_at_once_and_get_workers_waits(local_sched):
+    ids = local_sched.create_workers(Job(role="w", replicas=2), wait=False)
     assert ids == ["w/0", "w/1"]
-    workers = sched.get_workers("w", timeout=60)
+    workers = local_sched.get_workers("w", timeout=60)
     assert [w.id for w in workers] == ids
-    assert all(sched.health(w.id)["status"] == "ok" for w in workers)
+    assert all(local_sched.health(w.id)["status"] == "ok" for w in workers)
 
 
-def test_unknown_roles_and_workers(sched, caplog):
+def test_unknown_roles_and_workers(local_sched, caplog):
     with pytest.raises(WorkerNotFoundError, match="no role 'ghost'"):
-        sched.get_workers("ghost")
+        local_sched.get_workers("ghost")
     with pytest.raises(WorkerNotFoundError, match="no worker 'ghost/0'"):
-        sched.health("ghost/0")
+        local_sched.health("ghost/0")
     with caplog.at_level(logging.WARNING, logger="corral"):
-        sched.delete_workers("ghost")  # a warning, as in AReaL
+        local_sched.delete_workers("ghost")  # a warning, as in AReaL
     assert "no role 'ghost'" in caplog.text
 
 
