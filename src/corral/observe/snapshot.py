@@ -13,7 +13,7 @@ from corral import keys
 from corral.logs import replica_log_path, tail
 from corral.observe.calls import CallFigures
 from corral.observe.finished import FinishedRoles
-from corral.observe.resources import ResourceSampler
+from corral.observe.resources import ResourceSampler, usage_reader
 
 SNAPSHOT_VERSION = 1
 LOG_TAIL_LINES = 20
@@ -38,7 +38,12 @@ class SnapshotBuilder:
         self._seen: dict[str, tuple[int, str]] = {}  # worker id -> (restarts, generation)
         self._died: dict[str, float] = {}  # "id#generation" -> when first seen dead
         self.finished = FinishedRoles()
-        self.resources = ResourceSampler()
+        self.resources = ResourceSampler(
+            None if scheduler is None else usage_reader(
+                scheduler.name_resolve.inner, scheduler.secret,
+                scheduler.experiment_name, scheduler.trial_name,
+            )
+        )  # fmt: skip
 
     def _gpus_of(self, worker: Any) -> str | None:
         key = f"{worker.id}#{worker.generation}"
