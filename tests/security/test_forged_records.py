@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 
 import pytest
 
@@ -113,7 +114,7 @@ def _registered_trial(local_backend, store, monkeypatch):
     """A real trial whose controller writes no stats file (``CORRAL_STATS=0``): top and
     the dashboard know it from name-resolve only."""
     monkeypatch.setenv("CORRAL_STATS", "0")
-    sched = local_backend.scheduler(name_resolve=store)
+    sched = local_backend.scheduler(name_resolve=store, experiment=f"reg-{uuid.uuid4().hex[:8]}")
     sched.create_workers(Job(role="w", replicas=1))
     return sched
 
@@ -144,8 +145,10 @@ def test_top_shows_only_records_signed_with_the_trial_secret(
         raw.add(K.controller_key(exp, "forgedtrial"), json.dumps(lease))
         raw.add(K.worker_address_key(exp, "forgedtrial", "w", 0), "203.0.113.9:1")
         source = TrialSource(local_backend.fileroot, name_resolve=raw)
-        (snap,) = [t for t in source.trials() if t["experiment"] == exp]  # the dashboard's list
-        assert snap["trial"] == trial and snap["status"] == "registered"
+        listed = {t["trial"]: t for t in source.trials() if t["experiment"] == exp}
+        assert list(listed) == [trial]  # the dashboard's list: not "forgedtrial"
+        snap = listed[trial]
+        assert snap["status"] == "registered"
         assert [w["id"] for w in snap["workers"]] == ["w/0"]
         assert "cpu_percent" not in snap["workers"][0]
         assert "_info/w/7" in snap["records_note"] and "_usage/w/0" in snap["records_note"]
