@@ -216,3 +216,34 @@ def test_logs_write_engine_output_inert(local_backend) -> None:
         assert "\x1b" not in out.stdout
     finally:
         sched.close()
+
+
+def test_a_forged_usage_record_never_reaches_the_live_view(local_backend, store) -> None:
+    """The controller reads the workers' CPU/memory records (issue 26) from the store:
+    a forged one, for a real worker and with its generation, rewritten as fast as the
+    worker rewrites its own, never becomes a figure of the stats file (which top, the
+    dashboard and Prometheus show); the worker's own signed figures do."""
+    from tests.observe.helpers import read_stats, wait_stats, worker_row
+
+    sched = local_backend.scheduler(name_resolve=store)
+    try:
+        (wid,) = sched.create_workers(Job(role="w", replicas=1))
+        exp, trial = sched.experiment_name, sched.trial_name
+        wait_stats(sched, lambda s: worker_row(s, wid).get("rss_bytes"), what="own figures")
+        generation = worker_row(read_stats(sched), wid)["generation"]
+        forged = {"generation": generation, "cpu_percent": 31337.0, "rss_bytes": 7, "processes": 1}
+        key = K.worker_usage_key(exp, trial, "w", 0)
+        seen = []
+        deadline = time.monotonic() + 6.0  # three reads of the records by the controller
+        while time.monotonic() < deadline:
+            sched.name_resolve.inner.add(key, json.dumps(forged), replace=True)
+            snap = read_stats(sched)
+            if snap is not None:
+                seen.append(worker_row(snap, wid).get("cpu_percent"))
+            time.sleep(0.1)
+        assert seen and 31337.0 not in seen, seen
+        # the worker's next report (signed) replaces the forged record: figures again
+        snap = wait_stats(sched, lambda s: worker_row(s, wid).get("rss_bytes"), what="figures")
+        assert worker_row(snap, wid)["rss_bytes"] > 2**20 and 31337.0 not in seen
+    finally:
+        sched.close()
