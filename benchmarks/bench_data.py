@@ -143,9 +143,11 @@ def bench_shm(sched, wid: str, reps: int) -> list[Row]:
 
 def bench_a_to_b(sched, a: str, b: str, reps: int) -> list[Row]:
     nbytes = 128 * MiB
+
     def received():
         return (
-            sched.parts.caller.client.bytes_received + sched.parts.caller.async_client.bytes_received
+            sched.parts.caller.client.bytes_received
+            + sched.parts.caller.async_client.bytes_received
         )  # noqa: E731
 
     def by_ref() -> None:

@@ -27,6 +27,7 @@ from typing import Any
 import baselines
 import numpy as np
 import stats_overhead
+import view_overhead
 import worker_start
 from common import (
     BackendUnavailable,
@@ -588,6 +589,7 @@ def run(ctx: Context) -> list[Row]:
     asyncio.run(_create_engines(sched, ids))
     rows += bench_noop(sched, ids[0], ports[0], plan)
     rows += stats_overhead.bench(sched, ids, ctx.quick)
+    rows += view_overhead.bench(sched, ids, ctx.quick)
     rows += bench_fanout(sched, ids, ports, plan)
     rows += bench_payloads(sched, ids[1], ports[1], plan)
     main_delete = _timed_delete(sched, role)

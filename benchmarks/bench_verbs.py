@@ -93,9 +93,11 @@ def bench_dispatch(sched, nbytes: int, reps: int) -> list[Row]:
     (owner,) = _role(sched, "batch", 1, SHARD)
     _role(sched, "dp", 8, WEIGHTS)
     rows, cols = nbytes // 4 // 1024, 1024
+
     def received():
         return (
-            sched.parts.caller.client.bytes_received + sched.parts.caller.async_client.bytes_received
+            sched.parts.caller.client.bytes_received
+            + sched.parts.caller.async_client.bytes_received
         )  # noqa: E731
 
     # the batch is made once and held by its owner; what is timed is moving it

@@ -23,6 +23,16 @@ def worker_info_key(experiment: str, trial: str, role: str, index: int) -> str:
     return check_key(f"{experiment}/{trial}/_info/{role}/{index}")
 
 
+def worker_usage_key(experiment: str, trial: str, role: str, index: int) -> str:
+    """A worker's own CPU% and RSS of its process tree, rewritten every few seconds
+    (corral.worker.usage)."""
+    return check_key(f"{experiment}/{trial}/_usage/{role}/{index}")
+
+
+def usage_prefix(experiment: str, trial: str) -> str:
+    return check_key(f"{experiment}/{trial}/_usage")
+
+
 def controller_key(experiment: str, trial: str) -> str:
     """The controller's lease: a heartbeat that changes every second while it lives."""
     return check_key(f"{experiment}/{trial}/_controller")

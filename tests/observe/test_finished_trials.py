@@ -123,13 +123,28 @@ def test_each_worker_row_has_its_calls_latency_and_resource_use(backend, sched):
     snap = wait_stats(
         sched, lambda s: worker_row(s, ids[0])["calls"]["p50_ms"] is None, what="no latency"
     )
-    if backend.name == "local":  # the worker's process tree is on this host
-        snap = wait_stats(
-            sched,
-            lambda s: all(worker_row(s, i).get("rss_bytes") for i in ids),
-            what="CPU and memory per worker",
-        )
-        for wid in ids:
-            row = worker_row(snap, wid)
-            assert row["rss_bytes"] > 10 * 2**20 and row["cpu_percent"] >= 0, row
-            assert row["processes"] >= 1
+    # every backend: each worker measures its own process tree and publishes it
+    snap = wait_stats(
+        sched,
+        lambda s: all(worker_row(s, i).get("rss_bytes") for i in ids),
+        what=f"CPU and memory per worker on {backend.name}",
+    )
+    for wid in ids:
+        row = worker_row(snap, wid)
+        assert row["rss_bytes"] > 10 * 2**20 and row["cpu_percent"] >= 0, row
+        assert row["processes"] >= 1
+    # ... and top and the Prometheus text show them
+    from rich.console import Console
+
+    from corral.observe.prometheus import render as prometheus_text
+    from corral.observe.top import render as top_render
+
+    console = Console(width=400, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
+    console.print(top_render([{**snap, "status": "live", "age": 0.0}]))
+    shown = console.export_text()
+    for wid in ids:
+        line = next(x for x in shown.splitlines() if x.lstrip().startswith(wid))
+        assert "MiB" in line and "%" in line, line
+    metrics = prometheus_text(snap)
+    for wid in ids:
+        assert f'worker="{wid}"}} {worker_row(snap, wid)["rss_bytes"]}' in metrics, metrics

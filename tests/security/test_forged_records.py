@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 
 import pytest
 
@@ -23,6 +24,7 @@ from corral import Job
 from corral import name_resolve_keys as K
 from corral.auth import TrialKeys, open_record
 from corral.discovery import make_name_resolve
+from corral.observe.source import TrialSource
 from corral.paths import TrialPaths
 from tests.integration.test_name_resolve_contract import LocalEtcd
 
@@ -79,7 +81,10 @@ def etcd_address(tmp_path):
     etcd.stop()
 
 
-def test_top_and_ps_render_forged_etcd_records_inert(etcd_address, tmp_path) -> None:
+def test_top_and_ps_refuse_a_forged_etcd_trial(etcd_address, tmp_path) -> None:
+    """A trial that exists only as unsigned records (no secret under the fileroot signs
+    them): ``top`` does not show it at all; ``ps`` says its lease is not verified and
+    believes none of its death notes; both exit 0 and print nothing raw."""
     attacker = make_name_resolve({"type": "etcd3", "etcd3_addr": etcd_address})
     try:
         lease = {"run_id": "r", "pid": 1, "host": ESCAPES, "t": time.time()}
@@ -94,9 +99,8 @@ def test_top_and_ps_render_forged_etcd_records_inert(etcd_address, tmp_path) -> 
         top = _cli(str(tmp_path), "top", "--once", etcd=etcd_address)
         assert top.returncode == 0, top.stderr
         assert "\x1b" not in top.stdout and "\x07" not in top.stdout
-        assert "\\x1b]0;PWNED" in top.stdout  # shown, escaped
-        assert LINK in top.stdout  # as text, not turned into a link
-        assert "x[/]\\x1b]0;PWNED" in top.stdout  # crashed top (MarkupError)
+        # before: the forged trial was listed, its hosts shown (escaped) as workers'
+        assert "evil" not in top.stdout and "PWNED" not in top.stdout and "login" not in top.stdout
         ps = _cli(str(tmp_path), "ps", etcd=etcd_address)
         assert ps.returncode == 0, ps.stderr
         assert "\x1b" not in ps.stdout + ps.stderr and "\x07" not in ps.stdout + ps.stderr
@@ -104,6 +108,80 @@ def test_top_and_ps_render_forged_etcd_records_inert(etcd_address, tmp_path) -> 
         assert "lease record not verified" in ps.stdout
     finally:
         attacker.close()
+
+
+def _registered_trial(local_backend, store, monkeypatch):
+    """A real trial whose controller writes no stats file (``CORRAL_STATS=0``): top and
+    the dashboard know it from name-resolve only."""
+    monkeypatch.setenv("CORRAL_STATS", "0")
+    sched = local_backend.scheduler(name_resolve=store, experiment=f"reg-{uuid.uuid4().hex[:8]}")
+    sched.create_workers(Job(role="w", replicas=1))
+    return sched
+
+
+def _top(local_backend, store) -> subprocess.CompletedProcess:
+    etcd = store["etcd3_addr"] if store else None
+    return _cli(local_backend.fileroot, "top", "--once", etcd=etcd)
+
+
+def test_top_shows_only_records_signed_with_the_trial_secret(
+    local_backend, store, monkeypatch
+) -> None:
+    """Forged records inside a real trial: a worker that does not exist, CPU figures for
+    one that does, a second trial. None is shown as a worker or a figure; the trial's
+    note names the refused records."""
+    sched = _registered_trial(local_backend, store, monkeypatch)
+    exp, trial = sched.experiment_name, sched.trial_name
+    raw = sched.name_resolve.inner  # the store itself: what an attacker writes to
+    try:
+        generation = json.loads(sched.name_resolve.get(K.worker_info_key(exp, trial, "w", 0)))[
+            "generation"
+        ]
+        raw.add(K.worker_address_key(exp, trial, "w", 7), "203.0.113.9:1")
+        raw.add(K.worker_info_key(exp, trial, "w", 7), json.dumps({"host": "FORGEDHOST"}))
+        usage = {"generation": generation, "cpu_percent": 31337.0, "rss_bytes": 1, "processes": 1}
+        raw.add(K.worker_usage_key(exp, trial, "w", 0), json.dumps(usage), replace=True)
+        lease = {"run_id": "r", "pid": 1, "host": "FORGEDCTL", "t": time.time()}
+        raw.add(K.controller_key(exp, "forgedtrial"), json.dumps(lease))
+        raw.add(K.worker_address_key(exp, "forgedtrial", "w", 0), "203.0.113.9:1")
+        source = TrialSource(local_backend.fileroot, name_resolve=raw)
+        listed = {t["trial"]: t for t in source.trials() if t["experiment"] == exp}
+        assert list(listed) == [trial]  # the dashboard's list: not "forgedtrial"
+        snap = listed[trial]
+        assert snap["status"] == "registered"
+        assert [w["id"] for w in snap["workers"]] == ["w/0"]
+        assert "cpu_percent" not in snap["workers"][0]
+        assert "_info/w/7" in snap["records_note"] and "_usage/w/0" in snap["records_note"]
+        top = _top(local_backend, store)
+        assert top.returncode == 0, top.stderr
+        assert trial in top.stdout and "forgedtrial" not in top.stdout
+        assert "FORGEDHOST" not in top.stdout and "203.0.113.9" not in top.stdout
+        assert "31337" not in top.stdout
+        assert "w/7" not in " ".join(x.split()[0] for x in top.stdout.splitlines() if x.strip())
+        assert "not signed with this trial's secret" in top.stdout
+    finally:
+        sched.close()
+
+
+def test_top_renders_signed_hostile_strings_inert(local_backend, etcd_address, monkeypatch) -> None:
+    """Strings a trial's own worker signed (a host name, a role) still reach the terminal
+    escaped and as text: no escape sequence, no rich markup, no crash on ``x[/]``."""
+    store = {"type": "etcd3", "etcd3_addr": etcd_address}
+    sched = _registered_trial(local_backend, store, monkeypatch)
+    exp, trial = sched.experiment_name, sched.trial_name
+    try:
+        nr = sched.name_resolve  # signs with the trial's secret
+        info = json.loads(nr.get(K.worker_info_key(exp, trial, "w", 0)))
+        nr.add(K.worker_info_key(exp, trial, "w", 0), json.dumps({**info, "host": ESCAPES}), True)
+        nr.add(K.worker_address_key(exp, trial, "w", 1), "127.0.0.1:1")
+        nr.add(K.worker_info_key(exp, trial, "w", 1), json.dumps({"host": f"{LINK} x[/]"}))
+        top = _top(local_backend, store)
+        assert top.returncode == 0, top.stderr
+        assert "\x1b" not in top.stdout and "\x07" not in top.stdout
+        assert "\\x1b]0;PWNED\\x07\\x1b[2J" in top.stdout  # shown, escaped
+        assert f"{LINK} x[/]" in top.stdout  # as text, not a link; x[/] crashed top
+    finally:
+        sched.close()
 
 
 def test_ps_shows_signed_death_notes_inert(local_backend) -> None:
@@ -136,5 +214,36 @@ def test_logs_write_engine_output_inert(local_backend) -> None:
         assert out.returncode == 0, out.stderr
         assert "engine says \\x1b]0;PWNED\\x07\\x1b[2J\tdone" in out.stdout
         assert "\x1b" not in out.stdout
+    finally:
+        sched.close()
+
+
+def test_a_forged_usage_record_never_reaches_the_live_view(local_backend, store) -> None:
+    """The controller reads the workers' CPU/memory records (issue 26) from the store:
+    a forged one, for a real worker and with its generation, rewritten as fast as the
+    worker rewrites its own, never becomes a figure of the stats file (which top, the
+    dashboard and Prometheus show); the worker's own signed figures do."""
+    from tests.observe.helpers import read_stats, wait_stats, worker_row
+
+    sched = local_backend.scheduler(name_resolve=store)
+    try:
+        (wid,) = sched.create_workers(Job(role="w", replicas=1))
+        exp, trial = sched.experiment_name, sched.trial_name
+        wait_stats(sched, lambda s: worker_row(s, wid).get("rss_bytes"), what="own figures")
+        generation = worker_row(read_stats(sched), wid)["generation"]
+        forged = {"generation": generation, "cpu_percent": 31337.0, "rss_bytes": 7, "processes": 1}
+        key = K.worker_usage_key(exp, trial, "w", 0)
+        seen = []
+        deadline = time.monotonic() + 6.0  # three reads of the records by the controller
+        while time.monotonic() < deadline:
+            sched.name_resolve.inner.add(key, json.dumps(forged), replace=True)
+            snap = read_stats(sched)
+            if snap is not None:
+                seen.append(worker_row(snap, wid).get("cpu_percent"))
+            time.sleep(0.1)
+        assert seen and 31337.0 not in seen, seen
+        # the worker's next report (signed) replaces the forged record: figures again
+        snap = wait_stats(sched, lambda s: worker_row(s, wid).get("rss_bytes"), what="figures")
+        assert worker_row(snap, wid)["rss_bytes"] > 2**20 and 31337.0 not in seen
     finally:
         sched.close()

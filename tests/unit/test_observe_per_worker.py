@@ -116,14 +116,22 @@ def test_prometheus_has_per_worker_and_per_method_families():
     assert f'corral_worker_rss_bytes{{{base},worker="r/0"}} 1024' in text
 
 
-def test_without_psutil_the_view_says_so_and_measures_nothing(monkeypatch):
+def test_a_worker_without_psutil_reports_no_figures_and_says_so(monkeypatch, capsys):
     import sys
+    import threading
+    from types import SimpleNamespace
 
-    from corral.observe.resources import ResourceSampler
+    from corral.worker.usage import report_usage
 
     monkeypatch.setitem(sys.modules, "psutil", None)  # import psutil raises ImportError
-    sampler = ResourceSampler()
-    assert sampler.psutil is None and "psutil is not installed" in sampler.note
-    rows = [{"id": "r/0", "pid": 1, "backend": "local", "state": "running"}]
-    sampler.sample(rows)
-    assert "cpu_percent" not in rows[0] and "rss_bytes" not in rows[0]
+    written = {}
+    settings = SimpleNamespace(experiment="e", trial="t", role="r", index=0, worker_id="r/0")
+    runtime = SimpleNamespace(
+        settings=settings,
+        stopped=threading.Event(),
+        generation="1.0-1",
+        name_resolve=SimpleNamespace(add=lambda k, v, replace=False: written.update({k: v})),
+    )
+    report_usage(runtime)  # returns at once: nothing to measure with
+    assert written == {}
+    assert "no CPU/memory figures" in capsys.readouterr().out

@@ -19,7 +19,7 @@ import threading
 
 #: loaded on first use only, never by a worker's start
 MUST_STAY_LAZY = (
-    "torch", "ray", "numpy", "yaml", "rich", "cryptography",
+    "torch", "ray", "numpy", "yaml", "rich", "cryptography", "psutil",
     # the data plane, the live view, the controller's config and scheduler, the backends
     "corral.data.store", "corral.data.fetch", "corral.data.relay", "corral.data.routes",
     "corral.data.plane", "corral.observe", "corral.config", "corral.spec",

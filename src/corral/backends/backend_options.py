@@ -142,7 +142,9 @@ class SlurmOptions(_Options):
                 raise ConfigError("srun_args", arg, "use a list of str, one word each")
         self.srun_args = list(words)
         self.sbatch_directives = [d.strip() for d in self.sbatch_directives]
-        return self  # container_type is checked with the spec's (corral.backends.slurm.batch_script)
+        return (
+            self  # container_type is checked with the spec's (corral.backends.slurm.batch_script)
+        )
 
 
 @dataclass

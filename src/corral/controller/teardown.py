@@ -86,7 +86,7 @@ class Teardown:
                 self.name_resolve.clear_subtree(
                     name_resolve_keys.role_prefix(self.experiment, self.trial, name)
                 )
-                for kind in ("_info", "_health"):
+                for kind in ("_info", "_health", "_usage"):
                     self.name_resolve.clear_subtree(f"{self.experiment}/{self.trial}/{kind}/{name}")
         except Exception as exc:
             log.warning("could not clear name-resolve entries of %s: %s", role, exc)

@@ -35,6 +35,7 @@ from corral.groups.controller import GroupPorts, GroupTable
 from corral.ioloop import IOLoop
 from corral.launcher import Launcher
 from corral.observe.publisher import StatsPublisher, make_call_stats
+from corral.observe.resources import usage_reader
 from corral.observe.snapshot import ControllerView
 from corral.spec import Worker
 
@@ -93,6 +94,7 @@ def wire(
         deaths=MappingProxyType(monitor.dead),
         poll=lambda role: c.launcher.poll(role),
         pending_reason=lambda role: c.launcher.pending_reason(role),
+        usage=usage_reader(settings.name_resolve, secret, experiment, trial),
     )
     call_stats = make_call_stats()  # per-role call figures for corral dashboard / top
     stats = StatsPublisher(view, call_stats, paths.stats_file, paths.metrics_token_file)

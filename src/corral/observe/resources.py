@@ -1,10 +1,13 @@
-"""CPU, memory and GPU use per worker, for the live view (sampled on the publisher's
+"""CPU, memory and GPU use per worker, for the live view (read on the publisher's
 thread, never in the call path).
 
-- CPU% and RSS: of each worker's process tree (the worker and every process under it),
-  with psutil, for workers whose processes this controller can see (the local backend:
-  they are its children's trees on this host). psutil is a core dependency; where it
-  cannot be imported the figures are absent and ``note`` says why.
+- CPU% and RSS: of each worker's process tree (the worker and every process under it).
+  Each worker measures its own tree with psutil and publishes it every few seconds in a
+  signed record (``corral.worker.usage``), so the figures exist on every backend: local,
+  Ray and Slurm, wherever the worker runs. The controller reads the trial's usage records
+  at most every ``USAGE_READ_EVERY`` seconds (one listing of the store), keeps only those
+  signed with the trial's secret (``records.py``) and whose generation is the row's (a
+  restarted worker never shows its predecessor's figures).
 - GPU utilisation and memory: per worker, over the GPU indices it was given, read with
   NVML (``pynvml``, from the ``nvidia-ml-py`` package) or else ``nvidia-smi``, at most
   every ``GPU_EVERY`` seconds; absent when neither is present. This path has no test
@@ -13,94 +16,87 @@ thread, never in the call path).
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import time
-from typing import Any
+from collections.abc import Callable
+
+from corral import name_resolve_keys
+from corral.auth import TrialKeys
+from corral.discovery import NameResolve
+from corral.observe.records import verified_subtree
 
 GPU_EVERY = 5.0  # seconds between GPU readings (nvidia-smi is a process start)
-CPU_EVERY = 5.0  # seconds between CPU/memory readings: one costs ~20 ms of CPU with
-# ~200 processes on the host (psutil lists them all to find each worker's children)
-SAMPLED_BACKENDS = ("local",)  # workers whose pids are this host's
+USAGE_READ_EVERY = 2.0  # seconds between readings of the usage records (workers write
+# theirs every 5 s: corral.worker.usage.USAGE_EVERY)
+USAGE_FIELDS = ("cpu_percent", "rss_bytes", "processes")
+
+
+def usage_figures(record: object, generation: str) -> dict:
+    """The CPU/memory figures of a usage record, if it is the worker ``generation``'s and
+    well formed; else nothing."""
+    if not isinstance(record, dict) or not generation or record.get("generation") != generation:
+        return {}
+    out = {}
+    for name in USAGE_FIELDS:
+        value = record.get(name)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
+            out[name] = value
+    return out
+
+
+def usage_reader(
+    store: NameResolve, secret: str, experiment: str, trial: str
+) -> Callable[[], dict[str, dict]]:
+    """A function returning worker id -> its usage record, for every record under the
+    trial signed with ``secret`` (``store``: the raw store, not the signed wrapper)."""
+    trial_keys = TrialKeys(secret)
+    prefix = name_resolve_keys.usage_prefix(experiment, trial)
+
+    def read() -> dict[str, dict]:
+        good, _refused = verified_subtree(store, trial_keys, prefix)
+        out = {}
+        for key, value in good.items():
+            role, index = key.split("/")[-2:]
+            try:
+                out[f"{role}/{index}"] = json.loads(value)
+            except ValueError:
+                continue
+        return out
+
+    return read
 
 
 class ResourceSampler:
-    """One per stats publisher; keeps psutil's Process objects between samples (CPU% is
-    the use since the previous sample of the same process)."""
+    """One per stats publisher: adds the usage records' figures (and GPU readings) to the
+    worker rows of each snapshot."""
 
-    def __init__(self) -> None:
-        try:
-            import psutil
-        except ImportError:  # psutil is a core dependency; a broken install still runs
-            psutil = None
-        self.psutil = psutil
-        self.note = None if psutil else "psutil is not installed: no CPU/memory per worker"
-        self._procs: dict[int, Any] = {}
+    def __init__(self, read_usage: Callable[[], dict[str, dict]] | None = None) -> None:
+        self.note = None  # a worker without psutil says so in its own log
+        self._read_usage = read_usage
+        self._usage: dict[str, dict] = {}
+        self._usage_at = -USAGE_READ_EVERY
         self._gpu_reader = gpu_reader()
         self._gpu: dict[str, dict] = {}
         self._gpu_at = 0.0
-        self._cpu_at = -CPU_EVERY
-        self._cpu: dict[str, dict] = {}  # worker id -> its last CPU/memory figures
 
     def sample(self, rows: list[dict]) -> None:
-        """Add ``cpu_percent``, ``rss_bytes`` (and ``gpu_util``, ``gpu_mem_bytes``) to
-        the worker rows it can measure, in place."""
-        mine = [
-            r for r in rows if r.get("pid") and r.get("backend") in SAMPLED_BACKENDS and
-            r.get("state") in ("running", "restarting")
-        ]  # fmt: skip
-        if self.psutil is not None and mine:
+        """Add ``cpu_percent``, ``rss_bytes``, ``processes`` (and ``gpu_util``,
+        ``gpu_mem_bytes``) to the running worker rows it has figures for, in place."""
+        live = [r for r in rows if r.get("state") in ("running", "restarting")]
+        if self._read_usage is not None and live:
             now = time.monotonic()
-            if now - self._cpu_at >= CPU_EVERY:
-                self._cpu_at = now
-                self._cpu = self._cpu_and_memory(mine)
-            for row in mine:
-                row.update(self._cpu.get(row["id"], {}))
+            if now - self._usage_at >= USAGE_READ_EVERY:
+                self._usage_at = now
+                try:
+                    self._usage = self._read_usage()
+                except Exception:  # the store is down for a moment: no figures this time
+                    self._usage = {}
+            for row in live:
+                row.update(usage_figures(self._usage.get(row["id"]), row.get("generation", "")))
         if self._gpu_reader is not None:
             self._gpus(rows)
-
-    def _cpu_and_memory(self, rows: list[dict]) -> dict[str, dict]:
-        """worker id -> CPU% (since the last reading), RSS and process count of its tree;
-        each process is read once, however many rows share it."""
-        psutil = self.psutil
-        children: dict[int, list[int]] = {}
-        for proc in psutil.process_iter(["ppid"]):
-            children.setdefault(proc.info["ppid"], []).append(proc.pid)
-        figures: dict[int, tuple[float, int] | None] = {}
-        out: dict[str, dict] = {}
-        for row in rows:
-            tree, todo = [], [int(row["pid"])]
-            while todo:
-                pid = todo.pop()
-                tree.append(pid)
-                todo.extend(children.get(pid, ()))
-            cpu, rss, alive = 0.0, 0, 0
-            for pid in tree:
-                if pid not in figures:
-                    figures[pid] = self._read(pid)
-                if figures[pid] is not None:
-                    cpu, rss, alive = cpu + figures[pid][0], rss + figures[pid][1], alive + 1
-            if alive:
-                out[row["id"]] = {
-                    "cpu_percent": round(cpu, 1),
-                    "rss_bytes": rss,
-                    "processes": alive,
-                }
-        for pid in set(self._procs) - set(figures):
-            del self._procs[pid]
-        return out
-
-    def _read(self, pid: int) -> tuple[float, int] | None:
-        psutil = self.psutil
-        proc = self._procs.get(pid)
-        try:
-            if proc is None:
-                proc = self._procs[pid] = psutil.Process(pid)
-            with proc.oneshot():
-                return proc.cpu_percent(None), proc.memory_info().rss
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            self._procs.pop(pid, None)
-            return None
 
     def _gpus(self, rows: list[dict]) -> None:
         now = time.monotonic()

@@ -49,6 +49,8 @@ class ControllerView:
     poll: Callable[[str], dict[int, WorkerExit]]
     """The backend's deaths of a role (``Launcher.poll``)."""
     pending_reason: Callable[[str], str | None]
+    usage: Any = None
+    """The workers' CPU/RSS records (``corral.observe.resources.usage_reader``), or None."""
 
 
 class SnapshotBuilder:
@@ -62,7 +64,7 @@ class SnapshotBuilder:
         self._seen: dict[str, tuple[int, str]] = {}  # worker id -> (restarts, generation)
         self._died: dict[str, float] = {}  # "id#generation" -> when first seen dead
         self.finished = FinishedRoles()
-        self.resources = ResourceSampler()
+        self.resources = ResourceSampler(None if view is None else view.usage)
 
     def _gpus_of(self, worker: Any) -> str | None:
         key = f"{worker.id}#{worker.generation}"

@@ -181,6 +181,8 @@ def _trial(t: dict) -> list:
                 )
             )
     methods = methods_table(t)
+    if t.get("records_note"):  # records in name-resolve not signed with the trial's secret
+        title = Text.assemble(title, "\n", (str(t["records_note"]), "yellow"))
     return [title, roles, *([Text(""), methods] if methods else []), Text(""), workers,
             *failures, Text("")]  # fmt: skip
 

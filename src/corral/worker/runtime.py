@@ -177,6 +177,9 @@ class WorkerRuntime:
         print(
             f"corral worker {s.worker_id} serving at {self.address} (pid {os.getpid()})", flush=True
         )
+        from corral.worker.usage import start_report  # CPU/memory for the live view
+
+        start_report(self)
 
     def stop(self) -> None:
         if self.stopped.is_set():
@@ -196,9 +199,11 @@ class WorkerRuntime:
                 # a newer worker (a restart, another run) may own the names by now
                 if self.name_resolve.get(address_key) == self.address:
                     self.name_resolve.delete(address_key)
-                    self.name_resolve.delete(
-                        name_resolve_keys.worker_info_key(s.experiment, s.trial, s.role, s.index)
-                    )
+                    for key in (
+                        name_resolve_keys.worker_info_key,
+                        name_resolve_keys.worker_usage_key,
+                    ):
+                        self.name_resolve.delete(key(s.experiment, s.trial, s.role, s.index))
             except Exception:
                 pass
             self.server.stop()

@@ -218,7 +218,8 @@ function trialSection(t) {
         (t.status === "registered" ? " · no stats file: workers from name-resolve only" : "") +
         (["live", "registered"].includes(t.status) ? "" : ` · last update ${duration(t.age)} ago`))),
     rolesTable(t), roleCharts(t), methodsTable(t), workersTable(t), failures(t),
-    t.resources_note ? el("p", { class: "meta" }, t.resources_note) : null);
+    t.resources_note ? el("p", { class: "meta" }, t.resources_note) : null,
+    t.records_note ? el("p", { class: "meta warn records-note" }, t.records_note) : null);
 }
 
 function render(trials) {
