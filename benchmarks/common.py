@@ -358,3 +358,32 @@ def time_forks(sched: Any, reps: int, cpu: int = 0) -> list[float]:
     finally:
         sched.delete_workers(host)
     return times
+
+
+def run_alone_on_echo_workers(bench: Callable[..., list[Row]], experiment: str) -> None:
+    """Run one overhead benchmark by itself (``python benchmarks/<name>.py [--quick]``):
+    4 local workers with an echo engine each, the rows printed."""
+    import asyncio
+
+    from corral import Job
+    from corral.backends.local import LocalScheduler
+    from corral.config import BaseExperimentConfig
+
+    quick = "--quick" in sys.argv
+    ctx = Context(quick, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    try:
+        cfg = BaseExperimentConfig(experiment_name=ctx.unique_name(experiment), trial_name="t0")
+        sched = LocalScheduler(
+            exp_config=cfg, gpu_devices=[], fileroot=ctx.fileroot, progress=lambda t: None
+        )
+        ctx.on_close(sched.close)
+        ids = sched.create_workers(Job(role="main", replicas=4))
+        for wid in ids:
+            asyncio.run(sched.create_engine(wid, "corral.testing.engines.EchoEngine"))
+        for row in bench(sched, ids, quick):
+            row.finish()
+            print(
+                f"{row.key}: {row.value:.4f} vs {row.baseline:.4f} {row.unit}, ratio {row.ratio:.3f}"
+            )
+    finally:
+        ctx.close()

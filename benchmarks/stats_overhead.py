@@ -10,7 +10,6 @@ Rows: ``local.noop.stats_overhead`` (p50 with stats / p50 without; target <= 1.1
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
 import time
 
@@ -150,33 +149,10 @@ def bench(sched, ids: list[str], quick: bool) -> list[Row]:
 
 
 def main() -> None:
-    """``python benchmarks/stats_overhead.py [--quick]``: just these rows, one worker."""
-    import sys
+    """``python benchmarks/stats_overhead.py [--quick]``: just these rows, 4 workers."""
+    from common import run_alone_on_echo_workers
 
-    from common import Context
-
-    from corral import Job
-    from corral.backends.local import LocalScheduler
-    from corral.config import BaseExperimentConfig
-
-    quick = "--quick" in sys.argv
-    ctx = Context(quick, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    try:
-        cfg = BaseExperimentConfig(experiment_name=ctx.unique_name("stats"), trial_name="t0")
-        sched = LocalScheduler(
-            exp_config=cfg, gpu_devices=[], fileroot=ctx.fileroot, progress=lambda t: None
-        )
-        ctx.on_close(sched.close)
-        ids = sched.create_workers(Job(role="main", replicas=4))
-        for wid in ids:
-            asyncio.run(sched.create_engine(wid, "corral.testing.engines.EchoEngine"))
-        for row in bench(sched, ids, quick):
-            row.finish()
-            print(
-                f"{row.key}: {row.value:.4f} vs {row.baseline:.4f} {row.unit}, ratio {row.ratio:.3f}"
-            )
-    finally:
-        ctx.close()
+    run_alone_on_echo_workers(bench, "stats")
 
 
 if __name__ == "__main__":

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sys
 import time
 
 from common import Row, Target, log, median, percentile, rounded
@@ -133,30 +132,9 @@ def bench(sched, ids: list[str], quick: bool) -> list[Row]:
 
 def main() -> None:
     """``python benchmarks/view_overhead.py [--quick]``: just these rows, 4 workers."""
-    from common import Context
+    from common import run_alone_on_echo_workers
 
-    from corral import Job
-    from corral.backends.local import LocalScheduler
-    from corral.config import BaseExperimentConfig
-
-    quick = "--quick" in sys.argv
-    ctx = Context(quick, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    try:
-        cfg = BaseExperimentConfig(experiment_name=ctx.unique_name("view"), trial_name="t0")
-        sched = LocalScheduler(
-            exp_config=cfg, gpu_devices=[], fileroot=ctx.fileroot, progress=lambda t: None
-        )
-        ctx.on_close(sched.close)
-        ids = sched.create_workers(Job(role="main", replicas=4))
-        for wid in ids:
-            asyncio.run(sched.create_engine(wid, "corral.testing.engines.EchoEngine"))
-        for row in bench(sched, ids, quick):
-            row.finish()
-            print(
-                f"{row.key}: {row.value:.4f} vs {row.baseline:.4f} {row.unit}, ratio {row.ratio:.3f}"
-            )
-    finally:
-        ctx.close()
+    run_alone_on_echo_workers(bench, "view")
 
 
 if __name__ == "__main__":
