@@ -45,3 +45,61 @@ def test_a_refusal_swallowed_in_a_thread_still_fails_the_test():
             thread = threading.Thread(target=swallow, name="helper")
             thread.start()
             thread.join()
+
+
+def _spawn_nothing():
+    """A spawn call that starts no process when let through (the program does not exist)."""
+    os.posix_spawn("/nonexistent/corral-guard-probe", ["probe"], {})
+
+
+@pytest.fixture
+def fixture_thread():
+    """A thread started before the test (as another folder's session fixture's would be):
+    ``run(fn)`` runs ``fn`` on it and returns what it raised."""
+    jobs, results = [], []
+    wake = threading.Event()
+
+    def loop():
+        while wake.wait(10):
+            wake.clear()
+            if not jobs:
+                return
+            try:
+                jobs.pop()()
+                results.append(None)
+            except Exception as exc:
+                results.append(exc)
+
+    thread = threading.Thread(target=loop, name="fixture", daemon=True)
+    thread.start()
+
+    def run(fn):
+        jobs.append(fn)
+        wake.set()
+        for _ in range(1000):
+            if results:
+                return results.pop()
+            threading.Event().wait(0.01)
+        raise AssertionError("the fixture thread did not answer")
+
+    yield run
+    wake.set()
+    thread.join(10)
+
+
+def test_a_thread_that_ran_before_the_test_spawns_freely(fixture_thread):
+    """Another folder's session fixture (a Ray cluster, a Slurm health monitor) keeps
+    threads that may start processes while a unit test runs in the random order: they are
+    let through (the probe fails only because its program does not exist)."""
+    assert isinstance(fixture_thread(_spawn_nothing), OSError)
+
+
+def test_the_spawner_thread_is_refused_only_when_the_test_asks(fixture_thread):
+    from corral import procs
+
+    with pytest.raises(ProcessSpawnedInUnitTest, match="corral-spawner"):
+        with no_processes():
+            with contextlib.suppress(ProcessSpawnedInUnitTest):
+                procs._spawner.submit(_spawn_nothing).result()
+    asked = fixture_thread(lambda: procs._spawner.submit(_spawn_nothing).result())
+    assert isinstance(asked, OSError), asked
