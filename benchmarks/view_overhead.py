@@ -28,12 +28,12 @@ NAME = "local"
 
 def _view(sched, on: bool, recorders) -> None:
     """Turn the controller's view on (recorder + stats thread) or off."""
-    sched._calls.stats = recorders[0] if on else recorders[1]
+    sched.parts.caller.stats = recorders[0] if on else recorders[1]
     if on:
-        sched._stats.calls = recorders[0]
-        sched._stats.start()
+        sched.parts.stats.calls = recorders[0]
+        sched.parts.stats.start()
     else:
-        sched._stats.stop()
+        sched.parts.stats.stop()
 
 
 def _worker_reading_ms() -> float:
@@ -51,7 +51,7 @@ def bench(sched, ids: list[str], quick: bool) -> list[Row]:
     from corral.observe.call_stats import NullCallStats
 
     reps, window, fan_n = (4, 0.5, 400) if quick else (12, 1.5, 2000)
-    recorders = (sched._stats.calls, NullCallStats())
+    recorders = (sched.parts.stats.calls, NullCallStats())
     lat: dict[str, list[float]] = {"on": [], "off": []}
     rates: dict[str, list[float]] = {"on": [], "off": []}
 

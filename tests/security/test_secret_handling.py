@@ -54,7 +54,7 @@ def test_no_secret_in_any_worker_environment_or_launch_record(sched) -> None:
         assert "CORRAL_SECRET" not in inside
         assert not [k for k, v in inside.items() if sched.secret in v], worker.id
     if sched.backend == "ray":
-        for record in sched.launcher._roles["env"].replicas:
+        for record in sched.launcher.state.roles["env"].replicas:
             assert sched.secret not in repr(record.env)  # what went into runtime_env
     if sched.backend == "slurm":
         (script,) = glob.glob(os.path.join(sched.log_dir, "env.sbatch"))
