@@ -23,5 +23,7 @@ def local_backend(tmp_path_factory) -> BackendUnderTest:
         lacks={
             "a queue": "a request beyond its free GPUs is refused at once (GPURequestError), "
             "it never waits for GPUs another trial holds",
+            "preemption": "its workers run on the controller's own host: nothing takes them "
+            "away to give them back later (requeue=True is for Slurm and Ray)",
         },
     )

@@ -9,6 +9,7 @@ custom resource (``CUSTOM_RESOURCE``), for the heterogeneous-resource tests. Con
 
 from __future__ import annotations
 
+import contextlib
 import threading
 
 import pytest
@@ -130,6 +131,64 @@ def release_cluster() -> None:
     test_cluster.cluster.shutdown()
 
 
+class RayNodeDrain:
+    """A spot node reclaimed: the role's workers run on an extra node (the session's nodes
+    are full of another trial's workers); Ray drains that node for preemption (what its
+    autoscaler and ``ray drain-node --reason DRAIN_NODE_REASON_PREEMPTION`` do), then the
+    node goes; giving back adds a new node."""
+
+    heard = "Ray is draining node"
+
+    def __init__(self, test_cluster: RayTestCluster, hog) -> None:
+        self.test_cluster = test_cluster
+        self.hog = hog
+        self.added: list = []
+
+    def add_node(self) -> None:
+        self.added.append(self.test_cluster.cluster.add_node(num_cpus=2, num_gpus=GPUS_PER_NODE))
+        self.test_cluster.cluster.wait_for_nodes()
+
+    def job(self, role: str, replicas: int, **spec):
+        from corral import Job, SchedulingSpec
+
+        return Job(role=role, replicas=replicas, tasks=[SchedulingSpec(cpu=1, gpu=1, **spec)])
+
+    def warn(self, sched, role: str) -> None:
+        import time
+
+        import ray
+        from ray.core.generated import autoscaler_pb2
+
+        node_id = self.added[-1].node_id
+        for index in range(len(sched.get_workers(role))):
+            assert sched.launcher.placement(role, index)["node_id"] == node_id
+        gcs = ray._private.worker.global_worker.gcs_client
+        accepted, why = gcs.drain_node(
+            node_id,
+            autoscaler_pb2.DrainNodeReason.Value("DRAIN_NODE_REASON_PREEMPTION"),
+            "corral test: spot instance reclaimed",
+            int((time.time() + 60) * 1000),
+        )
+        assert accepted, why
+
+    def take(self, sched, role: str) -> None:
+        self.test_cluster.cluster.remove_node(self.added.pop())
+
+    def give_back(self, sched, role: str) -> None:
+        self.add_node()
+
+    def check_back(self, sched, role: str) -> None:
+        """Ray places the same bundles again: nothing else to check."""
+
+    def close(self) -> None:
+        try:
+            self.hog.close()
+        finally:
+            for node in self.added:
+                self.test_cluster.cluster.remove_node(node)
+            self.test_cluster.cluster.wait_for_nodes()
+
+
 @pytest.fixture(scope="session")
 def ray_cluster():
     cluster = acquire_cluster()
@@ -147,7 +206,23 @@ def ray_backend(ray_cluster, tmp_path_factory) -> BackendUnderTest:
         kwargs.setdefault("startup_timeout", 60)
         return RayScheduler(exp_config=cfg, fileroot=root, **kwargs)
 
-    return BackendUnderTest(
+    @contextlib.contextmanager
+    def preemption():
+        hog = backend.scheduler()
+        drain = RayNodeDrain(ray_cluster, hog)
+        try:
+            from corral import Job, SchedulingSpec
+
+            # the session's nodes are full: the preempted role can only use the extra node
+            hog.create_workers(
+                Job(role="hog", replicas=NODES, tasks=[SchedulingSpec(cpu=1, gpu=GPUS_PER_NODE)])
+            )
+            drain.add_node()
+            yield drain
+        finally:
+            drain.close()
+
+    backend = BackendUnderTest(
         name="ray",
         make=make,
         gpus_per_node=GPUS_PER_NODE,
@@ -156,4 +231,6 @@ def ray_backend(ray_cluster, tmp_path_factory) -> BackendUnderTest:
         # a controller in another process (the controller-death test) joins this cluster
         controller_env={"RAY_ADDRESS": ray_cluster.address},
         leftovers=ray_cluster.leftovers,
+        preemption=preemption,
     )
+    return backend

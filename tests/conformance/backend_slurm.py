@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -67,6 +68,53 @@ def trial_jobs(experiment: str, trial: str) -> list[str]:
     ]
 
 
+def squeue_state(job_id: str) -> str:
+    return subprocess.run(
+        ["squeue", "-h", "-t", "all", "-j", job_id, "-o", "%T"], capture_output=True, text=True
+    ).stdout.strip()
+
+
+class SlurmRequeue:
+    """``scontrol requeue``: what a preemption with PreemptMode=REQUEUE does. Slurm signals
+    the job's steps (SIGTERM), ends them and queues the same job again."""
+
+    heard = "SIGTERM"
+
+    def __init__(self) -> None:
+        self.job_ids: dict[str, str] = {}
+
+    def job(self, role: str, replicas: int, **spec):
+        from corral import Job, SchedulingSpec
+
+        return Job(role=role, replicas=replicas, tasks=[SchedulingSpec(cpu=1, **spec)])
+
+    def warn(self, sched, role: str) -> None:
+        job = self.job_ids[role] = sched.launcher_jobs[role]
+        with open(os.path.join(sched.log_dir, f"{role}.sbatch")) as fh:
+            assert "--requeue" in fh.read()
+        subprocess.run(["scontrol", "requeue", job], check=True)
+
+    def take(self, sched, role: str) -> None:
+        """Slurm ends the steps itself after the signal."""
+
+    def give_back(self, sched, role: str) -> None:
+        """Slurm holds a requeued job for ~2 minutes (its BeginTime): release it now."""
+        import time
+
+        job = self.job_ids[role]
+        deadline = time.monotonic() + 60
+        while squeue_state(job) != "PENDING":
+            assert time.monotonic() < deadline, f"job {job} never pended again"
+            time.sleep(0.1)
+        subprocess.run(["scontrol", "update", f"jobid={job}", "StartTime=now"], check=True)
+
+    def check_back(self, sched, role: str) -> None:
+        job = self.job_ids[role]
+        assert sched.launcher_jobs[role] == job  # the same job, requeued, not a new one
+        jobs = trial_jobs(sched.experiment_name, sched.trial_name)
+        assert [line.split()[0] for line in jobs] == [job], jobs  # no restart job beside it
+
+
 @pytest.fixture(scope="session")
 def slurm_backend(tmp_path_factory) -> BackendUnderTest:
     why = slurm_reachable()
@@ -93,4 +141,5 @@ def slurm_backend(tmp_path_factory) -> BackendUnderTest:
         fileroot=root,
         controller_env=env,
         leftovers=trial_jobs,
+        preemption=lambda: contextlib.nullcontext(SlurmRequeue()),
     )

@@ -12,6 +12,7 @@ import signal
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import pytest
 
@@ -45,6 +46,29 @@ def node_of(sched, wid: str) -> str:
     return "localhost"
 
 
+class Preemption(Protocol):
+    """How a backend under test preempts a role the way its cluster would, then gives the
+    role its resources back (tests/conformance/test_preemption.py)."""
+
+    heard: str
+    """What the engines' ``on_preempt`` is told (a part of it)."""
+
+    def job(self, role: str, replicas: int, **spec: Any) -> Any:
+        """A job whose workers this procedure can preempt."""
+
+    def warn(self, sched: Scheduler, role: str) -> None:
+        """The cluster announces the preemption (engines hear ``on_preempt``)."""
+
+    def take(self, sched: Scheduler, role: str) -> None:
+        """The cluster takes the workers away."""
+
+    def give_back(self, sched: Scheduler, role: str) -> None:
+        """The cluster has room for the role again."""
+
+    def check_back(self, sched: Scheduler, role: str) -> None:
+        """Backend-specific checks once the role is back."""
+
+
 @dataclass
 class BackendUnderTest:
     name: str
@@ -56,6 +80,9 @@ class BackendUnderTest:
     leftovers: Callable[[str, str], list[str]] = field(default=lambda exp, trial: [])
     lacks: dict[str, str] = field(default_factory=dict)
     """Capabilities this backend does not have, each with why (see ``require``)."""
+    preemption: Callable[[], Any] | None = None
+    """A context manager that yields this backend's way to take a role away and give it
+    back (a ``Preemption``); None where the backend lacks ``preemption``."""
 
     def require(self, capability: str) -> None:
         """Skip a conformance case whose behaviour this backend lacks, saying which and why."""

@@ -19,22 +19,6 @@ pytestmark = pytest.mark.ray
 ECHO = "corral.testing.engines.EchoEngine"
 
 
-def drain_for_preemption(node_id: str, deadline_s: int) -> None:
-    """What Ray's autoscaler and `ray drain-node --reason DRAIN_NODE_REASON_PREEMPTION`
-    do: ask the GCS to drain the node, with the time left before it is killed."""
-    import ray
-    from ray.core.generated import autoscaler_pb2
-
-    gcs = ray._private.worker.global_worker.gcs_client
-    accepted, why = gcs.drain_node(
-        node_id,
-        autoscaler_pb2.DrainNodeReason.Value("DRAIN_NODE_REASON_PREEMPTION"),
-        "corral test: spot instance reclaimed",
-        int((time.time() + deadline_s) * 1000),
-    )
-    assert accepted, why
-
-
 def test_outlive_controller_is_refused_on_a_runtime_that_ends_with_this_process():
     from corral import ConfigError
     from corral.backends.ray.launcher import RayLauncher
@@ -65,63 +49,6 @@ def test_detached_workers_whose_grace_runs_out_exit_and_remove_their_groups(
         assert ray_cluster.leftovers(experiment, trial) == []
     finally:
         end_controller(proc)
-
-
-def test_a_worker_lost_with_its_node_is_preempted_and_comes_back_with_wait_role(
-    ray_cluster,  # noqa: F811
-    make,  # noqa: F811
-    tmp_path,
-):
-    """Node loss with ``requeue=True``: a drain of the node first reaches the engine's
-    ``on_preempt``; then calls raise WorkerPreemptedError, Ray places the bundle again on
-    a new node, ``wait_role`` returns the worker with a new generation."""
-    from corral import WorkerPreemptedError
-
-    cluster = ray_cluster.cluster
-    hog = make()  # the session's two nodes are full: the worker can only use the extra node
-    hog.create_workers(gpu_job("hog", 2, gpu=GPUS_PER_NODE))
-    added = [cluster.add_node(num_cpus=2, num_gpus=GPUS_PER_NODE)]
-    try:
-        cluster.wait_for_nodes()
-        sched = make(requeue=True)
-        sched.create_workers(gpu_job("learner", 1, gpu=1))
-        old = sched.get_workers("learner")[0]
-        asyncio.run(sched.create_engine("learner/0", ECHO, "e"))
-        marker = str(tmp_path / "preempted")
-        sched.call_engine("learner/0", "mark_preempt", "e", marker)
-        # Ray drains the node first (as its autoscaler / `ray drain-node` do before a
-        # preemption): the engine hears on_preempt while its node still runs
-        drain_for_preemption(added[0].node_id, deadline_s=60)
-        deadline = time.monotonic() + 30
-        while not os.path.exists(marker):
-            assert time.monotonic() < deadline, "on_preempt was not called on a drain"
-            time.sleep(0.1)
-        assert open(marker).read().startswith(f"Ray is draining node {added[0].node_id[:12]}")
-        assert "killed in about" in open(marker).read()
-        cluster.remove_node(added.pop())
-        error = None
-        deadline = time.monotonic() + 60
-        while error is None and time.monotonic() < deadline:
-            try:
-                sched.get_workers("learner")  # asks the backend whether they live
-            except WorkerPreemptedError as exc:
-                error = exc
-            except Exception:
-                pass  # not seen dead yet: the connection just fails
-            time.sleep(0.2)
-        assert isinstance(error, WorkerPreemptedError), "node loss was not seen as preemption"
-        assert "node was lost" in str(error)
-        added.append(cluster.add_node(num_cpus=2, num_gpus=GPUS_PER_NODE))
-        assert sched.wait_role("learner", timeout=90) == ["learner/0"]
-        new = sched.get_workers("learner")[0]
-        assert new.generation != old.generation
-        assert sched.health("learner/0")["status"] == "ok"
-        sched.close()
-    finally:
-        hog.close()
-        for node in added:
-            cluster.remove_node(node)
-        cluster.wait_for_nodes()
 
 
 def test_a_raylet_death_is_named_at_once_close_is_prompt_and_no_worker_is_left(

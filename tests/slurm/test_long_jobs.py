@@ -134,69 +134,6 @@ def test_a_slurmctld_outage_does_not_fail_healthy_workers(make):  # noqa: F811
     assert deaths in ([], [ids[1]])  # only the killed worker, never the healthy one
 
 
-@pytest.mark.slurm
-@pytest.mark.timeout(180)
-def test_preempted_role_fails_with_preempted_error_then_comes_back(make, tmp_path):  # noqa: F811
-    """``scontrol requeue`` (what a preemption with PreemptMode=REQUEUE does): engines hear
-    on_preempt, calls raise WorkerPreemptedError, the same job comes back with new
-    generations. The role allows restarts (``max_restarts=1``): a preempted worker is still
-    requeued with its job, never restarted in place (no restart job, no early hook)."""
-    import asyncio
-    import os
-
-    from corral import WorkerPreemptedError
-
-    sched = make(requeue=True, startup_timeout=90)
-    made = []
-
-    def hook(s, worker_id):
-        asyncio.run(s.create_engine(worker_id, "corral.testing.engines.EchoEngine", "e"))
-        made.append(worker_id)
-
-    sched.set_restart_hook("spot", hook)
-    ids = sched.create_workers(cpu_job("spot", 2, max_restarts=1))
-    markers = [str(tmp_path / f"preempted-{i}") for i in range(2)]
-    for wid, marker in zip(ids, markers, strict=True):
-        asyncio.run(sched.create_engine(wid, "corral.testing.engines.EchoEngine", "e"))
-        sched.call_engine(wid, "mark_preempt", "e", marker)
-    before = sched.get_workers("spot")
-    job = sched.launcher_jobs["spot"]
-    assert "--requeue" in open(os.path.join(sched.log_dir, "spot.sbatch")).read()
-
-    subprocess.run(["scontrol", "requeue", job], check=True)
-    # engines were told before their processes went: they could checkpoint
-    deadline = time.monotonic() + 30
-    while not all(os.path.exists(m) for m in markers):
-        assert time.monotonic() < deadline, "on_preempt was not called"
-        time.sleep(0.1)
-    assert [open(m).read() for m in markers] == ["SIGTERM", "SIGTERM"]
-    deadline = time.monotonic() + 30
-    while True:  # until the worker is gone, calls fail with WorkerPreemptedError
-        try:
-            sched.call_engine(ids[0], "echo", "e", 1, rpc_meta={"timeout": 5})
-        except WorkerPreemptedError as exc:
-            assert "requeued" in str(exc) and "wait_role" in str(exc)
-            assert not exc.restarted, str(exc)
-            assert "restarted it" not in str(exc) and "restarting it" not in str(exc)
-            break
-        assert time.monotonic() < deadline, "no WorkerPreemptedError"
-        time.sleep(0.2)
-    with pytest.raises(WorkerPreemptedError):
-        sched.get_workers("spot")
-    # Slurm holds a requeued job for ~2 minutes (BeginTime); release it now
-    while _squeue_state(job) != "PENDING":
-        time.sleep(0.1)
-    subprocess.run(["scontrol", "update", f"jobid={job}", "StartTime=now"], check=True)
-    assert sched.wait_role("spot", timeout=90) == ids
-    after = sched.get_workers("spot")
-    assert all(a.generation != b.generation for a, b in zip(after, before, strict=True))
-    assert made == ids  # the hook recreated the engines, once each, after the return
-    assert [sched.call_engine(w, "echo", "e", 7) for w in ids] == [7, 7]
-    assert sched.launcher_jobs["spot"] == job  # the same job, requeued, not a new one
-    jobs = trial_jobs(sched.experiment_name, sched.trial_name)
-    assert [line.split()[0] for line in jobs] == [job], jobs  # and no restart job beside it
-
-
 def _sbatch_hog(tmp_path, name: str, *args: str) -> str:
     return subprocess.run(
         ["sbatch", "--parsable", "-J", f"corral-test-{name}", "-o", str(tmp_path / f"{name}.out"),

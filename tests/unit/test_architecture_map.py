@@ -42,5 +42,7 @@ def test_the_architecture_map_names_every_module_and_no_other():
 
 
 def test_the_map_reader_sees_nesting():
-    text = "## The module tree\n```\ncorral/\n  a.py — x\n  sub/ — y\n    b.py — z\n  c.py — w\n```\n"
+    text = (
+        "## The module tree\n```\ncorral/\n  a.py — x\n  sub/ — y\n    b.py — z\n  c.py — w\n```\n"
+    )
     assert modules_in_the_map(text) == {"a.py", "sub/b.py", "c.py"}
