@@ -1,6 +1,10 @@
 """A real worker process, from its start until it has registered, imports nothing that
-must stay lazy: the list of tests/unit/test_worker_start_lazy.py, plus the standard
-library's heavier modules that a process which already has them loaded cannot check.
+must stay lazy: third-party packages, corral's parts that serve no call, and the
+standard library's heavier modules.
+
+It is checked in a fresh process only: an in-process check (emptying ``sys.modules``
+and importing again) races with the threads of live fixtures in the same pytest process
+and can leave half-imported C extensions behind.
 
 The worker runs under ``python -X importtime`` with stderr on its stdout pipe, so every
 module it imports is listed, in order, before the line it prints once its name-resolve
@@ -16,7 +20,16 @@ import subprocess
 import sys
 
 from corral.worker.env import DIE_WITH_PARENT, worker_environment
-from tests.unit.test_worker_start_lazy import MUST_STAY_LAZY
+
+#: loaded on first use only, never by a worker's start
+MUST_STAY_LAZY = (
+    "torch", "ray", "numpy", "yaml", "rich", "cryptography", "psutil",
+    # the data plane, the live view, the controller's config and scheduler, the backends
+    "corral.data.store", "corral.data.fetch", "corral.data.relay", "corral.data.routes",
+    "corral.data.plane", "corral.observe", "corral.config", "corral.spec",
+    "corral.backends", "corral.controller.scheduler", "corral.launcher", "corral.envvars",
+    "corral.worker.fork", "corral.worker.args", "corral.procs", "corral.logs",
+)  # fmt: skip
 
 #: standard-library modules a worker's start does without (each costs a share of a bare
 #: ``python -c pass``): loaded on first use by the code that needs them
@@ -26,7 +39,7 @@ STDLIB_LAZY = (
 )  # fmt: skip
 
 
-def _started_worker_imports(tmp_path) -> list[str]:
+def _started_worker_imports(tmp_path, engines: dict | None = None) -> list[str]:
     secret = tmp_path / "secret"
     secret.write_text("s" * 64)
     os.chmod(secret, 0o600)
@@ -41,6 +54,7 @@ def _started_worker_imports(tmp_path) -> list[str]:
         lease_timeout=30.0,
         cpu=1,
         secret_file=str(secret),
+        engines=engines,
     )
     env[DIE_WITH_PARENT] = "1"  # as the local backend starts it
     env["CORRAL_PARENT_PID"] = str(os.getpid())
@@ -68,9 +82,20 @@ def _started_worker_imports(tmp_path) -> list[str]:
         proc.stdout.close()
 
 
+def _lazy_ones(imported: list[str]) -> list[str]:
+    lazy = MUST_STAY_LAZY + STDLIB_LAZY
+    return [m for m in imported if any(m == x or m.startswith(x + ".") for x in lazy)]
+
+
 def test_a_started_worker_imported_nothing_that_must_stay_lazy(tmp_path):
     imported = _started_worker_imports(tmp_path)
     assert "corral.worker.runtime" in imported  # the listing is the worker's own
-    lazy = MUST_STAY_LAZY + STDLIB_LAZY
-    found = [m for m in imported if any(m == x or m.startswith(x + ".") for x in lazy)]
+    found = _lazy_ones(imported)
     assert found == [], f"a worker's start imported {found}; load them on first use"
+
+
+def test_the_check_sees_the_data_plane_a_worker_with_engines_loads_at_start(tmp_path):
+    """The check itself: a worker given engines in its environment makes them before it
+    registers, and with them the data plane (engine code may keep values)."""
+    imported = _started_worker_imports(tmp_path, {"e": "corral.testing.engines.EchoEngine"})
+    assert "corral.data.store" in _lazy_ones(imported)
