@@ -142,7 +142,8 @@ class Caller:
     ) -> None:
         """After a failed attempt: raise the error the caller sees, or return to retry."""
         if isinstance(exc, TimeoutError):
-            message = f"worker {worker.id} did not answer {path} within {timeout}s: {exc}"
+            within = f" within {timeout:g}s" if timeout is not None else ""
+            message = f"worker {worker.id} did not answer {path}{within}: {exc}"
             raise WorkerTimeoutError(worker.id, timeout, message) from None
         problem = self.diagnose(worker, exc)
         if problem is not None:
