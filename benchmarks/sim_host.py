@@ -23,6 +23,9 @@ def main(spec_path: str) -> None:
     with open(spec_path) as fh:
         spec = json.load(fh)
     os.environ.update(spec["env"])
+    # one usage report per process, not per simulated worker: every simulated worker's
+    # reporter would measure this same process (256 psutil walks every 5 s per host)
+    os.environ["CORRAL_STATS"] = "0"
     from corral.worker.engines import EngineHost
     from corral.worker.env import WorkerSettings, read_secret
     from corral.worker.runtime import WorkerRuntime
