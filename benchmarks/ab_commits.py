@@ -12,7 +12,9 @@ public API only (``create_workers``, ``create_engine``, ``call_engine``,
 * noop p50: ``call_engine(wid, "noop")`` on one of 8 echo workers;
 * fan-out: calls/s of one ``asyncio.gather`` of 4,000 ``async_call_engine`` noops over
   the 8 workers (median of 3 gathers);
-* both with the live view on (the default: call statistics, the stats file, usage reads)
+* the CPU time per fan-out call of the controller and of the 8 workers (``/proc``): a
+  loaded machine moves it much less than the wall time;
+* all with the live view on (the default: call statistics, the stats file, usage reads)
   and off (``CORRAL_STATS=0`` for controller and workers); the view's overhead of a
   commit is off / on of its own processes.
 
@@ -72,26 +74,50 @@ def measure() -> dict:
             sched.call_engine(ids[0], "noop")
             lat.append(time.perf_counter() - started)
 
+        pids = [w.pid for w in sched.get_workers("ab") if w.pid]
+        cpu: list[tuple[float, float]] = []  # (controller, workers) CPU seconds per call
+
         async def fan() -> list[float]:
             async def once() -> float:
-                started = time.perf_counter()
+                c0, w0, started = time.process_time(), _cpu_of(pids), time.perf_counter()
                 await asyncio.gather(
                     *(sched.async_call_engine(ids[i % WORKERS], "noop") for i in range(FAN_CALLS))
                 )
-                return FAN_CALLS / (time.perf_counter() - started)
+                took = time.perf_counter() - started
+                cpu.append(
+                    ((time.process_time() - c0) / FAN_CALLS, (_cpu_of(pids) - w0) / FAN_CALLS)
+                )
+                return FAN_CALLS / took
 
             await once()  # opens the connections
+            cpu.clear()
             return [await once() for _ in range(FAN_GATHERS)]
 
         rates = asyncio.run(fan())
         return {
             "noop_p50_ms": statistics.median(lat) * 1e3,
             "fanout_per_s": statistics.median(rates),
+            # CPU time per call: a loaded machine moves it much less than the wall time
+            "fanout_controller_cpu_us": statistics.median(c for c, _ in cpu) * 1e6,
+            "fanout_workers_cpu_us": statistics.median(w for _, w in cpu) * 1e6,
         }
     finally:
         sched.delete_workers()
         sched.close()
         shutil.rmtree(fileroot, ignore_errors=True)
+
+
+def _cpu_of(pids: list[int]) -> float:
+    """CPU seconds (user + system) the processes ``pids`` used so far (/proc, in ticks)."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rpartition(")")[2].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def checkout(repo: str, commit: str, into: str) -> str:
@@ -163,6 +189,13 @@ def main() -> None:
         print(
             f"fan-out (view {'on' if view else 'off'}): A {a:,.0f}/s, B {b:,.0f}/s, A/B {a / b:.2f}x"
         )
+        for side in ("controller", "workers"):
+            key = f"fanout_{side}_cpu_us"
+            a, b = med("A", view, key), med("B", view, key)
+            print(
+                f"fan-out {side} CPU per call (view {'on' if view else 'off'}): "
+                f"A {a:.1f} us, B {b:.1f} us, B/A {b / a:.2f}x"
+            )
     for label in ("A", "B"):
         on, off = med(label, True, "fanout_per_s"), med(label, False, "fanout_per_s")
         p_on, p_off = med(label, True, "noop_p50_ms"), med(label, False, "noop_p50_ms")
