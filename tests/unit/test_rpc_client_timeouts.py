@@ -4,7 +4,7 @@ real in-process RPC server; no process started."""
 
 from __future__ import annotations
 
-import time
+import threading
 
 import pytest
 
@@ -15,16 +15,18 @@ from corral.rpc.server import Reply, RPCServer
 SECRET = "s" * 64
 
 
-def _sleepy(msg) -> Reply:
-    delay = wire.decode(msg.body).get("delay", 0)
-    time.sleep(delay)
-    return Reply(200, wire.encode({"ok": True, "result": delay}))
-
-
 @pytest.fixture
 def address():
-    server = RPCServer(SECRET, _sleepy, host="127.0.0.1").start()
+    done = threading.Event()  # set at teardown: no handler sleeps on after the test
+
+    def sleepy(msg) -> Reply:
+        delay = wire.decode(msg.body).get("delay", 0)
+        done.wait(delay)
+        return Reply(200, wire.encode({"ok": True, "result": delay}))
+
+    server = RPCServer(SECRET, sleepy, host="127.0.0.1").start()
     yield f"127.0.0.1:{server.port}"
+    done.set()
     server.stop()
 
 

@@ -53,7 +53,8 @@ class _RefuseLazy(importlib.abc.MetaPathFinder):
 def _fresh_start(tmp_path, then=None) -> list[str]:
     """Start a worker runtime from freshly imported modules; the lazy imports it asked for.
     ``then(runtime)`` runs after the start, inside the same watch (the check's own test)."""
-    saved = {n: m for n, m in sys.modules.items() if _ours(n)}
+    # a copy first (one C call): another test's leftover thread may import meanwhile
+    saved = {n: m for n, m in sys.modules.copy().items() if _ours(n)}
     for name in saved:
         del sys.modules[name]
     refuse = _RefuseLazy()
@@ -86,7 +87,7 @@ def _fresh_start(tmp_path, then=None) -> list[str]:
         sys.meta_path.remove(refuse)
         if runtime is not None:
             runtime.stop()
-        for name in [n for n in sys.modules if _ours(n)]:
+        for name in [n for n in sys.modules.copy() if _ours(n)]:
             del sys.modules[name]
         sys.modules.update(saved)
     return refuse.asked
