@@ -6,6 +6,7 @@
     python benchmarks/hotspots.py delete [--replicas 8]
     python benchmarks/hotspots.py ab [--mib 128] [--reps 8]
     python benchmarks/hotspots.py ab-noop [--reps 4000]
+    python benchmarks/hotspots.py fanout [--replicas 8] [--reps 4000]
 
 ``payload`` / ``noop``: cProfile of the controller (in-process) and of one worker, which runs
 as ``hotspots.py worker`` and profiles every thread it starts (connection threads, the
@@ -19,6 +20,10 @@ can serve (``-X importtime``).
 ``ab``: the 128 MiB echo with the core as it is and with each patch in ``PATCHES`` applied
 on both sides (controller and a worker started with the same patch), plus a raw-socket round
 trip, interleaved call by call so every arm sees the same background noise.
+
+``fanout``: the controller's cProfile of async fan-outs (``--reps`` calls per gather over
+``--replicas`` echo workers), and the controller's CPU time per call (process time: on a
+loaded machine it moves much less than the wall time), with the call statistics on and off.
 
 ``ab-noop``: noop latency with the core's engine-thread hop and with each of ``HOPS``
 applied in the worker, plus the raw ping-pong, in interleaved blocks.
@@ -282,7 +287,7 @@ def _scheduler(fileroot: str):
 def _job(role: str, replicas: int, cmd: str | None):
     from corral import Job, SchedulingSpec
 
-    return Job(role=role, replicas=replicas, tasks=[SchedulingSpec(cpu=1, gpu=0, cmd=cmd)])
+    return Job(role=role, replicas=replicas, tasks=[SchedulingSpec(cpu=1, gpu=0)])
 
 
 def _start_echo(sched, role: str, cmd: str | None) -> str:
@@ -326,6 +331,71 @@ def profile_calls(sched, fileroot: str, args) -> None:
         _stats(worker_prof, args.top, "worker (all threads, whole life)")
     else:
         print("the worker wrote no profile")
+
+
+def profile_fanout(sched, args) -> None:
+    """Controller CPU per call of one async fan-out (stats on / off), then its profile."""
+    from corral import Job, SchedulingSpec
+    from corral.observe.call_stats import CallStats, NullCallStats
+
+    job = Job(role="fan", replicas=args.replicas, tasks=[SchedulingSpec(cpu=1, gpu=0)])
+    ids = sched.create_workers(job)
+
+    async def engines() -> None:
+        await asyncio.gather(
+            *(sched.create_engine(w, "corral.testing.engines.EchoEngine") for w in ids)
+        )
+
+    asyncio.run(engines())
+    n = args.reps or 4000
+    caller = sched.parts.caller
+
+    async def gather() -> None:
+        await asyncio.gather(
+            *(sched.async_call_engine(ids[i % len(ids)], "noop") for i in range(n))
+        )
+
+    pids = sorted({w.pid for w in sched.get_workers("fan") if w.pid})
+
+    def workers_cpu() -> float:
+        """CPU seconds of the workers so far (/proc, clock ticks)."""
+        total = 0
+        for pid in pids:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rpartition(")")[2].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+        return total / os.sysconf("SC_CLK_TCK")
+
+    async def timed(rounds: int) -> None:
+        await gather()  # connections open
+        cpu = {"on": [], "off": []}
+        wall = {"on": [], "off": []}
+        worker_cpu = {"on": 0.0, "off": 0.0}
+        for r in range(rounds):
+            for mode in ("on", "off") if r % 2 == 0 else ("off", "on"):
+                caller.stats = CallStats() if mode == "on" else NullCallStats()
+                c0, w0, k0 = time.process_time(), time.perf_counter(), workers_cpu()
+                await gather()
+                cpu[mode].append((time.process_time() - c0) / n)
+                wall[mode].append(n / (time.perf_counter() - w0))
+                worker_cpu[mode] += workers_cpu() - k0
+        each = worker_cpu["off"] / (n * rounds)
+        print(f"workers: CPU {each * 1e6:6.1f} us/call (all {len(pids)}, stats off rounds)")
+        for mode in ("on", "off"):
+            cpu[mode].sort()
+            wall[mode].sort()
+            print(
+                f"stats {mode:3s}: controller CPU {cpu[mode][len(cpu[mode]) // 2] * 1e6:6.1f} us/call "
+                f"(min {cpu[mode][0] * 1e6:.1f}), {wall[mode][len(wall[mode]) // 2]:,.0f} calls/s"
+            )
+        prof = cProfile.Profile(time.process_time)  # CPU time: the machine may be loaded
+        prof.enable()
+        await gather()
+        prof.disable()
+        _stats(prof, args.top, f"controller CPU, one fan-out of {n} calls")
+
+    asyncio.run(timed(6))
+    sched.delete_workers()
 
 
 def ab_payload(sched, args) -> None:
@@ -469,7 +539,8 @@ def profile_delete(sched, args) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "what", choices=["payload", "noop", "start", "delete", "ab", "ab-noop", "worker"]
+        "what",
+        choices=["payload", "noop", "fanout", "start", "delete", "ab", "ab-noop", "worker"],
     )
     parser.add_argument("--patch", choices=sorted([*PATCHES, *HOPS]), default=None)
     parser.add_argument("--profile-out", default=os.devnull, help=argparse.SUPPRESS)
@@ -492,6 +563,8 @@ def main() -> None:
             profile_delete(sched, args)
         elif args.what == "ab-noop":
             ab_noop(sched, args)
+        elif args.what == "fanout":
+            profile_fanout(sched, args)
         elif args.what == "ab":
             ab_payload(sched, args)
         else:

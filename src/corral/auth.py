@@ -43,6 +43,24 @@ _MEMO_BYTES = 4096
 _GCM_IV = 12
 
 
+try:  # OpenSSL's HMAC object (already loaded by hmac): copy, update and hexdigest in C
+    from _hashlib import hmac_new as _openssl_hmac
+except ImportError:  # a Python built without OpenSSL
+    _openssl_hmac = None
+
+
+def _keyed_hmac(key: bytes):
+    """An HMAC-SHA256 object keyed once, to copy per message. OpenSSL's own object when
+    there is one: ``hmac.HMAC.copy`` wraps it in Python, about half the cost of signing a
+    small head (issue 29)."""
+    if _openssl_hmac is not None:
+        try:
+            return _openssl_hmac(key, digestmod="sha256")
+        except ValueError:  # OpenSSL refused the digest: the portable object below
+            pass
+    return hmac.new(key, digestmod=hashlib.sha256)
+
+
 def _derive(secret: bytes, label: bytes) -> bytes:
     return hmac.new(secret, b"corral/" + label, hashlib.sha256).digest()
 
@@ -67,10 +85,7 @@ class TrialKeys:
         self._matched: tuple[bytes, str] = (b"", "")
         # HMAC objects keyed once: ``sign`` copies one instead of re-keying per message
         # (the key schedule is half the cost of signing a small head)
-        self._keyed = {
-            key: hmac.new(key, digestmod=hashlib.sha256)
-            for key in (self.request, self.reply, self.record)
-        }
+        self._keyed = {key: _keyed_hmac(key) for key in (self.request, self.reply, self.record)}
 
     def _gmac(self, iv: bytes, parts: Iterable) -> bytes:
         from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes

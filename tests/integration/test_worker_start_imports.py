@@ -36,6 +36,7 @@ MUST_STAY_LAZY = (
 STDLIB_LAZY = (
     "dataclasses", "inspect", "typing", "logging", "argparse", "subprocess", "asyncio",
     "concurrent.futures", "tempfile", "shutil", "ctypes", "traceback", "encodings.idna",
+    "ipaddress",  # rpc.peer_uid packs addresses with socket.inet_pton (issue 29)
 )  # fmt: skip
 
 

@@ -235,13 +235,10 @@ def _close(series: dict, window: dict, in_flight: dict, errors, span, wall, hist
 
 
 def _drain(queue: deque) -> list:
-    """Everything in ``queue`` now, removed; safe while other threads append."""
-    items = []
-    try:
-        while True:
-            items.append(queue.popleft())
-    except IndexError:
-        return items
+    """What ``queue`` held when called, removed; safe while other threads append (only
+    this, the sampler, removes items: the first ``len`` items are there to take)."""
+    take = queue.popleft
+    return [take() for _ in range(len(queue))]
 
 
 class NullCallStats(CallStats):

@@ -131,7 +131,8 @@ class RPCClient:
                 self._signer, headers, method, path, request_id, identity, send, length
             )
             try:
-                conn.sock.settimeout(timeout)
+                if conn.sock.gettimeout() != timeout:  # settimeout is a system call
+                    conn.sock.settimeout(timeout)
                 send_message(conn.sock, f"{method} {path} HTTP/1.1", headers, send)
                 reply = conn.reader.read_head()
                 if reply is None:

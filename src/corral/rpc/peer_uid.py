@@ -8,7 +8,6 @@ for exactly that socket. Linux only; None when the answer is not available.
 
 from __future__ import annotations
 
-import ipaddress
 import socket
 import struct
 
@@ -25,7 +24,8 @@ _MSG_UID = struct.Struct("=IIII")  # expires, rqueue, wqueue, uid (after family.
 
 
 def _address(text: str, family: int) -> bytes:
-    packed = ipaddress.ip_address(text).packed
+    # inet_pton, not ipaddress: this module is on a worker's start path (issue 29)
+    packed = socket.inet_pton(family, text.partition("%")[0])
     return packed.ljust(16, b"\0") if family == socket.AF_INET else packed
 
 

@@ -28,8 +28,9 @@ class SharedMemoryPeers:
         """Set the shared-memory headers; a large body to a local peer moves into a segment
         (kept alive by the returned list, which is sent instead of ``parts``). The offer
         rides only on a connection's first request (``fresh``): the server remembers it."""
-        for name in _SHM_HEADERS:  # a retry: drop what the last attempt added
-            headers.pop(name, None)
+        if headers:  # a retry: drop what the last attempt added (the usual fresh {}: nothing)
+            for name in _SHM_HEADERS:
+                headers.pop(name, None)
         if not self.token or address in self.remote:
             return parts
         if fresh:
