@@ -113,8 +113,17 @@ class WeightEngine:
     def group(self, name: str) -> dict:
         from corral.groups import process_group
 
+        from corral.rpc import shm
+
         pg = process_group(name)
-        return {"rank": pg.rank, "world_size": pg.world_size, "members": pg.members}
+        return {
+            "rank": pg.rank,
+            "world_size": pg.world_size,
+            "members": pg.members,
+            "host_token": shm.host_token(),
+            "last_path": pg.last_path,  # how the last broadcast moved its bytes
+            "maps_segment": shm.mapped_segments() > 0,
+        }
 
     def dist_broadcast(self, name: str, value: float) -> float:
         """torch.distributed's own broadcast over the corral group, by group rank."""
