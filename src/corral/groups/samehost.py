@@ -129,9 +129,7 @@ class SharedBroadcast:
                 for t, span in zip(tensors, spans, strict=True):
                     _as(buf, span, t).copy_(t)
             seg = self.segment
-            header = torch.tensor(
-                [os.getpid(), seg.fd, total, seg.capacity, _tag(seg.name), spec]
-            )
+            header = torch.tensor([os.getpid(), seg.fd, total, seg.capacity, _tag(seg.name), spec])
         opts = dist.BroadcastOptions()
         opts.rootRank, opts.rootTensor = src, 0
         group.broadcast([header], opts).wait()

@@ -112,7 +112,6 @@ class WeightEngine:
 
     def group(self, name: str) -> dict:
         from corral.groups import process_group
-
         from corral.rpc import shm
 
         pg = process_group(name)
