@@ -150,6 +150,7 @@ class Trainer:
         self.clip = clip
         self.updates = updates
         self.version = 0
+        self.placed_in = ""  # the group whose shared memory holds the parameters
 
     def train(self, batch: dict) -> dict:
         """``updates`` optimizer steps on this rank's shard; returns loss, clip fraction,
@@ -183,11 +184,20 @@ class Trainer:
         return flat_params(self.model)
 
     def send_weights(self, group: str) -> float:
-        """Weight sync: trainer rank 0 (group rank 0) broadcasts its weights to the group."""
+        """Weight sync: trainer rank 0 (group rank 0) broadcasts its weights to the group.
+        On the first call the parameters move into the group's shared-memory segment
+        (``ProcessGroup.place``; nothing moves where the group is not on one host), so a
+        same-host broadcast copies nothing on this side."""
         from corral.groups import process_group
 
         t = time.perf_counter()
-        process_group(group).broadcast(param_views(self.model), src=0)
+        pg = process_group(group)
+        if self.placed_in != group:  # once: the parameters move into the group's segment
+            params = list(self.model.parameters())
+            for p, view in zip(params, pg.place(param_views(self.model)), strict=True):
+                p.data = view
+            self.placed_in = group
+        pg.broadcast(param_views(self.model), src=0)
         return time.perf_counter() - t
 
     def weights_digest(self) -> str:

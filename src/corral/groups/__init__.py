@@ -59,7 +59,7 @@ class ProcessGroup:
         self.store = store  #: the PrefixStore of the group (tests, advanced use)
         #: every member on this host (agreed at join): gloo broadcasts use shared memory
         self.same_host = same_host and backend == "gloo"
-        #: how the last ``broadcast`` moved its bytes: "shm", "chain" or "torch"
+        #: how the last ``broadcast`` moved its bytes: "shm", "shm, placed", "chain", "torch"
         self.last_path = ""
         self._shared: Any = None  # corral.groups.samehost.SharedBroadcast, built on first use
 
@@ -86,12 +86,10 @@ class ProcessGroup:
         transfer, not one per receiver); NCCL uses its own broadcast."""
         items = _tensor_list(tensors)
         if self.same_host:
-            from corral.groups.samehost import SharedBroadcast
-
-            if self._shared is None:
-                self._shared = SharedBroadcast()
-            self._shared.broadcast(self.group, self.rank, items, src)
-            self.last_path = "shm"
+            shared = self._shared_broadcast()
+            shared.broadcast(self.group, self.rank, items, src)
+            placed = self.rank == src and not shared.copied
+            self.last_path = "shm, placed" if placed else "shm"
             return tensors
         if self.backend == "gloo" and self.world_size > 2:
             from corral.groups import chain
@@ -105,6 +103,23 @@ class ProcessGroup:
             dist.broadcast(tensor, group=self.group, group_src=src)
         self.last_path = "torch"
         return tensors
+
+    def place(self, tensors: list) -> list:
+        """For a source that broadcasts the same tensors again and again (a trainer's
+        parameters): copies of ``tensors`` placed in this member's shared-memory segment,
+        to use instead of them (``p.data = view``); a same-host broadcast of them then
+        costs the source no copy (``last_path == "shm, placed"``). Without the same-host
+        path it returns ``tensors`` themselves. Dtypes and shapes are kept."""
+        if not self.same_host:
+            return list(tensors)
+        return self._shared_broadcast().place(list(tensors))
+
+    def _shared_broadcast(self) -> Any:
+        from corral.groups.samehost import SharedBroadcast
+
+        if self._shared is None:
+            self._shared = SharedBroadcast()
+        return self._shared
 
     def broadcast_object(self, obj: Any, src: int = 0) -> Any:
         """A picklable object from rank ``src`` (others pass anything, e.g. None)."""

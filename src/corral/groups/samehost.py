@@ -97,7 +97,9 @@ class SharedBroadcast:
 
     def __init__(self) -> None:
         self.segment: Any = None  # corral.rpc.shm.Segment, when this member was a source
-        self.mapped: tuple[tuple[int, int, str], Any, Any] | None = None  # key, mmap, bytes
+        self.copied = True  # did this member's last broadcast as a source copy its tensors
+        self.placed: Any = None  # the Segment that ``place`` put tensors in (never scratch)
+        self.mapped: dict[tuple[int, int, str], tuple[Any, Any]] = {}  # -> (mmap, bytes)
 
     def _source_bytes(self, total: int) -> Any:
         from corral.rpc import shm
@@ -108,13 +110,43 @@ class SharedBroadcast:
             self.segment = shm.Segment(max(total, ALIGN))
         return _bytes_of(self.segment.map)
 
+    def place(self, tensors: list) -> list:
+        """Copies of ``tensors`` that live in a segment of their own, at the offsets a
+        broadcast of these tensors uses: broadcasting them later costs the source no copy.
+        A later ``place`` makes a new segment (the old views stay valid)."""
+        import torch
+
+        from corral.rpc import shm
+
+        spans, total = layout(tensors)
+        self.placed = shm.Segment(max(total, ALIGN))
+        buf = _bytes_of(self.placed.map)
+        views = []
+        with torch.no_grad():
+            for t, span in zip(tensors, spans, strict=True):
+                view = _as(buf, span, t)
+                view.copy_(t)
+                views.append(view)
+        return views
+
+    def _in_place(self, tensors: list, spans: list) -> bool:
+        """Do ``tensors`` already lie in the placed segment, each at its offset?"""
+        if self.placed is None:
+            return False
+        base = _bytes_of(self.placed.map).data_ptr()
+        return all(
+            t.is_contiguous() and t.device.type == "cpu" and t.data_ptr() == base + off
+            for t, (off, _n) in zip(tensors, spans, strict=True)
+        )
+
     def _receiver_bytes(self, pid: int, fd: int, name: str, capacity: int) -> Any:
         key = (pid, fd, name)
-        if self.mapped is None or self.mapped[0] != key:
-            self.mapped = None
+        if key not in self.mapped:
+            while len(self.mapped) >= 4:  # the oldest: a segment the source replaced
+                self.mapped.pop(next(iter(self.mapped)))
             mapping = open_shared(pid, fd, name, capacity)
-            self.mapped = (key, mapping, _bytes_of(mapping))
-        return self.mapped[2]
+            self.mapped[key] = (mapping, _bytes_of(mapping))
+        return self.mapped[key][1]
 
     def broadcast(self, group: Any, rank: int, tensors: list, src: int) -> None:
         import torch
@@ -124,11 +156,14 @@ class SharedBroadcast:
         spec = spec_tag(tensors)
         header = torch.zeros(6, dtype=torch.int64)
         if rank == src:
-            buf = self._source_bytes(total)
-            with torch.no_grad():
-                for t, span in zip(tensors, spans, strict=True):
-                    _as(buf, span, t).copy_(t)
-            seg = self.segment
+            seg = self.placed
+            if not self._in_place(tensors, spans):
+                buf = self._source_bytes(total)
+                with torch.no_grad():
+                    for t, span in zip(tensors, spans, strict=True):
+                        _as(buf, span, t).copy_(t)
+                seg = self.segment
+            self.copied = seg is self.segment
             header = torch.tensor([os.getpid(), seg.fd, total, seg.capacity, _tag(seg.name), spec])
         opts = dist.BroadcastOptions()
         opts.rootRank, opts.rootTensor = src, 0
@@ -160,7 +195,8 @@ class SharedBroadcast:
             )
 
     def close(self) -> None:
-        self.mapped = None
-        if self.segment is not None:
-            self.segment.close()
-            self.segment = None
+        self.mapped = {}
+        for seg in (self.segment, self.placed):
+            if seg is not None:
+                seg.close()
+        self.segment = self.placed = None

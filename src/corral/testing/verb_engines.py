@@ -103,6 +103,15 @@ class WeightEngine:
         process_group(group).broadcast_state_dict(self.state, src=src)
         return self.digest()
 
+    def place(self, group: str) -> str:
+        """Move the state into the group's shared memory (``ProcessGroup.place``)."""
+        from corral.groups import process_group
+
+        keys = sorted(self.state)
+        views = process_group(group).place([self.state[k] for k in keys])
+        self.state = dict(zip(keys, views, strict=True))
+        return self.digest()
+
     def pull(self, group: str, src: int = 0, in_place: bool = True) -> str:
         from corral.groups import process_group
 
