@@ -27,6 +27,12 @@ def flat_params(model) -> torch.Tensor:
     return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
 
 
+def param_views(model) -> list[torch.Tensor]:
+    """The parameters themselves (tied weights once, module order), detached: a broadcast
+    reads or fills them in place, in their own dtype."""
+    return [p.detach() for p in model.parameters()]
+
+
 def load_flat(model, flat: torch.Tensor) -> None:
     offset = 0
     with torch.no_grad():
@@ -52,7 +58,6 @@ class Policy:
         self.group = group
         self.temperature = temperature
         self.version = 0
-        self.inbox: torch.Tensor | None = None
         torch.manual_seed(seed + 1000 * (1 + int(os.environ.get("RANK", "0"))))
 
     def generate(self, prompts: np.ndarray) -> dict:
@@ -88,14 +93,13 @@ class Policy:
         return time.perf_counter() - t
 
     def receive_weights(self, group: str, version: int) -> float:
-        """Weight sync: receive trainer rank 0's weights in the corral process group."""
+        """Weight sync: receive trainer rank 0's weights in the corral process group,
+        straight into the parameters (no staging buffer; same host: one copy out of the
+        trainer's shared-memory segment)."""
         from corral.groups import process_group
 
         t = time.perf_counter()
-        if self.inbox is None:  # one receive buffer, reused every step
-            self.inbox = flat_params(self.model)
-        process_group(group).broadcast([self.inbox], src=0)
-        load_flat(self.model, self.inbox)
+        process_group(group).broadcast(param_views(self.model), src=0)
         self.version = version
         return time.perf_counter() - t
 
@@ -146,6 +150,7 @@ class Trainer:
         self.clip = clip
         self.updates = updates
         self.version = 0
+        self.placed_in = ""  # the group whose shared memory holds the parameters
 
     def train(self, batch: dict) -> dict:
         """``updates`` optimizer steps on this rank's shard; returns loss, clip fraction,
@@ -179,11 +184,20 @@ class Trainer:
         return flat_params(self.model)
 
     def send_weights(self, group: str) -> float:
-        """Weight sync: trainer rank 0 (group rank 0) broadcasts its weights to the group."""
+        """Weight sync: trainer rank 0 (group rank 0) broadcasts its weights to the group.
+        On the first call the parameters move into the group's shared-memory segment
+        (``ProcessGroup.place``; nothing moves where the group is not on one host), so a
+        same-host broadcast copies nothing on this side."""
         from corral.groups import process_group
 
         t = time.perf_counter()
-        process_group(group).broadcast([flat_params(self.model)], src=0)
+        pg = process_group(group)
+        if self.placed_in != group:  # once: the parameters move into the group's segment
+            params = list(self.model.parameters())
+            for p, view in zip(params, pg.place(param_views(self.model)), strict=True):
+                p.data = view
+            self.placed_in = group
+        pg.broadcast(param_views(self.model), src=0)
         return time.perf_counter() - t
 
     def weights_digest(self) -> str:

@@ -53,6 +53,21 @@ def test_a_state_dict_goes_from_trainer_rank0_to_every_rollout_worker_bit_identi
 
     pushed, pulled = asyncio.run(sync())
     assert pushed == digest and pulled == [digest] * 4  # sha256 of every byte, every worker
+    # members that all share one host (same shm.host_token) move the bytes through one
+    # shared-memory segment; otherwise (Slurm lab nodes are hosts of their own) the chain
+    after = [sched.call_engine(trainers[0], "group", None, "weights")]
+    after += sched.dispatch("rollout", "group", None, "weights", mode="all", collect="list")
+    one_host = len({g["host_token"] for g in after}) == 1
+    assert [g["last_path"] for g in after] == ["shm" if one_host else "chain"] * 5
+    if one_host:  # every receiver maps the trainer's segment
+        assert all(g["maps_segment"] for g in after[1:])
+    # tensors placed in the group's shared memory are broadcast with no copy at the source
+    assert sched.call_engine(trainers[0], "place", None, "weights") == digest
+    sched.dispatch("rollout", "zeros_like", None, MB, mode="all")
+    pushed, pulled = asyncio.run(sync())
+    assert pushed == digest and pulled == [digest] * 4
+    path = sched.call_engine(trainers[0], "group", None, "weights")["last_path"]
+    assert path == ("shm, placed" if one_host else "chain")
     # torch.distributed's own functions work on the group by group rank
 
     async def plain():

@@ -48,6 +48,7 @@ class ProcessGroup:
         backend: str,
         members: list[str],
         store: Any = None,
+        same_host: bool = False,
     ):
         self.name = name
         self.rank = rank  #: this worker's rank in the group (role by role, then index)
@@ -56,6 +57,11 @@ class ProcessGroup:
         self.backend = backend
         self.members = list(members)  #: worker ids, by rank
         self.store = store  #: the PrefixStore of the group (tests, advanced use)
+        #: every member on this host (agreed at join): gloo broadcasts use shared memory
+        self.same_host = same_host and backend == "gloo"
+        #: how the last ``broadcast`` moved its bytes: "shm", "shm, placed", "chain", "torch"
+        self.last_path = ""
+        self._shared: Any = None  # corral.groups.samehost.SharedBroadcast, built on first use
 
     @property
     def device(self) -> str:
@@ -73,20 +79,47 @@ class ProcessGroup:
     def broadcast(self, tensors: Any, src: int = 0) -> Any:
         """Broadcast, in place, a tensor, a list of tensors or a dict of them (by sorted
         key) from group rank ``src``; every member passes tensors of the same shapes and
-        dtypes. Returns ``tensors``. Gloo groups of 3 or more relay the bytes down a
-        pipelined chain (``corral.groups.chain``: about one transfer, not one per
-        receiver); NCCL uses its own broadcast."""
+        dtypes. Returns ``tensors``. A gloo group whose members all share one host moves
+        the bytes through one private shared-memory segment (``corral.groups.samehost``:
+        one copy in, one copy out per receiver, receivers in parallel); other gloo groups of
+        3 or more relay them down a pipelined chain (``corral.groups.chain``: about one
+        transfer, not one per receiver); NCCL uses its own broadcast."""
         items = _tensor_list(tensors)
+        if self.same_host:
+            shared = self._shared_broadcast()
+            shared.broadcast(self.group, self.rank, items, src)
+            placed = self.rank == src and not shared.copied
+            self.last_path = "shm, placed" if placed else "shm"
+            return tensors
         if self.backend == "gloo" and self.world_size > 2:
             from corral.groups import chain
 
             size = int(os.environ.get("CORRAL_CHAIN_CHUNK", chain.CHUNK))
             chain.broadcast(self.group, self.rank, self.world_size, items, src, size)
+            self.last_path = "chain"
             return tensors
         dist = self._dist()
         for tensor in items:
             dist.broadcast(tensor, group=self.group, group_src=src)
+        self.last_path = "torch"
         return tensors
+
+    def place(self, tensors: list) -> list:
+        """For a source that broadcasts the same tensors again and again (a trainer's
+        parameters): copies of ``tensors`` placed in this member's shared-memory segment,
+        to use instead of them (``p.data = view``); a same-host broadcast of them then
+        costs the source no copy (``last_path == "shm, placed"``). Without the same-host
+        path it returns ``tensors`` themselves. Dtypes and shapes are kept."""
+        if not self.same_host:
+            return list(tensors)
+        return self._shared_broadcast().place(list(tensors))
+
+    def _shared_broadcast(self) -> Any:
+        from corral.groups.samehost import SharedBroadcast
+
+        if self._shared is None:
+            self._shared = SharedBroadcast()
+        return self._shared
 
     def broadcast_object(self, obj: Any, src: int = 0) -> Any:
         """A picklable object from rank ``src`` (others pass anything, e.g. None)."""
@@ -130,6 +163,12 @@ class ProcessGroup:
         import torch
 
         self.broadcast(torch.zeros(1, device=self.device), 0)
+
+    def close(self) -> None:
+        """Drop this member's shared-memory segment or mapping (the group is being destroyed)."""
+        if self._shared is not None:
+            self._shared.close()
+            self._shared = None
 
     def __repr__(self) -> str:
         return f"ProcessGroup({self.name!r}, rank {self.rank}/{self.world_size}, {self.backend})"

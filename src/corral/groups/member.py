@@ -9,6 +9,7 @@ appeared in the store. torch is imported by these routes only.
 
 from __future__ import annotations
 
+import os
 import threading
 from datetime import timedelta
 from typing import Any
@@ -97,6 +98,7 @@ class GroupMember:
                 timeout=timedelta(seconds=timeout),
             )  # fmt: skip
         prefixed = dist.PrefixStore(f"corral/groups/{name}/", store)
+        prefixed.set(f"host/{rank}", _host_token())  # before joined/: read after build
         prefixed.set(f"joined/{rank}", self.worker_id)
         try:
             group = build(backend, prefixed, rank, size, timeout, self.host)
@@ -115,19 +117,37 @@ class GroupMember:
                 "that those workers are alive and reachable, or raise timeout= "
                 f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
             ) from None
-        GROUPS[name] = ProcessGroup(name, rank, size, group, backend, members, prefixed)
+        tokens = {prefixed.get(f"host/{r}").decode() for r in range(size)}
+        same_host = len(tokens) == 1 and "off" not in tokens  # every member reads the same keys
+        GROUPS[name] = ProcessGroup(
+            name, rank, size, group, backend, members, prefixed, same_host=same_host
+        )
         return {"rank": rank}
 
     def destroy(self, p: dict) -> bool:
         name = str(p["name"])
         with self._lock:
-            had = GROUPS.pop(name, None) is not None
+            group = GROUPS.pop(name, None)
+            had = group is not None
+            if group is not None:
+                group.close()
             had = self._stores.pop(name, None) is not None or had
         return had
 
     def destroy_all(self) -> None:
         for name in list(GROUPS):
             self.destroy({"name": name})
+
+
+def _host_token() -> str:
+    """This member's ``shm.host_token()`` ("off" when shared memory is off here:
+    ``CORRAL_SHM=0`` or ``CORRAL_GROUP_SHM=0``); a group uses its same-host path only if
+    every member's token is the same and none is "off"."""
+    from corral.rpc import shm
+
+    if os.environ.get("CORRAL_GROUP_SHM", "1") == "0":
+        return "off"
+    return shm.host_token() or "off"
 
 
 def _has_key(store: Any, key: str) -> bool:

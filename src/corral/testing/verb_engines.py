@@ -103,6 +103,15 @@ class WeightEngine:
         process_group(group).broadcast_state_dict(self.state, src=src)
         return self.digest()
 
+    def place(self, group: str) -> str:
+        """Move the state into the group's shared memory (``ProcessGroup.place``)."""
+        from corral.groups import process_group
+
+        keys = sorted(self.state)
+        views = process_group(group).place([self.state[k] for k in keys])
+        self.state = dict(zip(keys, views, strict=True))
+        return self.digest()
+
     def pull(self, group: str, src: int = 0, in_place: bool = True) -> str:
         from corral.groups import process_group
 
@@ -112,9 +121,17 @@ class WeightEngine:
 
     def group(self, name: str) -> dict:
         from corral.groups import process_group
+        from corral.rpc import shm
 
         pg = process_group(name)
-        return {"rank": pg.rank, "world_size": pg.world_size, "members": pg.members}
+        return {
+            "rank": pg.rank,
+            "world_size": pg.world_size,
+            "members": pg.members,
+            "host_token": shm.host_token(),
+            "last_path": pg.last_path,  # how the last broadcast moved its bytes
+            "maps_segment": shm.mapped_segments() > 0,
+        }
 
     def dist_broadcast(self, name: str, value: float) -> float:
         """torch.distributed's own broadcast over the corral group, by group rank."""
