@@ -320,17 +320,30 @@ def processes_left(pids: Iterable[int]) -> dict[str, Any]:
     }
 
 
+_HELD_LOCKS: set[str] = set()
+
+
 def hold_lock(ctx: Context, path: str, what: str) -> None:
-    """Take the shared service's lock file (others' tests use it too) until the run ends."""
+    """Take the shared service's lock file (others' tests use it too) until the run ends;
+    once per run: a second flock on a new descriptor of this process would wait for the
+    first forever (bench_slurm and bench_shapes both use the Slurm cluster)."""
     import fcntl
 
+    if path in _HELD_LOCKS:
+        return
     fh = open(path, "a")
     try:
         fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         log(f"{what}: waiting for {path} (another user of the {what} service)")
         fcntl.flock(fh, fcntl.LOCK_EX)
-    ctx.on_close(fh.close)
+    _HELD_LOCKS.add(path)
+
+    def release() -> None:
+        _HELD_LOCKS.discard(path)
+        fh.close()
+
+    ctx.on_close(release)
 
 
 # ----------------------------------------------------------------- shared measurements
