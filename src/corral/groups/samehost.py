@@ -70,22 +70,10 @@ def _as(buf: Any, span: tuple[int, int], like: Any) -> Any:
 def open_shared(pid: int, fd: int, name: str, capacity: int) -> mmap.mmap:
     """Map another process's memfd, shared and read-only, after checking that it is the
     announced corral segment, this user's and private (0600)."""
-    expected = f"/memfd:{name} (deleted)"
+    from corral.rpc.shm import open_private_memfd
+
+    local = open_private_memfd(pid, fd, name, capacity, ProcessGroupError)
     try:
-        local = os.open(f"/proc/{pid}/fd/{fd}", os.O_RDONLY | os.O_CLOEXEC)
-    except OSError as exc:
-        raise ProcessGroupError(f"cannot open the source's shared memory: {exc}") from None
-    try:
-        if os.readlink(f"/proc/self/fd/{local}") != expected:
-            raise ProcessGroupError(f"descriptor {pid}/{fd} is not the segment {name}")
-        st = os.fstat(local)
-        if st.st_uid != os.geteuid() or st.st_mode & 0o077:
-            raise ProcessGroupError(
-                f"refusing shared-memory segment {name}: uid {st.st_uid}, mode "
-                f"{st.st_mode & 0o777:o}; only this user's private (0600) segments are read"
-            )
-        if st.st_size < capacity:
-            raise ProcessGroupError(f"segment {name} is smaller than announced")
         return mmap.mmap(local, capacity, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
     finally:
         os.close(local)

@@ -259,6 +259,32 @@ def take_released(value: str | None, reader: int | None) -> None:
         POOL.returned(value.split(","), reader)
 
 
+def open_private_memfd(pid: int, fd: int, name: str, size: int, error: type[Exception]) -> int:
+    """A descriptor of another process's memfd, opened read-only once it is verified: the
+    announced corral segment, this user's, private (0600), at least ``size`` bytes. Any
+    other file raises ``error``; the caller maps it and closes the descriptor."""
+    expected = f"/memfd:{name} (deleted)"
+    try:
+        local = os.open(f"/proc/{pid}/fd/{fd}", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise error(f"cannot open the peer's shared memory: {exc}") from None
+    try:
+        if os.readlink(f"/proc/self/fd/{local}") != expected:
+            raise error(f"shared-memory descriptor {pid}/{fd} names another file, not {name}")
+        st = os.fstat(local)
+        if st.st_uid != os.geteuid() or st.st_mode & 0o077:
+            raise error(
+                f"refusing shared-memory segment {name}: it belongs to uid {st.st_uid} with "
+                f"mode {st.st_mode & 0o777:o}; only this user's private (0600) segments are read"
+            )
+        if st.st_size < size:
+            raise error(f"shared-memory segment {name} is smaller than announced")
+    except BaseException:
+        os.close(local)
+        raise
+    return local
+
+
 def open_segment(descriptor: str, max_bytes: int) -> memoryview:
     """Map the peer's segment privately (copy-on-write): a writable view, zero copies.
     When the mapping is gone, the name is queued to tell the owner it may reuse it."""
@@ -269,22 +295,8 @@ def open_segment(descriptor: str, max_bytes: int) -> memoryview:
         raise ProtocolError(f"malformed shared-memory descriptor {descriptor[:80]!r}") from None
     if not name.startswith(_PREFIX) or not 0 < size <= max_bytes or pid == os.getpid():
         raise ProtocolError(f"refusing shared-memory segment {descriptor[:80]!r}")
-    expected = f"/memfd:{name} (deleted)"
+    local = open_private_memfd(pid, fd, name, size, ProtocolError)
     try:
-        local = os.open(f"/proc/{pid}/fd/{fd}", os.O_RDONLY | os.O_CLOEXEC)
-    except OSError as exc:
-        raise ProtocolError(f"cannot open the peer's shared memory: {exc}") from None
-    try:
-        if os.readlink(f"/proc/self/fd/{local}") != expected:
-            raise ProtocolError("shared-memory descriptor names another file")
-        st = os.fstat(local)
-        if st.st_uid != os.geteuid() or st.st_mode & 0o077:
-            raise ProtocolError(
-                f"refusing shared-memory segment {name}: it belongs to uid {st.st_uid} with "
-                f"mode {st.st_mode & 0o777:o}; only this user's private (0600) segments are read"
-            )
-        if st.st_size < size:
-            raise ProtocolError("shared-memory segment is smaller than announced")
         # no MAP_POPULATE: on a writable private mapping it would copy every page
         m = mmap.mmap(local, size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
     finally:
