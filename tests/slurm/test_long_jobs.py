@@ -12,8 +12,8 @@ import time
 import pytest
 
 from corral import Job, PlacementError, SchedulingSpec
-from tests.conformance.backend_slurm import lab_nodes, trial_jobs
-from tests.slurm.test_slurm_backend import _squeue_state, lab, make  # noqa: F401
+from tests.conformance.backend_slurm import lab_nodes, squeue_state, trial_jobs
+from tests.slurm.test_slurm_backend import lab, make  # noqa: F401
 
 
 def cpu_job(role: str, replicas: int = 1, **kw) -> Job:
@@ -78,7 +78,7 @@ def test_waiting_for_busy_gpus_shows_the_pending_reason_then_starts(make, lab, t
     result: dict = {}
     try:
         deadline = time.monotonic() + 30
-        while _squeue_state(hog) != "RUNNING" and time.monotonic() < deadline:
+        while squeue_state(hog) != "RUNNING" and time.monotonic() < deadline:
             time.sleep(0.1)
         sched = make(startup_timeout=90, progress=lines.append)
 
@@ -173,8 +173,8 @@ def test_a_restart_that_must_queue_on_a_full_cluster_fails_with_the_pending_reas
     ]  # fmt: skip
     try:
         deadline = time.monotonic() + 30
-        while _squeue_state(hogs[0]) != "RUNNING" or _squeue_state(hogs[1]) != "PENDING":
-            assert time.monotonic() < deadline, [_squeue_state(h) for h in hogs]
+        while squeue_state(hogs[0]) != "RUNNING" or squeue_state(hogs[1]) != "PENDING":
+            assert time.monotonic() < deadline, [squeue_state(h) for h in hogs]
             time.sleep(0.1)
         subprocess.run(["scancel", sched.launcher_jobs["phoenix"]], check=True)
         with pytest.raises(WorkerFailedError) as info:

@@ -39,6 +39,7 @@ from tests.conformance.backend_slurm import (
     lab_gpus_per_node,
     slurm_conf,
     slurm_reachable,
+    squeue_state,
     trial_jobs,
 )
 from tests.conformance.harness import pid_alive, require_service
@@ -186,12 +187,6 @@ def make(lab, tmp_path):
         assert [p for p in pids if pid_alive(p)] == []
 
 
-def _squeue_state(job_id: str) -> str:
-    return subprocess.run(
-        ["squeue", "-h", "-t", "all", "-j", job_id, "-o", "%T"], capture_output=True, text=True
-    ).stdout.strip()
-
-
 @pytest.mark.slurm
 def test_role_over_two_nodes_gets_distinct_hosts_and_gpus_by_local_id(make, lab):
     if lab < 2:
@@ -218,7 +213,7 @@ def test_role_over_two_nodes_gets_distinct_hosts_and_gpus_by_local_id(make, lab)
     started = time.monotonic()
     sched.delete_workers()
     print(f"delete of 4 workers on 2 nodes: {time.monotonic() - started:.2f}s")
-    assert _squeue_state(job_id) in ("", "COMPLETED", "CANCELLED")
+    assert squeue_state(job_id) in ("", "COMPLETED", "CANCELLED")
     deadline = time.monotonic() + 10
     while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -291,7 +286,7 @@ def test_scancel_from_outside_gives_worker_failed_naming_cancelled(make):
     assert exit_.reason == f"Slurm job {job_id} CANCELLED", exit_.reason
     # once Slurm has taken the job away, the reason is Slurm's state
     deadline = time.monotonic() + 20
-    while not _squeue_state(job_id).startswith("CANCELLED") and time.monotonic() < deadline:
+    while not squeue_state(job_id).startswith("CANCELLED") and time.monotonic() < deadline:
         time.sleep(0.2)
     for exit_ in sched.launcher.poll("victim").values():
         assert exit_.log_path and exit_.reason == f"Slurm job {job_id} CANCELLED"
@@ -335,9 +330,9 @@ def test_request_beyond_free_gpus_pends_and_times_out_with_slurm_reason(make, la
     ).stdout.strip().split(";")[0]  # fmt: skip
     try:
         deadline = time.monotonic() + 30
-        while _squeue_state(hog) != "RUNNING" and time.monotonic() < deadline:
+        while squeue_state(hog) != "RUNNING" and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert _squeue_state(hog) == "RUNNING"
+        assert squeue_state(hog) == "RUNNING"
         sched = make(startup_timeout=4)
         with pytest.raises(WorkerTimeoutError, match=r"PENDING \(Resources\)"):
             sched.create_workers(Job(role="starved", replicas=1, tasks=[SchedulingSpec(gpu=1)]))
@@ -451,7 +446,7 @@ def test_restart_policy_restarts_one_replica_inside_its_job_on_its_node_and_gpus
     assert again.host == victim.host
     assert sched.call_engine(ids[1], "getenv", "e", "CUDA_VISIBLE_DEVICES") == victim_gpus
     assert sched.launcher.poll("phoenix") == {}
-    assert _squeue_state(first_job) == "RUNNING"
+    assert squeue_state(first_job) == "RUNNING"
     assert len(_trial_job_names(sched.experiment_name, sched.trial_name)) == 1
 
     # the budget is spent: the second death is final
