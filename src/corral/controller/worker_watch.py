@@ -191,6 +191,9 @@ class WorkerWatch:
         index = worker.index
         deadline = time.monotonic() + DEAD_CHECK_SECONDS
         while True:
+            # the last look starts after the deadline: one poll can outlast it (a squeue
+            # that times out while slurmctld is down) while the exit file appears
+            last_look = time.monotonic() >= deadline
             dead = self.launcher.poll(owner_role) if owner_role in self.roles else {}
             if index not in dead and owner_role != worker.role:
                 own = self.launcher.poll(worker.role)
@@ -212,7 +215,7 @@ class WorkerWatch:
                 return None
             except (OSError, TimeoutError, SchedulerError, CorralError):
                 pass
-            if time.monotonic() >= deadline:
+            if last_look:
                 break
             time.sleep(0.05)
         log_path = self.paths.replica_log(worker.role, worker.index)
