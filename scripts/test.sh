@@ -99,6 +99,6 @@ seed=${CORRAL_TEST_SEED:-$((RANDOM * 32768 + RANDOM))}
 replay="replay this order: CORRAL_TEST_SEED=$seed bash scripts/test.sh --no-install ${*:-}"
 echo "[test] random test order, seed $seed ($replay)"
 rc=0
-"$PY" -m pytest -q -p no:cacheprovider -rfEs -p randomly --randomly-seed="$seed" "$@" || rc=$?
+"$PY" -m pytest -q -p no:cacheprovider -rfEs --durations=25 -p randomly --randomly-seed="$seed" "$@" || rc=$?
 echo "[test] random test order, seed $seed ($replay)"
 exit "$rc"
