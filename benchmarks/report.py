@@ -73,7 +73,10 @@ def markdown(doc: dict[str, Any], rows: list[Row]) -> str:
         f"load {_load(m.get('loadavg_at_start'))} at start · Python {m['python']} · "
         f"numpy {m['numpy']} · torch {m['torch'] or 'not installed'} · "
         f"commit {(m.get('git_commit') or '?')[:10]} · "
-        f"{'quick' if doc['options']['quick'] else 'full'} run",
+        f"{'quick' if doc['options']['quick'] else 'full'} run"
+        + (
+            " · **interrupted**: only the rows measured before it" if doc.get("interrupted") else ""
+        ),
         "",
         _provenance(m.get("baseline_python") or {}),
         "",
@@ -172,12 +175,16 @@ def _load(load: list[float] | None) -> str:
     return "/".join(f"{x:.2f}" for x in load) if load else "?"
 
 
-def write(out_dir: str, doc: dict[str, Any], rows: list[Row]) -> tuple[str, str]:
+def write(
+    out_dir: str, doc: dict[str, Any], rows: list[Row], name: str = "latest"
+) -> tuple[str, str]:
+    """``<name>.json`` and ``<name>.md`` in ``out_dir``; baselines are compared with the
+    last full record, ``latest.json``."""
     os.makedirs(out_dir, exist_ok=True)
     mark_moved_baselines(os.path.join(out_dir, "latest.json"), rows)
     doc = _finite(dict(doc, rows=[r.to_json() for r in rows], ratio_note=RATIO_NOTE))
-    json_path = os.path.join(out_dir, "latest.json")
-    md_path = os.path.join(out_dir, "latest.md")
+    json_path = os.path.join(out_dir, f"{name}.json")
+    md_path = os.path.join(out_dir, f"{name}.md")
     with open(json_path + ".tmp", "w") as fh:
         json.dump(doc, fh, indent=1, allow_nan=False, default=_json_default)
         fh.write("\n")

@@ -130,6 +130,11 @@ def main(argv: list[str] | None = None) -> int:
             ctx.rows += [r.finish() for r in rows]
     except KeyboardInterrupt:
         log("interrupted: cleaning up")
+        ctx.close()
+        doc["interrupted"] = True
+        doc["durations_s"]["total"] = round(time.perf_counter() - started, 2)
+        json_path, md_path = report.write(args.out, doc, ctx.rows, name="interrupted")
+        log(f"the rows measured before the interrupt: {md_path} (latest.md is unchanged)")
         return 130
     finally:
         ctx.close()

@@ -52,3 +52,13 @@ def test_the_table_says_how_the_baselines_were_made(tmp_path):
     text = (tmp_path / "latest.md").read_text()
     assert f"`{sys.executable}`" in text and "site-packages" in text and "venv" in text
     assert "corral bytecode" in text
+
+
+def test_an_interrupted_run_keeps_its_rows_beside_the_last_full_record(tmp_path):
+    report.write(str(tmp_path), _doc(), [_row("full", 0.1).finish()])
+    doc = dict(_doc(), interrupted=True)
+    report.write(str(tmp_path), doc, [_row("partial", 0.1).finish()], name="interrupted")
+    partial = (tmp_path / "interrupted.md").read_text()
+    assert "**interrupted**" in partial and "`partial`" in partial
+    full = (tmp_path / "latest.md").read_text()
+    assert "`full`" in full and "interrupted" not in full
