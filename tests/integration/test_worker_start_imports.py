@@ -14,7 +14,10 @@ not the start's.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -29,6 +32,7 @@ MUST_STAY_LAZY = (
     "corral.data.plane", "corral.observe", "corral.config", "corral.spec",
     "corral.backends", "corral.controller.scheduler", "corral.launcher", "corral.envvars",
     "corral.worker.fork", "corral.worker.args", "corral.procs", "corral.logs",
+    "corral.worker.seeding", "corral.worker.dp_layout",  # one request each, if any
 )  # fmt: skip
 
 #: standard-library modules a worker's start does without (each costs a share of a bare
@@ -37,10 +41,14 @@ STDLIB_LAZY = (
     "dataclasses", "inspect", "typing", "logging", "argparse", "subprocess", "asyncio",
     "concurrent.futures", "tempfile", "shutil", "ctypes", "traceback", "encodings.idna",
     "ipaddress",  # rpc.peer_uid packs addresses with socket.inet_pton (issue 29)
+    "queue", "heapq",  # worker.engines takes SimpleQueue from _queue (issue 29)
 )  # fmt: skip
 
 
-def _started_worker_imports(tmp_path, engines: dict | None = None) -> list[str]:
+@contextlib.contextmanager
+def _listed_worker(tmp_path, engines: dict | None = None):
+    """A worker under ``-X importtime``, until it registered: yields the modules its start
+    imported, its address and its output pipe (the imports of later requests follow)."""
     secret = tmp_path / "secret"
     secret.write_text("s" * 64)
     os.chmod(secret, 0o600)
@@ -73,14 +81,27 @@ def _started_worker_imports(tmp_path, engines: dict | None = None) -> list[str]:
             line = raw.decode(errors="replace")
             seen.append(line)
             if "serving at" in line:
-                return imported
-            if line.startswith("import time:") and "|" in line and "self [us]" not in line:
-                imported.append(line.rsplit("|", 1)[1].strip())
+                address = line.split("serving at ", 1)[1].split()[0]
+                yield imported, address, proc.stdout
+                return
+            imported.extend(_module_of(line))
         raise AssertionError("the worker ended before it registered:\n" + "".join(seen[-40:]))
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
         proc.stdout.close()
+
+
+def _module_of(line: str) -> list[str]:
+    """The module an ``-X importtime`` line names (none for other lines)."""
+    if line.startswith("import time:") and "|" in line and "self [us]" not in line:
+        return [line.rsplit("|", 1)[1].strip()]
+    return []
+
+
+def _started_worker_imports(tmp_path, engines: dict | None = None) -> list[str]:
+    with _listed_worker(tmp_path, engines) as (imported, _address, _out):
+        return list(imported)
 
 
 def _lazy_ones(imported: list[str]) -> list[str]:
@@ -100,3 +121,31 @@ def test_the_check_sees_the_data_plane_a_worker_with_engines_loads_at_start(tmp_
     registers, and with them the data plane (engine code may keep values)."""
     imported = _started_worker_imports(tmp_path, {"e": "corral.testing.engines.EchoEngine"})
     assert "corral.data.store" in _lazy_ones(imported)
+
+
+def test_a_workers_first_pipelined_request_makes_no_thread_pool(tmp_path):
+    """``/set_env`` (the torch.distributed variables: the first request of every worker
+    that create_workers or fork_workers starts) comes on a pipelined connection; it is
+    answered on the connection's thread, without importing ``concurrent.futures`` (and
+    ``logging``) for the pool that pipelined requests otherwise run on."""
+    from corral.rpc.async_client import AsyncRPCClient
+
+    async def set_env(address: str) -> None:
+        client = AsyncRPCClient("s" * 64)
+        try:
+            await client.request(address, "/set_env", {"env": {"RANK": "0"}})
+        finally:
+            await client.aclose()
+
+    with _listed_worker(tmp_path) as (_imported, address, out):
+        asyncio.run(set_env(address))
+        later: list[str] = []
+        # the worker wrote the imports of the request before its reply: they are in the pipe
+        while select.select([out], [], [], 0.5)[0]:
+            chunk = os.read(out.fileno(), 65536)
+            if not chunk:
+                break
+            for line in chunk.decode(errors="replace").splitlines():
+                later.extend(_module_of(line))
+    pool = [m for m in later if m.startswith(("concurrent", "logging"))]
+    assert pool == [], f"the first pipelined /set_env imported {pool}"

@@ -131,8 +131,11 @@ class ForkManager:
         }  # fmt: skip
         if s.log_dir:
             self._pump.add(proc.stdout, s.log_dir, role, index)
-        deadline = time.monotonic() + timeout
-        pause = 0.001  # a child starts in tens of ms: look often at first, then every 10 ms
+        started = time.monotonic()
+        deadline = started + timeout
+        # a child starts in tens of ms: look every 1-2 ms in its first second (a look at a
+        # missing record is one failed open), then every 10 ms
+        pause = 0.001
         next_probe = 0.0
         while time.monotonic() < deadline:
             if foreign is not None and time.monotonic() >= next_probe:
@@ -158,7 +161,7 @@ class ForkManager:
                     f"registered\n{tail(log)}"
                 )
             time.sleep(pause)
-            pause = min(pause * 1.5, 0.01)
+            pause = min(pause * 1.5, 0.002 if time.monotonic() - started < 1.0 else 0.01)
         self.kill(child_id)
         raise WorkerCreationError(
             f"forked worker {child_id} did not register"
