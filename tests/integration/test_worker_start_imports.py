@@ -22,6 +22,9 @@ import signal
 import subprocess
 import sys
 
+from corral.discovery.files import FileNameResolve
+from corral.discovery.signed import SignedNameResolve
+from corral.name_resolve_keys import controller_key
 from corral.worker.env import DIE_WITH_PARENT, worker_environment
 
 #: loaded on first use only, never by a worker's start
@@ -67,6 +70,9 @@ def _listed_worker(tmp_path, engines: dict | None = None):
     )
     env[DIE_WITH_PARENT] = "1"  # as the local backend starts it
     env["CORRAL_PARENT_PID"] = str(os.getpid())
+    # a controller's lease: the worker's watch stops it without one after half a second
+    records = SignedNameResolve(FileNameResolve(str(tmp_path / "records")), "s" * 64)
+    records.add(controller_key("imports", "t0"), "{}", replace=True)
     proc = subprocess.Popen(
         [sys.executable, "-X", "importtime", "-m", "corral.worker"],
         env={**os.environ, **env},
@@ -139,13 +145,45 @@ def test_a_workers_first_pipelined_request_makes_no_thread_pool(tmp_path):
 
     with _listed_worker(tmp_path) as (_imported, address, out):
         asyncio.run(set_env(address))
-        later: list[str] = []
-        # the worker wrote the imports of the request before its reply: they are in the pipe
-        while select.select([out], [], [], 0.5)[0]:
-            chunk = os.read(out.fileno(), 65536)
-            if not chunk:
-                break
-            for line in chunk.decode(errors="replace").splitlines():
-                later.extend(_module_of(line))
+        later = _later_imports(out)
     pool = [m for m in later if m.startswith(("concurrent", "logging"))]
     assert pool == [], f"the first pipelined /set_env imported {pool}"
+
+
+#: what a worker's first fork of corral's own worker does without (it used to load ~80 ms
+#: of CPU of them in the forking worker: the foreign-server probe's http.client with email
+#: and ssl, the controller's spec with typing, argparse)
+FIRST_FORK_LAZY = (
+    "http", "email", "ssl", "argparse", "typing", "corral.spec", "corral.foreign",
+)  # fmt: skip
+
+
+def _later_imports(out) -> list[str]:
+    """The modules listed on ``out`` by now: the worker wrote a request's imports before
+    its reply, so they are in the pipe."""
+    later: list[str] = []
+    while select.select([out], [], [], 0.5)[0]:
+        chunk = os.read(out.fileno(), 65536)
+        if not chunk:
+            break
+        for line in chunk.decode(errors="replace").splitlines():
+            later.extend(_module_of(line))
+    return later
+
+
+def test_a_workers_first_fork_loads_only_what_forking_needs(tmp_path):
+    from corral.rpc.client import RPCClient
+
+    with _listed_worker(tmp_path) as (_imported, address, out):
+        client = RPCClient("s" * 64)
+        reply = client.request(
+            address,
+            "/fork",
+            {"role": "child", "index": 0, "module": None, "env": {}, "timeout": 60},
+            timeout=90,
+        )
+        later = _later_imports(out)
+        client.request(address, "/kill_forked_worker", {"worker_id": "child/0"}, timeout=30)
+    assert reply["address"] and "corral.worker.fork" in later  # the child registered
+    found = [m for m in later if any(m == x or m.startswith(x + ".") for x in FIRST_FORK_LAZY)]
+    assert found == [], f"a worker's first fork imported {found}"
