@@ -129,17 +129,20 @@ def test_the_check_sees_the_data_plane_a_worker_with_engines_loads_at_start(tmp_
     assert "corral.data.store" in _lazy_ones(imported)
 
 
-def test_a_workers_first_pipelined_request_makes_no_thread_pool(tmp_path):
-    """``/set_env`` (the torch.distributed variables: the first request of every worker
-    that create_workers or fork_workers starts) comes on a pipelined connection; it is
-    answered on the connection's thread, without importing ``concurrent.futures`` (and
-    ``logging``) for the pool that pipelined requests otherwise run on."""
+def test_a_workers_first_pipelined_requests_make_no_thread_pool(tmp_path):
+    """``/set_env`` (the torch.distributed variables) and ``/configure`` (the experiment
+    config): the first requests of every worker that create_workers or fork_workers
+    starts, on a pipelined connection; they are answered on the connection's thread,
+    without importing ``concurrent.futures`` (and ``logging``) for the pool that
+    pipelined requests otherwise run on."""
     from corral.rpc.async_client import AsyncRPCClient
 
     async def set_env(address: str) -> None:
         client = AsyncRPCClient("s" * 64)
         try:
             await client.request(address, "/set_env", {"env": {"RANK": "0"}})
+            config = {"config": {"seed": 1}, "role": "w", "rank": 0}
+            await client.request(address, "/configure", config)
         finally:
             await client.aclose()
 
@@ -147,7 +150,7 @@ def test_a_workers_first_pipelined_request_makes_no_thread_pool(tmp_path):
         asyncio.run(set_env(address))
         later = _later_imports(out)
     pool = [m for m in later if m.startswith(("concurrent", "logging"))]
-    assert pool == [], f"the first pipelined /set_env imported {pool}"
+    assert pool == [], f"the first pipelined /set_env and /configure imported {pool}"
 
 
 #: what a worker's first fork of corral's own worker does without (it used to load ~80 ms

@@ -41,8 +41,8 @@ class Route:
     ``fn`` gets the decoded payload and its result is sent in the envelope, cached by
     request id. ``engine_call``: a synchronous engine method runs on the engine thread,
     which replies itself (a worker's fast path). ``inline``: quick, never blocks: run on
-    the connection's thread even when pipelined (a worker's first request, ``/set_env``,
-    does not make the pool: ``concurrent.futures`` with ``logging`` is ~7 ms of CPU)."""
+    the connection's thread even when pipelined (a worker's first requests, ``/set_env``
+    and ``/configure``, do not make the pool: ``concurrent.futures`` with ``logging``)."""
 
     __slots__ = ("fn", "raw", "engine_call", "inline")
 
@@ -101,7 +101,7 @@ class WorkerRuntime:
             ("POST", "/call"): Route(self._call, engine_call=True),
             ("POST", "/create_engine"): Route(self._create_engine),
             ("POST", "/set_env"): Route(self._set_env, inline=True),
-            ("POST", "/configure"): Route(self._configure),
+            ("POST", "/configure"): Route(self._configure, inline=True),
             ("POST", "/destroy_engines"): Route(self._destroy_engines),
             ("POST", "/fork"): Route(self._fork),
             ("POST", "/kill_forked_worker"): Route(self._kill_forked),
