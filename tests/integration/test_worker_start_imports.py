@@ -155,9 +155,10 @@ def test_a_workers_first_pipelined_requests_make_no_thread_pool(tmp_path):
 
 #: what a worker's first fork of corral's own worker does without (it used to load ~80 ms
 #: of CPU of them in the forking worker: the foreign-server probe's http.client with email
-#: and ssl, the controller's spec with typing, argparse)
+#: and ssl, the controller's spec with typing, argparse, dataclasses for paths.TrialPaths)
 FIRST_FORK_LAZY = (
-    "http", "email", "ssl", "argparse", "typing", "corral.spec", "corral.foreign",
+    "http", "email", "ssl", "argparse", "typing", "dataclasses", "inspect",
+    "corral.spec", "corral.foreign",
 )  # fmt: skip
 
 
