@@ -205,12 +205,14 @@ def _corral_bytecode() -> str:
 
 
 def ensure_corral_bytecode() -> None:
-    """Compile corral's modules if their bytecode is missing, as installing a package does
-    (an editable checkout under PYTHONDONTWRITEBYTECODE=1 never gets it)."""
+    """Compile corral's modules whose bytecode is missing or older than their source, as
+    installing a package does (an editable checkout under PYTHONDONTWRITEBYTECODE=1 never
+    gets it, and a module edited since would be compiled again by every worker: 5 ms for
+    worker/runtime.py). Up-to-date files are only checked."""
     import compileall
 
     folder = _corral_folder()
-    if folder is not None and not _has_bytecode(folder):
+    if folder is not None:
         compileall.compile_dir(folder, quiet=1)
 
 

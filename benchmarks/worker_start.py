@@ -176,7 +176,9 @@ def rows(fileroot: str, sizes: list[int], reps: int) -> list:
 
 
 def main(sizes: list[int]) -> None:
-    from common import median
+    from common import ensure_corral_bytecode, median
+
+    ensure_corral_bytecode()  # workers read it, as from an installed package (run.py does too)
 
     with tempfile.TemporaryDirectory(prefix="corral-start-") as root:
         os.chmod(root, 0o700)

@@ -10,7 +10,6 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import IO
 
 from corral.paths import (  # noqa: F401  (re-exported: the paths' owner is corral.paths)
     log_dir_for,
@@ -19,6 +18,10 @@ from corral.paths import (  # noqa: F401  (re-exported: the paths' owner is corr
     role_log_path,
 )
 from corral.safedirs import make_private_subdir, open_private_append
+
+TYPE_CHECKING = False  # typing's, without importing typing (a worker's first fork)
+if TYPE_CHECKING:
+    from typing import IO
 
 
 def tail(path: str | None, lines: int = 20, max_bytes: int = 16384) -> str:

@@ -9,7 +9,7 @@ exit and place files) are its package's (corral.backends.slurm.job_files).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from collections import namedtuple
 
 from corral.errors import ConfigError
 from corral.safedirs import user_name
@@ -67,14 +67,18 @@ def metrics_token_file(fileroot: str, experiment: str, trial: str) -> str:
     return os.path.join(secret_dir(fileroot, experiment, trial), "metrics.token")
 
 
-@dataclass(frozen=True)
-class TrialPaths:
-    """The files of one trial. ``fileroot`` is None where only ``log_dir`` is known."""
+class TrialPaths(
+    namedtuple(
+        "TrialPaths", ("log_dir", "fileroot", "experiment", "trial"), defaults=(None, None, None)
+    )
+):
+    """The files of one trial. ``fileroot`` is None where only ``log_dir`` is known.
 
-    log_dir: str
-    fileroot: str | None = None
-    experiment: str | None = None
-    trial: str | None = None
+    ``log_dir``: str; ``fileroot``, ``experiment``, ``trial``: str or None. A named tuple
+    (immutable, compared by value), not a dataclass: a worker's first fork imports the
+    log pump, and with it this module, without ``dataclasses`` (and ``inspect``)."""
+
+    __slots__ = ()
 
     @classmethod
     def of(

@@ -11,9 +11,12 @@ import subprocess
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 from corral.liveness import pid_alive  # noqa: F401  (importable from here too)
+
+TYPE_CHECKING = False  # typing's, without importing typing (a worker's first fork)
+if TYPE_CHECKING:
+    from typing import Any
 
 _spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="corral-spawner")
 

@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from corral.errors import ConfigError, EngineTypeError, JobConfigError, UnknownRoleError
+from corral.names import validate_role_name  # noqa: F401  (importable from here too)
 
 STRATEGY_TYPES = ("separation", "colocation")
 RAY_PLACEMENT_STRATEGIES = ("shared", "separate", "deferred")
 CONTAINER_TYPES = ("none", "apptainer")
 TASK_TYPES = ("worker", "engine")
-_ROLE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
 @dataclass
@@ -198,17 +197,6 @@ class Worker:
     def identity(self) -> str | None:
         """``id#generation``: what the worker at ``address`` must be to accept a call."""
         return f"{self.id}#{self.generation}" if self.generation else None
-
-
-def validate_role_name(role: object, field_name: str = "job.role") -> str:
-    if not isinstance(role, str) or not _ROLE_RE.fullmatch(role) or ".." in role:
-        raise ConfigError(
-            field_name,
-            role,
-            "use 1-64 characters of letters, digits, '_', '-' or '.', starting with a letter "
-            "or digit (no '/', ':', '..' or spaces)",
-        )
-    return role
 
 
 def _check_count(name: str, value: object, minimum: int) -> None:

@@ -14,11 +14,17 @@ not the start's.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
+import select
 import signal
 import subprocess
 import sys
 
+from corral.discovery.files import FileNameResolve
+from corral.discovery.signed import SignedNameResolve
+from corral.name_resolve_keys import controller_key
 from corral.worker.env import DIE_WITH_PARENT, worker_environment
 
 #: loaded on first use only, never by a worker's start
@@ -29,6 +35,7 @@ MUST_STAY_LAZY = (
     "corral.data.plane", "corral.observe", "corral.config", "corral.spec",
     "corral.backends", "corral.controller.scheduler", "corral.launcher", "corral.envvars",
     "corral.worker.fork", "corral.worker.args", "corral.procs", "corral.logs",
+    "corral.worker.seeding", "corral.worker.dp_layout",  # one request each, if any
 )  # fmt: skip
 
 #: standard-library modules a worker's start does without (each costs a share of a bare
@@ -37,10 +44,14 @@ STDLIB_LAZY = (
     "dataclasses", "inspect", "typing", "logging", "argparse", "subprocess", "asyncio",
     "concurrent.futures", "tempfile", "shutil", "ctypes", "traceback", "encodings.idna",
     "ipaddress",  # rpc.peer_uid packs addresses with socket.inet_pton (issue 29)
+    "queue", "heapq",  # worker.engines takes SimpleQueue from _queue (issue 29)
 )  # fmt: skip
 
 
-def _started_worker_imports(tmp_path, engines: dict | None = None) -> list[str]:
+@contextlib.contextmanager
+def _listed_worker(tmp_path, engines: dict | None = None):
+    """A worker under ``-X importtime``, until it registered: yields the modules its start
+    imported, its address and its output pipe (the imports of later requests follow)."""
     secret = tmp_path / "secret"
     secret.write_text("s" * 64)
     os.chmod(secret, 0o600)
@@ -59,6 +70,9 @@ def _started_worker_imports(tmp_path, engines: dict | None = None) -> list[str]:
     )
     env[DIE_WITH_PARENT] = "1"  # as the local backend starts it
     env["CORRAL_PARENT_PID"] = str(os.getpid())
+    # a controller's lease: the worker's watch stops it without one after half a second
+    records = SignedNameResolve(FileNameResolve(str(tmp_path / "records")), "s" * 64)
+    records.add(controller_key("imports", "t0"), "{}", replace=True)
     proc = subprocess.Popen(
         [sys.executable, "-X", "importtime", "-m", "corral.worker"],
         env={**os.environ, **env},
@@ -73,14 +87,27 @@ def _started_worker_imports(tmp_path, engines: dict | None = None) -> list[str]:
             line = raw.decode(errors="replace")
             seen.append(line)
             if "serving at" in line:
-                return imported
-            if line.startswith("import time:") and "|" in line and "self [us]" not in line:
-                imported.append(line.rsplit("|", 1)[1].strip())
+                address = line.split("serving at ", 1)[1].split()[0]
+                yield imported, address, proc.stdout
+                return
+            imported.extend(_module_of(line))
         raise AssertionError("the worker ended before it registered:\n" + "".join(seen[-40:]))
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
         proc.stdout.close()
+
+
+def _module_of(line: str) -> list[str]:
+    """The module an ``-X importtime`` line names (none for other lines)."""
+    if line.startswith("import time:") and "|" in line and "self [us]" not in line:
+        return [line.rsplit("|", 1)[1].strip()]
+    return []
+
+
+def _started_worker_imports(tmp_path, engines: dict | None = None) -> list[str]:
+    with _listed_worker(tmp_path, engines) as (imported, _address, _out):
+        return list(imported)
 
 
 def _lazy_ones(imported: list[str]) -> list[str]:
@@ -100,3 +127,67 @@ def test_the_check_sees_the_data_plane_a_worker_with_engines_loads_at_start(tmp_
     registers, and with them the data plane (engine code may keep values)."""
     imported = _started_worker_imports(tmp_path, {"e": "corral.testing.engines.EchoEngine"})
     assert "corral.data.store" in _lazy_ones(imported)
+
+
+def test_a_workers_first_pipelined_requests_make_no_thread_pool(tmp_path):
+    """``/set_env`` (the torch.distributed variables) and ``/configure`` (the experiment
+    config): the first requests of every worker that create_workers or fork_workers
+    starts, on a pipelined connection; they are answered on the connection's thread,
+    without importing ``concurrent.futures`` (and ``logging``) for the pool that
+    pipelined requests otherwise run on."""
+    from corral.rpc.async_client import AsyncRPCClient
+
+    async def set_env(address: str) -> None:
+        client = AsyncRPCClient("s" * 64)
+        try:
+            await client.request(address, "/set_env", {"env": {"RANK": "0"}})
+            config = {"config": {"seed": 1}, "role": "w", "rank": 0}
+            await client.request(address, "/configure", config)
+        finally:
+            await client.aclose()
+
+    with _listed_worker(tmp_path) as (_imported, address, out):
+        asyncio.run(set_env(address))
+        later = _later_imports(out)
+    pool = [m for m in later if m.startswith(("concurrent", "logging"))]
+    assert pool == [], f"the first pipelined /set_env and /configure imported {pool}"
+
+
+#: what a worker's first fork of corral's own worker does without (it used to load ~80 ms
+#: of CPU of them in the forking worker: the foreign-server probe's http.client with email
+#: and ssl, the controller's spec with typing, argparse, dataclasses for paths.TrialPaths)
+FIRST_FORK_LAZY = (
+    "http", "email", "ssl", "argparse", "typing", "dataclasses", "inspect",
+    "corral.spec", "corral.foreign",
+)  # fmt: skip
+
+
+def _later_imports(out) -> list[str]:
+    """The modules listed on ``out`` by now: the worker wrote a request's imports before
+    its reply, so they are in the pipe."""
+    later: list[str] = []
+    while select.select([out], [], [], 0.5)[0]:
+        chunk = os.read(out.fileno(), 65536)
+        if not chunk:
+            break
+        for line in chunk.decode(errors="replace").splitlines():
+            later.extend(_module_of(line))
+    return later
+
+
+def test_a_workers_first_fork_loads_only_what_forking_needs(tmp_path):
+    from corral.rpc.client import RPCClient
+
+    with _listed_worker(tmp_path) as (_imported, address, out):
+        client = RPCClient("s" * 64)
+        reply = client.request(
+            address,
+            "/fork",
+            {"role": "child", "index": 0, "module": None, "env": {}, "timeout": 60},
+            timeout=90,
+        )
+        later = _later_imports(out)
+        client.request(address, "/kill_forked_worker", {"worker_id": "child/0"}, timeout=30)
+    assert reply["address"] and "corral.worker.fork" in later  # the child registered
+    found = [m for m in later if any(m == x or m.startswith(x + ".") for x in FIRST_FORK_LAZY)]
+    assert found == [], f"a worker's first fork imported {found}"

@@ -135,3 +135,28 @@ def test_a_worker_without_psutil_reports_no_figures_and_says_so(monkeypatch, cap
     report_usage(runtime)  # returns at once: nothing to measure with
     assert written == {}
     assert "no CPU/memory figures" in capsys.readouterr().out
+
+
+def test_the_usage_reporter_measures_nothing_until_the_start_burst_is_over(monkeypatch):
+    """A worker's usage thread waits ``QUIET_START`` after registering before it makes its
+    meter (psutil's import costs about a worker's whole start: the workers started beside
+    it must not pay for it); a worker stopped meanwhile never makes one."""
+    from corral.worker import usage
+
+    waits: list[float] = []
+    made: list[int] = []
+
+    class Stopped:
+        def wait(self, seconds: float) -> bool:
+            waits.append(seconds)
+            return True  # the worker stopped during the quiet start
+
+        def is_set(self) -> bool:
+            return True
+
+    monkeypatch.delenv("CORRAL_STATS", raising=False)
+    monkeypatch.setattr(usage, "TreeMeter", lambda pid: made.append(pid))
+    settings = SimpleNamespace(experiment="e", trial="t", role="r", index=0, worker_id="r/0")
+    usage.report_usage(SimpleNamespace(settings=settings, stopped=Stopped()))
+    assert waits == [usage.QUIET_START] and usage.QUIET_START >= 1.0
+    assert made == [], "the meter (and psutil) was made before the quiet start was over"

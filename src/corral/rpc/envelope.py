@@ -26,9 +26,11 @@ def failure(status: int, exc: BaseException) -> Reply:
     error = {"type": type(exc).__name__, "message": str(exc)}
     tb = getattr(exc, "remote_traceback", "") or ""
     if not tb and not isinstance(exc, CorralError):
-        import traceback  # on failures only: not part of a worker's start
-
-        tb = traceback.format_exc()
+        try:
+            import traceback  # on failures only: not part of a worker's start
+        except (ImportError, OSError):  # out of descriptors (the import opens files)
+            traceback = None
+        tb = "" if traceback is None else traceback.format_exc()
     error["traceback"] = tb
     if getattr(exc, "owner", None):
         error["owner"] = exc.owner

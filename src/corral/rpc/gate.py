@@ -23,6 +23,7 @@ from __future__ import annotations
 import errno
 import selectors
 import socket
+import sys
 import threading
 import time
 from collections import OrderedDict
@@ -31,10 +32,19 @@ from collections.abc import Callable
 from corral.rpc.peer_uid import peer_uid
 
 
-def _warn(text: str, *args: object) -> None:
-    """A warning; ``logging`` is imported only when there is one (a worker's start is lean)."""
-    import logging
-
+def warn(text: str, *args: object) -> None:
+    """A warning of the server; ``logging`` is imported only when there is one (a
+    worker's start is lean). Out of file descriptors that import fails (it opens the
+    module's files), so the warning then goes to stderr as it is: it must never end the
+    loop that reports it."""
+    try:
+        import logging
+    except (ImportError, OSError):
+        try:
+            sys.stderr.write(f"corral: {text % args}\n")
+        except (OSError, ValueError):
+            pass
+        return
     logging.getLogger("corral").warning(text, *args)
 
 
@@ -163,7 +173,7 @@ class HeadGate:
                     return
                 self.fd_exhausted += 1
                 if self.fd_exhausted == 1 or self.fd_exhausted % 100 == 0:
-                    _warn("accept: %s; dropping a waiting connection", exc)
+                    warn("accept: %s; dropping a waiting connection", exc)
                 if self._drop_oldest(None):
                     continue  # a descriptor is free again: the next accept can take it
                 # nothing of ours to drop: back off (10 ms doubling to 1 s), keep the rest
@@ -209,7 +219,7 @@ class HeadGate:
                 entry.conn.setblocking(True)
                 self.dispatch(entry.conn, bytes(entry.data), entry.peer)
             except Exception as exc:  # never let one connection end the loop
-                _warn("serving a connection: %s", exc)
+                warn("serving a connection: %s", exc)
                 entry.conn.close()
         elif len(entry.data) > self.max_head_bytes:
             text = f"HTTP head longer than {self.max_head_bytes} bytes".encode()

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from corral.auth import AUTH_HEADER, RequestVerifier, TrialKeys
 from corral.errors import ProtocolError
 from corral.rpc import shm
-from corral.rpc.gate import HeadGate
+from corral.rpc.gate import HeadGate, warn
 from corral.rpc.http import (
     IDENTITY_HEADER,
     PIPELINE_HEADER,
@@ -77,14 +77,6 @@ class Reply:
 
     def __repr__(self) -> str:
         return f"Reply({self.status}, {len(self.parts)} part(s), {self.content_type!r})"
-
-
-def _warn(text: str, *args: Any) -> None:
-    """Log a warning; ``logging`` (with traceback, linecache, tokenize) is imported only
-    when there is one: a worker's start does not load it."""
-    import logging
-
-    logging.getLogger(__name__).warning(text, *args)
 
 
 class Deferred:
@@ -180,7 +172,7 @@ class RPCServer:
                 target=self._serve, args=(conn, head), name="rpc-conn", daemon=True
             ).start()
         except (RuntimeError, OSError) as exc:  # no thread left: refuse this one
-            _warn("cannot serve a new connection: %s", exc)
+            warn("cannot serve a new connection: %s", exc)
             self._forget(conn)
             conn.close()
 

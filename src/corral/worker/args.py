@@ -13,7 +13,6 @@ A module that wants to be reachable through ``call_engine`` ends by calling
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import socket
@@ -21,6 +20,10 @@ import sys
 
 from corral.errors import ConfigError
 from corral.worker import env as E
+
+TYPE_CHECKING = False  # typing's, without importing typing (a worker's first fork)
+if TYPE_CHECKING:
+    import argparse
 
 #: Module paths that mean "the scheduler's own worker" in AReaL configs; corral runs its
 #: worker for them (AReaL's RPC server speaks AReaL's protocol, not corral's).
@@ -124,6 +127,8 @@ def module_argv(module: str | None, python: str = sys.executable) -> list[str]:
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     """Parse the contract's arguments (unknown ones are ignored, none is required)."""
+    import argparse  # a module of the user's started with AReaL's arguments only
+
     parser = argparse.ArgumentParser(prog="corral.worker", add_help=False)
     parser.add_argument("--host", default=None)
     parser.add_argument("--port", type=int, default=0)

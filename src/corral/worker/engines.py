@@ -9,10 +9,10 @@ from __future__ import annotations
 import _thread
 import importlib
 import os
-import queue
 import re
 import sys
 import threading
+from _queue import Empty, SimpleQueue  # queue's own classes, without queue.py and heapq
 
 from corral.errors import (
     EngineCallError,
@@ -156,7 +156,7 @@ class EngineThread:
 
     def __init__(self, name: str = "corral-engine_0"):
         self.name = name
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._queue: SimpleQueue = SimpleQueue()
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
         self._closed = False
@@ -220,7 +220,7 @@ class EngineThread:
         while True:
             try:
                 item = self._queue.get_nowait()
-            except queue.Empty:
+            except Empty:
                 break
             if isinstance(item, tuple):
                 item[4][1] = RuntimeError("the engine thread is shut down (the worker is stopping)")

@@ -3,35 +3,34 @@
 from __future__ import annotations
 
 import json
-import logging
 import os
 import re
 import subprocess
 import threading
 import time
-from dataclasses import dataclass
 
 from corral import name_resolve_keys
 from corral.discovery.base import NameResolve
 from corral.errors import ConfigError, WorkerCreationError
-from corral.foreign import PROBE_INTERVAL, answers_health
 from corral.logs import LogPump, replica_log_path, tail
+from corral.names import validate_role_name
 from corral.procs import describe_returncode, spawn, stop_process_groups
-from corral.spec import validate_role_name
 from corral.worker import env as E
 from corral.worker.args import DEFAULT_WORKER_MODULES, contract_args, free_port, module_argv
 from corral.worker.engines import is_stdlib_module
 from corral.worker.env import WorkerSettings, advertise_host, node_name
 
-log = logging.getLogger("corral")
 _MODULE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 
 
-@dataclass
 class Child:
-    role: str
-    index: int
-    proc: subprocess.Popen
+    """One forked child: its role, index and process. A plain class: the first fork of a
+    worker does not import ``dataclasses`` (with ``inspect``)."""
+
+    __slots__ = ("role", "index", "proc")
+
+    def __init__(self, role: str, index: int, proc: subprocess.Popen):
+        self.role, self.index, self.proc = role, index, proc
 
 
 class ForkManager:
@@ -125,14 +124,19 @@ class ForkManager:
             self.kill(child_id)
             raise WorkerCreationError(f"forked worker {child_id} was stopped while starting")
         # a foreign server (corral.foreign) is ready when it answers GET /health on --port
+        if not own:  # http.client (with email and ssl) for the probe: foreign modules only
+            from corral.foreign import PROBE_INTERVAL, answers_health
         foreign = None if own else {
             "address": f"{advertise_host()}:{port}", "worker_ports": [str(port)],
             "host": node_name(), "pid": proc.pid, "foreign": True,
         }  # fmt: skip
         if s.log_dir:
             self._pump.add(proc.stdout, s.log_dir, role, index)
-        deadline = time.monotonic() + timeout
-        pause = 0.001  # a child starts in tens of ms: look often at first, then every 10 ms
+        started = time.monotonic()
+        deadline = started + timeout
+        # a child starts in tens of ms: look every 1-2 ms in its first second (a look at a
+        # missing record is one failed open), then every 10 ms
+        pause = 0.001
         next_probe = 0.0
         while time.monotonic() < deadline:
             if foreign is not None and time.monotonic() >= next_probe:
@@ -158,7 +162,7 @@ class ForkManager:
                     f"registered\n{tail(log)}"
                 )
             time.sleep(pause)
-            pause = min(pause * 1.5, 0.01)
+            pause = min(pause * 1.5, 0.002 if time.monotonic() - started < 1.0 else 0.01)
         self.kill(child_id)
         raise WorkerCreationError(
             f"forked worker {child_id} did not register"
@@ -206,7 +210,11 @@ class ForkManager:
                 replace=True,
             )
         except Exception as exc:
-            log.warning("could not record the death of forked worker %s: %s", child_id, exc)
+            import logging
+
+            logging.getLogger("corral").warning(
+                "could not record the death of forked worker %s: %s", child_id, exc
+            )
 
     def kill(self, child_id: str, grace: float = 3.0) -> bool:
         """Stop child ``child_id``; one still being spawned is stopped once it is."""

@@ -22,14 +22,12 @@ from corral.worker import env as E
 from corral.worker.broadcast import parse_flag
 from corral.worker.controller_watch import ControllerWatch
 from corral.worker.data_side import LazyWorkerData
-from corral.worker.dp_layout import layout
 from corral.worker.engines import EngineHost
 from corral.worker.env import WorkerSettings, advertise_host, node_name, read_secret
 from corral.worker.group_side import LazyGroupMember
 from corral.worker.latch import StopLatch
 from corral.worker.replies import EngineCallReply, uses_refs
 from corral.worker.result_cache import ResultCache
-from corral.worker.seeding import find_seed, seed_everything
 
 #: threads for the requests of pipelined connections that are not plain engine calls (as
 #: many as a client used to have connections open to one worker, and then some)
@@ -42,12 +40,14 @@ class Route:
     itself and its reply goes out as is (reads only: not decoded, not cached). Otherwise
     ``fn`` gets the decoded payload and its result is sent in the envelope, cached by
     request id. ``engine_call``: a synchronous engine method runs on the engine thread,
-    which replies itself (a worker's fast path)."""
+    which replies itself (a worker's fast path). ``inline``: quick, never blocks: run on
+    the connection's thread even when pipelined (a worker's first requests, ``/set_env``
+    and ``/configure``, do not make the pool: ``concurrent.futures`` with ``logging``)."""
 
-    __slots__ = ("fn", "raw", "engine_call")
+    __slots__ = ("fn", "raw", "engine_call", "inline")
 
-    def __init__(self, fn, raw: bool = False, engine_call: bool = False):
-        self.fn, self.raw, self.engine_call = fn, raw, engine_call
+    def __init__(self, fn, raw: bool = False, engine_call: bool = False, inline: bool = False):
+        self.fn, self.raw, self.engine_call, self.inline = fn, raw, engine_call, inline
 
 
 class WorkerRuntime:
@@ -100,8 +100,8 @@ class WorkerRuntime:
             ("POST", "/data/chunk"): Route(lambda msg: data_routes().chunk(msg), raw=True),
             ("POST", "/call"): Route(self._call, engine_call=True),
             ("POST", "/create_engine"): Route(self._create_engine),
-            ("POST", "/set_env"): Route(self._set_env),
-            ("POST", "/configure"): Route(self._configure),
+            ("POST", "/set_env"): Route(self._set_env, inline=True),
+            ("POST", "/configure"): Route(self._configure, inline=True),
             ("POST", "/destroy_engines"): Route(self._destroy_engines),
             ("POST", "/fork"): Route(self._fork),
             ("POST", "/kill_forked_worker"): Route(self._kill_forked),
@@ -246,8 +246,8 @@ class WorkerRuntime:
                             EngineCallReply(self._finish, request_id, run, send)
                         )
                     )
-            if PIPELINE_HEADER in msg.headers and msg.keep_alive:  # the next must not wait
-                return Deferred(
+            if PIPELINE_HEADER in msg.headers and msg.keep_alive and not route.inline:
+                return Deferred(  # the next request must not wait
                     lambda send: self._slow.submit(
                         self._run_and_send, request_id, route.fn, payload, send
                     )
@@ -311,6 +311,8 @@ class WorkerRuntime:
         return result if keep is None else data.store.keep_tree(result, keep)
 
     def _dp_layout(self, p: dict) -> dict:
+        from corral.worker.dp_layout import layout  # dispatch(mode="engine") only
+
         name = p.get("engine_name") or self.settings.worker_id
         return layout(self.engines.get(name), name)
 
@@ -324,6 +326,8 @@ class WorkerRuntime:
     def _configure(self, p: dict) -> None:
         """Keep the experiment config, role and rank, and seed the random generators from
         the config's ``seed`` (plus the rank) when it has one, as AReaL's workers do."""
+        from corral.worker.seeding import find_seed, seed_everything  # once per worker
+
         self.config = {"config": p.get("config"), "role": p.get("role"), "rank": p.get("rank")}
         seed = find_seed(p.get("config"))
         if seed is not None:

@@ -9,8 +9,11 @@ signed record ``<experiment>/<trial>/_usage/<role>/<index>``. The controller rea
 host. A measurement costs about 3 ms of CPU (psutil reads every process's parent to find
 the tree's children) plus one store write; nothing in the call path.
 
-psutil is imported on the thread, after the worker registered: a worker's start does
-not load it. ``CORRAL_STATS=0`` in the worker's environment turns the report off.
+psutil is imported on the thread, ``QUIET_START`` seconds after the worker registered:
+a worker's start does not load it, and neither does the start of the workers started
+beside it (importing psutil costs about as much CPU as a worker's whole start; 8 or 32
+workers started at once on a few cores would each pay it while the others still start).
+``CORRAL_STATS=0`` in the worker's environment turns the report off.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from corral import name_resolve_keys
 
 USAGE_EVERY = 5.0  # seconds between reports
 FIRST_WINDOW = 1.0  # the first CPU% is over this long (it needs two readings)
+QUIET_START = 2.0  # seconds after registering before psutil is imported (see above)
 
 TYPE_CHECKING = False  # typing's, without importing typing (a worker's start)
 if TYPE_CHECKING:
@@ -69,6 +73,8 @@ def report_usage(runtime: Any) -> None:
         return
     s = runtime.settings
     key = name_resolve_keys.worker_usage_key(s.experiment, s.trial, s.role, s.index)
+    if runtime.stopped.wait(QUIET_START):
+        return
     try:
         meter = TreeMeter(os.getpid())
         meter.read()  # the start of the first CPU% window
