@@ -129,50 +129,11 @@ PATCHES: dict[str, Callable[[], Callable]] = {
 }
 
 
-def _queue_hop() -> None:
-    """The engine thread fed by a SimpleQueue, each caller waiting on its own raw lock,
-    instead of ThreadPoolExecutor.submit().result() (a Future, a Condition, a work item)."""
-    import _thread
-    import queue
-
-    from corral.worker import engines
-
-    start_lock = threading.Lock()
-
-    def loop(q: queue.SimpleQueue) -> None:
-        while True:
-            fn, args, kwargs, box, done = q.get()
-            try:
-                box[0] = fn(*args, **kwargs)
-            except BaseException as exc:
-                box[1] = exc
-            done.release()
-
-    def on_engine_thread(self, fn, *args, **kwargs):
-        q = self.__dict__.get("_hop_queue")
-        if q is None:
-            with start_lock:
-                q = self.__dict__.get("_hop_queue")
-                if q is None:
-                    q = self._hop_queue = queue.SimpleQueue()
-                    threading.Thread(
-                        target=loop, args=(q,), name="corral-engine", daemon=True
-                    ).start()
-        done = _thread.allocate_lock()
-        done.acquire()
-        box = [None, None]
-        q.put((fn, args, kwargs, box, done))
-        done.acquire()
-        if box[1] is not None:
-            raise box[1]
-        return box[0]
-
-    engines.EngineHost._on_engine_thread = on_engine_thread
-
-
 def _inline_hop() -> None:
     """Synchronous engine methods run on the connection thread, one at a time (a lock keeps
-    them in order), with no thread hop: the upper bound of what removing the hop saves."""
+    them in order), with no thread hop: the upper bound of what removing the hop saves. Not
+    a change corral can make as is: engine code may rely on running on one thread (CUDA's
+    current device, torch's grad mode and NCCL state are per thread)."""
     from corral.worker import engines
 
     lock = threading.Lock()
@@ -181,11 +142,16 @@ def _inline_hop() -> None:
         with lock:
             return fn(*args, **kwargs)
 
+    def submit(self, task) -> None:  # a /call's reply task (worker/replies.py), run here
+        with lock:
+            task.run()
+
     engines.EngineHost._on_engine_thread = on_engine_thread
+    engines.EngineHost.submit = submit
 
 
 # Worker-only changes to the engine-thread hop, tried by ``ab-noop``.
-HOPS: dict[str, Callable[[], None]] = {"queue-hop": _queue_hop, "inline": _inline_hop}
+HOPS: dict[str, Callable[[], None]] = {"inline": _inline_hop}
 
 
 def apply_patch(name: str | None) -> None:
@@ -233,6 +199,11 @@ def run_worker(out: str, patch: str | None, worker_argv: list[str]) -> None:
     """``hotspots.py worker``: a corral worker with every thread profiled; ``worker_argv``
     is the worker contract's arguments that the launcher appends to the command."""
     apply_patch(patch)
+    from corral.worker.runtime import main as worker_main
+
+    if out == os.devnull:  # a patched arm of an A/B: measured, so not profiled
+        worker_main(worker_argv)
+        return
     profiles: list[cProfile.Profile] = []
 
     def boot(frame, event, arg) -> None:
@@ -242,8 +213,6 @@ def run_worker(out: str, patch: str | None, worker_argv: list[str]) -> None:
         prof.enable()
 
     threading.setprofile(boot)
-    from corral.worker.runtime import main as worker_main
-
     main_prof = cProfile.Profile()
     main_prof.enable()
     try:
@@ -285,9 +254,11 @@ def _scheduler(fileroot: str):
 
 
 def _job(role: str, replicas: int, cmd: str | None):
+    """``cmd``: the worker's command (``worker_cmd``: a profiled or patched worker); None
+    for corral's own ``python -m corral.worker``."""
     from corral import Job, SchedulingSpec
 
-    return Job(role=role, replicas=replicas, tasks=[SchedulingSpec(cpu=1, gpu=0)])
+    return Job(role=role, replicas=replicas, tasks=[SchedulingSpec(cpu=1, gpu=0, cmd=cmd)])
 
 
 def _start_echo(sched, role: str, cmd: str | None) -> str:
@@ -537,7 +508,8 @@ def profile_delete(sched, args) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    # no abbreviations: a worker's command line ends with the worker contract's arguments
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     parser.add_argument(
         "what",
         choices=["payload", "noop", "fanout", "start", "delete", "ab", "ab-noop", "worker"],

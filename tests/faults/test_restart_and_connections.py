@@ -69,14 +69,15 @@ def test_max_retries_counts_attempts(local_sched, monkeypatch, mode):
     w = local_sched.get_workers("tries")[0]
     sent: list[str] = []
     client_class = RPCClient if mode == "sync" else AsyncRPCClient
-    real = client_class.request
+    entry = "request" if mode == "sync" else "start"  # where Caller hands each attempt over
+    real = getattr(client_class, entry)
 
     def counted(self, address, path, *args, **kwargs):
         if path == "/call":
             sent.append(kwargs.get("request_id"))
         return real(self, address, path, *args, **kwargs)
 
-    monkeypatch.setattr(client_class, "request", counted)
+    monkeypatch.setattr(client_class, entry, counted)
     delay, waits = 0.0123, []  # retry_delay: waited before each retry, doubling
     real_sleep = time.sleep if mode == "sync" else asyncio.sleep
 

@@ -189,7 +189,7 @@ class Caller:
                 if attempt and retry_delay:
                     await asyncio.sleep(retry_delay * 2 ** (attempt - 1))
                 try:
-                    result = await self.async_client.request(
+                    result = await self.async_client.start(
                         worker.address, path, payload, timeout=timeout,
                         request_id=request_id, identity=worker.identity,
                     )  # fmt: skip

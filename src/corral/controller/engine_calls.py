@@ -5,6 +5,7 @@ Every request goes through the controller's one call path (``corral.controller.c
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import Any
 
 from corral.controller.caller import CallOptions, engine_call
@@ -84,9 +85,31 @@ async def async_call_engine(
     retry_delay: float | None = None,
     **kwargs: Any,
 ) -> Any:
+    """The coroutine for a gather (the dispatcher's): bad input raises when it is awaited."""
+    return await start_async_call_engine(
+        c, worker_id, method, engine_name, *args, rpc_meta=rpc_meta, http_timeout=http_timeout,
+        max_retries=max_retries, retry_delay=retry_delay, **kwargs,
+    )  # fmt: skip
+
+
+def start_async_call_engine(
+    c: ControllerParts,
+    worker_id: str,
+    method: str,
+    engine_name: str | None = None,
+    *args: Any,
+    rpc_meta: dict[str, Any] | None = None,
+    http_timeout: float | None = None,
+    max_retries: int | None = None,
+    retry_delay: float | None = None,
+    **kwargs: Any,
+) -> Awaitable[Any]:
+    """``async_call_engine`` for a coroutine that awaits at once (``Scheduler``'s): bad
+    input raises here; the awaitable is ``Caller.acall``'s coroutine itself (one
+    coroutine layer less per call on the fan-out path)."""
     target = worker(c, worker_id)
     if target.foreign:
         raise refusal(target, "async_call_engine")
     call = CallOptions.resolve(rpc_meta, http_timeout, max_retries, retry_delay)
     payload = engine_call(method, engine_name, args, kwargs, call)
-    return await c.caller.acall_engine(target, method, payload, call)
+    return c.caller.acall_engine(target, method, payload, call)

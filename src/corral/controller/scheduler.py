@@ -292,7 +292,7 @@ class Scheduler:
         **kwargs: Any,
     ) -> Any:
         """``call_engine`` for asyncio code: the same options, request, retries and errors."""
-        return await engine_calls.async_call_engine(
+        return await engine_calls.start_async_call_engine(
             self.parts, worker_id, method, engine_name, *args, rpc_meta=rpc_meta,
             http_timeout=http_timeout, max_retries=max_retries, retry_delay=retry_delay,
             **kwargs,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Awaitable, Iterator
 from typing import Any
 
 from corral.auth import RequestSigner, TrialKeys
@@ -160,13 +160,38 @@ class AsyncRPCClient:
         request_id: str | None = None,
         identity: str | None = None,
     ) -> Any:
+        """Send one request; return the decoded result or raise the remote error."""
+        return await self.start(
+            address, path, payload, timeout=timeout, request_id=request_id, identity=identity
+        )
+
+    def start(
+        self,
+        address: str,
+        path: str,
+        payload: Any = None,
+        *,
+        timeout: float | None = None,
+        request_id: str | None = None,
+        identity: str | None = None,
+    ) -> Awaitable[Any]:
+        """``request`` for a caller that awaits at once (``Caller.acall``): the payload is
+        encoded here (a bad one raises here) and the awaitable is the coroutine that sends
+        it: one coroutine layer less per call on the fan-out path, whose coroutines are
+        most of what a call keeps alive in flight (docs/benchmarks.md, issue 29)."""
         parts = wire.encode(payload)
         request_id = request_id or new_request_id()
         if timeout is None:
             if self.pipelining and wire.frame_size(parts) <= SMALL_BODY:
-                pool = self._pool(address)  # one coroutine less on the fan-out path
-                return await self._send_pipelined(pool, address, path, parts, request_id, identity)
-            return await self._send(address, path, parts, request_id, identity)
+                pool = self._pool(address)
+                return self._send_pipelined(pool, address, path, parts, request_id, identity)
+            return self._send(address, path, parts, request_id, identity)
+        return self._send_within(address, path, parts, request_id, identity, timeout)
+
+    async def _send_within(
+        self, address: str, path: str, parts: list, request_id: str, identity: str | None,
+        timeout: float,
+    ) -> Any:  # fmt: skip
         try:
             async with asyncio.timeout(timeout):
                 return await self._send(address, path, parts, request_id, identity)
