@@ -53,63 +53,51 @@ def configure_worker(
     )
 
 
-def call_engine(
-    c: ControllerParts,
-    worker_id: str,
-    method: str,
-    engine_name: str | None = None,
-    *args: Any,
-    rpc_meta: dict[str, Any] | None = None,
-    http_timeout: float | None = None,
-    max_retries: int | None = None,
-    retry_delay: float | None = None,
-    **kwargs: Any,
-) -> Any:
+#: the scheduler's own options of an engine call, consumed here, never passed to the method
+CALL_OPTIONS = ("rpc_meta", "http_timeout", "max_retries", "retry_delay")
+
+
+def prepared_call(
+    c: ControllerParts, verb: str, worker_id: str, method: str, engine_name: str | None,
+    args: tuple, kwargs: dict[str, Any],
+) -> tuple[Worker, dict[str, Any], CallOptions]:  # fmt: skip
+    """The target, payload and options of an engine call; bad input raises here. The
+    scheduler's options (``CALL_OPTIONS``) are taken out of ``kwargs``."""
     target = worker(c, worker_id)
     if target.foreign:
-        raise refusal(target, "call_engine")
-    call = CallOptions.resolve(rpc_meta, http_timeout, max_retries, retry_delay)
-    payload = engine_call(method, engine_name, args, kwargs, call)
+        raise refusal(target, verb)
+    options = [kwargs.pop(name, None) for name in CALL_OPTIONS]
+    call = CallOptions.resolve(*options)
+    return target, engine_call(method, engine_name, args, kwargs, call), call
+
+
+def call_engine(
+    c: ControllerParts, worker_id: str, method: str, engine_name: str | None = None,
+    *args: Any, **kwargs: Any,
+) -> Any:  # fmt: skip
+    """``Scheduler.call_engine``; ``kwargs`` may hold the options in ``CALL_OPTIONS``."""
+    target, payload, call = prepared_call(
+        c, "call_engine", worker_id, method, engine_name, args, kwargs
+    )
     return c.caller.call_engine(target, method, payload, call)
 
 
 async def async_call_engine(
-    c: ControllerParts,
-    worker_id: str,
-    method: str,
-    engine_name: str | None = None,
-    *args: Any,
-    rpc_meta: dict[str, Any] | None = None,
-    http_timeout: float | None = None,
-    max_retries: int | None = None,
-    retry_delay: float | None = None,
-    **kwargs: Any,
-) -> Any:
+    c: ControllerParts, worker_id: str, method: str, engine_name: str | None = None,
+    *args: Any, **kwargs: Any,
+) -> Any:  # fmt: skip
     """The coroutine for a gather (the dispatcher's): bad input raises when it is awaited."""
-    return await start_async_call_engine(
-        c, worker_id, method, engine_name, *args, rpc_meta=rpc_meta, http_timeout=http_timeout,
-        max_retries=max_retries, retry_delay=retry_delay, **kwargs,
-    )  # fmt: skip
+    return await start_async_call_engine(c, worker_id, method, engine_name, *args, **kwargs)
 
 
 def start_async_call_engine(
-    c: ControllerParts,
-    worker_id: str,
-    method: str,
-    engine_name: str | None = None,
-    *args: Any,
-    rpc_meta: dict[str, Any] | None = None,
-    http_timeout: float | None = None,
-    max_retries: int | None = None,
-    retry_delay: float | None = None,
-    **kwargs: Any,
-) -> Awaitable[Any]:
+    c: ControllerParts, worker_id: str, method: str, engine_name: str | None = None,
+    *args: Any, **kwargs: Any,
+) -> Awaitable[Any]:  # fmt: skip
     """``async_call_engine`` for a coroutine that awaits at once (``Scheduler``'s): bad
     input raises here; the awaitable is ``Caller.acall``'s coroutine itself (one
     coroutine layer less per call on the fan-out path)."""
-    target = worker(c, worker_id)
-    if target.foreign:
-        raise refusal(target, "async_call_engine")
-    call = CallOptions.resolve(rpc_meta, http_timeout, max_retries, retry_delay)
-    payload = engine_call(method, engine_name, args, kwargs, call)
+    target, payload, call = prepared_call(
+        c, "async_call_engine", worker_id, method, engine_name, args, kwargs
+    )
     return c.caller.acall_engine(target, method, payload, call)

@@ -150,20 +150,10 @@ class AsyncRPCClient:
             tune_socket(sock)
         return reader, writer
 
-    async def request(
-        self,
-        address: str,
-        path: str,
-        payload: Any = None,
-        *,
-        timeout: float | None = None,
-        request_id: str | None = None,
-        identity: str | None = None,
-    ) -> Any:
-        """Send one request; return the decoded result or raise the remote error."""
-        return await self.start(
-            address, path, payload, timeout=timeout, request_id=request_id, identity=identity
-        )
+    async def request(self, address: str, path: str, payload: Any = None, **options: Any) -> Any:
+        """Send one request; return the decoded result or raise the remote error.
+        ``options``: those of ``start`` (timeout, request_id, identity)."""
+        return await self.start(address, path, payload, **options)
 
     def start(
         self,
