@@ -166,7 +166,9 @@ def _later_imports(out) -> list[str]:
     """The modules listed on ``out`` by now: the worker wrote a request's imports before
     its reply, so they are in the pipe."""
     later: list[str] = []
-    while select.select([out], [], [], 0.5)[0]:
+    poller = select.poll()  # not select.select: pytest may hold descriptors above 1023
+    poller.register(out.fileno(), select.POLLIN)
+    while poller.poll(500):
         chunk = os.read(out.fileno(), 65536)
         if not chunk:
             break

@@ -273,7 +273,9 @@ def _start_tee(log_dir: str | None, role: str, index: int) -> tuple[subprocess.P
     # Until the tee has its files open: a worker that dies right after it registered
     # must still find its first lines in the log.
     try:
-        select.select([ready_r], [], [], TEE_READY_TIMEOUT_SECONDS)
+        poller = select.poll()  # not select.select: it refuses a descriptor above 1023
+        poller.register(ready_r, select.POLLIN)
+        poller.poll(TEE_READY_TIMEOUT_SECONDS * 1000)
     finally:
         os.close(ready_r)
     os.dup2(write_end, 1)
