@@ -15,6 +15,7 @@ from corral.errors import ConfigError, WorkerCreationError
 from corral.logs import LogPump, replica_log_path, tail
 from corral.names import validate_role_name
 from corral.procs import describe_returncode, spawn, stop_process_groups
+from corral.rpc.gate import warn
 from corral.worker import env as E
 from corral.worker.args import DEFAULT_WORKER_MODULES, contract_args, free_port, module_argv
 from corral.worker.engines import is_stdlib_module
@@ -210,11 +211,7 @@ class ForkManager:
                 replace=True,
             )
         except Exception as exc:
-            import logging
-
-            logging.getLogger("corral").warning(
-                "could not record the death of forked worker %s: %s", child_id, exc
-            )
+            warn("could not record the death of forked worker %s: %s", child_id, exc)
 
     def kill(self, child_id: str, grace: float = 3.0) -> bool:
         """Stop child ``child_id``; one still being spawned is stopped once it is."""
