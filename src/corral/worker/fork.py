@@ -47,6 +47,8 @@ class ForkManager:
         self._starting: dict[str, bool] = {}  # child id -> cancelled before it was spawned
         self._lock = threading.Lock()
         self._pump = LogPump()
+        self._template = None  # a fork_template.Template from the first fork on
+        self._template_lock = threading.Lock()
 
     def fork(self, role: str, index: int, module: str | None, env: dict, timeout: float) -> dict:
         validate_role_name(role, "fork.role")
@@ -93,11 +95,10 @@ class ForkManager:
         self.name_resolve.delete(
             name_resolve_keys.worker_health_key(s.experiment, s.trial, role, index)
         )
-        read_end, write_end = os.pipe()
-        try:
-            child_env[E.SECRET_FD] = str(read_end)
-            own = module in DEFAULT_WORKER_MODULES
-            port = 0 if own else free_port()
+        own = module in DEFAULT_WORKER_MODULES
+        port = 0 if own else free_port()
+        proc = self._from_template(child_env, timeout) if own else None
+        if proc is None:
             argv = module_argv(module)
             if not own:  # a module of the user's gets AReaL's arguments; corral's reads env
                 argv += contract_args(
@@ -110,14 +111,7 @@ class ForkManager:
                     fileroot=child_env.get(E.FILEROOT, ""),
                     host="0.0.0.0",
                 )
-            proc = spawn(argv, child_env, pass_fds=(read_end,))
-        finally:
-            os.close(read_end)
-            try:
-                with os.fdopen(write_end, "w") as fh:  # 64 bytes: fits the pipe buffer
-                    fh.write(self._secret)
-            except BrokenPipeError:
-                pass  # the child is gone already; reported below
+            proc = self._spawn(argv, child_env)
         with self._lock:
             self.children[child_id] = Child(role, index, proc)
             cancelled = self._starting.get(child_id, False)
@@ -170,6 +164,42 @@ class ForkManager:
             + ("" if foreign is None else f" or answer GET /health on port {port}")
             + f" within {timeout}s"
         )
+
+    def _from_template(self, child_env: dict, timeout: float):
+        """The child made by this worker's fork template (started on the first fork), or
+        None where the template cannot make it (an interpreter variable differs, the
+        template failed): then it is spawned as a fresh process."""
+        from corral.worker.fork_template import Template
+
+        with self._template_lock:
+            template = self._template
+            if template is None or not template.alive:
+                try:
+                    template = self._template = Template(dict(os.environ), spawn)
+                except OSError as exc:
+                    warn("corral: no fork template (%s); forks start fresh processes", exc)
+                    return None
+            if not template.fits(child_env):
+                return None
+            try:
+                return template.fork(child_env, self._secret, timeout)
+            except OSError as exc:
+                warn("corral: fork template failed (%s); starting a fresh process", exc)
+                return None
+
+    def _spawn(self, argv: list[str], child_env: dict) -> subprocess.Popen:
+        """A fresh process; the secret reaches it through a pipe, never its environment."""
+        read_end, write_end = os.pipe()
+        try:
+            child_env[E.SECRET_FD] = str(read_end)
+            return spawn(argv, child_env, pass_fds=(read_end,))
+        finally:
+            os.close(read_end)
+            try:
+                with os.fdopen(write_end, "w") as fh:  # 64 bytes: fits the pipe buffer
+                    fh.write(self._secret)
+            except BrokenPipeError:
+                pass  # the child is gone already; reported by the caller
 
     def _watch(self, child_id: str) -> None:
         """Publish the child's death if it dies alone (not stopped by ``kill``)."""
@@ -234,3 +264,7 @@ class ForkManager:
     def kill_all(self) -> None:
         for child_id in list(self.children):
             self.kill(child_id)
+        with self._template_lock:
+            if self._template is not None:
+                self._template.stop()
+                self._template = None
