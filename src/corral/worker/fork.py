@@ -172,20 +172,23 @@ class ForkManager:
         from corral.worker.fork_template import Template
 
         with self._template_lock:
-            template = self._template
-            if template is None or not template.alive:
-                try:
-                    template = self._template = Template(dict(os.environ), spawn)
-                except OSError as exc:
-                    warn("corral: no fork template (%s); forks start fresh processes", exc)
+            for attempt in range(2):  # a template found dead on the way is replaced once
+                template = self._template
+                if template is None or not template.alive:
+                    try:
+                        template = self._template = Template(dict(os.environ), spawn)
+                    except OSError as exc:
+                        warn("corral: no fork template (%s); forks start fresh processes", exc)
+                        return None
+                if not template.fits(child_env):
                     return None
-            if not template.fits(child_env):
-                return None
-            try:
-                return template.fork(child_env, self._secret, timeout)
-            except OSError as exc:
-                warn("corral: fork template failed (%s); starting a fresh process", exc)
-                return None
+                try:
+                    return template.fork(child_env, self._secret, timeout)
+                except OSError as exc:
+                    if attempt == 0 and not template.alive:
+                        continue
+                    warn("corral: fork template failed (%s); starting a fresh process", exc)
+            return None
 
     def _spawn(self, argv: list[str], child_env: dict) -> subprocess.Popen:
         """A fresh process; the secret reaches it through a pipe, never its environment."""

@@ -108,7 +108,11 @@ class Template:
         read_end, write_end = os.pipe()
         try:
             with self._request_lock:
-                socket.send_fds(self._sock, [message], [write_end])
+                try:
+                    socket.send_fds(self._sock, [message], [write_end])
+                except OSError:
+                    self.alive = False  # gone before its reader saw it
+                    raise
                 reply, fds = self._reply(timeout)
         finally:
             os.close(write_end)
