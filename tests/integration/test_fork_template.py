@@ -96,7 +96,7 @@ def _cmdline_of(pid: int) -> str:
 
 def test_children_are_forked_from_one_template_with_their_own_environment(tmp_path):
     """Two children of one worker: both are children of the same template process (a
-    ``corral.worker.fork_template``, itself the worker's child), each registered under
+    ``corral.worker.template_process``, itself the worker's child), each registered under
     its own role with the job environment it was given."""
     with _worker(tmp_path) as (worker_pid, address):
         first = _fork(address, "a", {"JOB_VAR": "one"})
@@ -104,7 +104,7 @@ def test_children_are_forked_from_one_template_with_their_own_environment(tmp_pa
         template = _parent_of(first["pid"])
         assert _parent_of(second["pid"]) == template
         assert _parent_of(template) == worker_pid
-        assert "corral.worker.fork_template" in _cmdline_of(template)
+        assert "corral.worker.template_process" in _cmdline_of(template)
         for reply, role, value in ((first, "a", "one"), (second, "b", "two")):
             environ = _environ_of(reply["address"])
             assert (environ["CORRAL_ROLE"], environ["JOB_VAR"]) == (role, value)
@@ -119,7 +119,7 @@ def test_a_child_with_another_interpreter_variable_is_a_fresh_process(tmp_path):
         _fork(address, "a")  # the template exists
         reply = _fork(address, "b", {"PYTHONHASHSEED": "123"})
         assert _parent_of(reply["pid"]) == worker_pid
-        assert "fork_template" not in _cmdline_of(reply["pid"])
+        assert "template_process" not in _cmdline_of(reply["pid"])
 
 
 def test_a_template_child_that_dies_before_registering_is_reported_with_its_code(tmp_path):
