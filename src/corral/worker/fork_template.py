@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import select
+import signal
 import socket
 import subprocess
 import sys
@@ -53,6 +54,11 @@ class TemplateChild:
             if self.returncode is None and _readable(self._pidfd, 0):
                 self.returncode = self._template.exit_code(self.pid)
             return self.returncode
+
+    def kill(self) -> None:
+        """SIGKILL, through the pidfd (never another process that took its pid)."""
+        if self.poll() is None:
+            signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
 
     def __del__(self) -> None:  # open until then: a waiter may be polling it
         os.close(self._pidfd)
