@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -17,6 +18,7 @@ from corral.discovery.files import FileNameResolve
 from corral.discovery.signed import SignedNameResolve
 from corral.errors import CorralError
 from corral.name_resolve_keys import controller_key
+from corral.paths import replica_log_path
 from corral.rpc.client import RPCClient
 from corral.worker.env import DIE_WITH_PARENT, worker_environment
 
@@ -75,6 +77,17 @@ def _fork(address: str, role: str, env: dict | None = None) -> dict:
     )
 
 
+def _wait_for_line(path: str, line: str) -> bool:
+    """Has ``line`` reached the log at ``path`` (the worker's log pump writes it a moment
+    after the child printed it)?"""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if os.path.exists(path) and line in open(path).read():
+            return True
+        time.sleep(0.05)
+    return False
+
+
 def _parent_of(pid: int) -> int:
     with open(f"/proc/{pid}/stat") as fh:
         return int(fh.read().rsplit(")", 1)[1].split()[1])
@@ -110,6 +123,9 @@ def test_children_are_forked_from_one_template_with_their_own_environment(tmp_pa
             assert (environ["CORRAL_ROLE"], environ["JOB_VAR"]) == (role, value)
             assert "CORRAL_SECRET_FILE" not in environ and "CORRAL_SECRET" not in environ
         assert first["address"] != second["address"]
+        # each child's output goes to its own log (the pipe the worker gave the template)
+        line = f"corral worker b/0 serving at {second['address']}"
+        assert _wait_for_line(replica_log_path(str(tmp_path / "logs"), "b", 0), line)
 
 
 def test_a_child_with_another_interpreter_variable_is_a_fresh_process(tmp_path):
