@@ -39,7 +39,7 @@ def _worker(tmp_path):
         name_resolve={"type": "nfs", "root": str(tmp_path / "records")},
         log_dir=str(tmp_path / "logs"),
         port_count=1,
-        lease_timeout=30.0,
+        lease_timeout=600.0,  # longer than any wait here: no child stops on its own
         cpu=1,
         secret_file=str(secret),
     )
@@ -159,3 +159,27 @@ def test_a_killed_template_is_replaced_on_the_next_fork(tmp_path):
         second = _fork(address, "b")
         assert _parent_of(second["pid"]) not in (template, worker_pid)
         assert _parent_of(_parent_of(second["pid"])) == worker_pid
+
+
+def _gone(pid: int) -> bool:
+    """Has ``pid`` exited (waited up to a minute; a zombie counts as exited)?"""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                if fh.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    return True
+        except FileNotFoundError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_killed_worker_takes_its_template_and_the_templates_children_along(tmp_path):
+    """SIGKILL to the worker (no cleanup of its own): the template's parent-death signal
+    stops it, and the children's stops them; no process is left behind."""
+    with _worker(tmp_path) as (_pid, address):
+        child = _fork(address, "a")["pid"]
+        template = _parent_of(child)
+    assert _gone(template), "the fork template outlived its worker"
+    assert _gone(child), "a forked child outlived its worker and template"
