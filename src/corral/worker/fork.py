@@ -218,10 +218,11 @@ class ForkManager:
         held while waiting), then reap it and, unless ``kill`` stopped it, write its death
         where the controller's live view and ``corral ps`` read deaths: the signed record
         ``<exp>/<trial>/_health/<role>/<index>``, with its exit code and pid."""
-        try:
-            os.waitid(os.P_PID, child.proc.pid, os.WEXITED | os.WNOWAIT)
-        except ChildProcessError:
-            pass  # already reaped (kill)
+        if isinstance(child.proc, subprocess.Popen):  # a template's child: not ours to wait
+            try:
+                os.waitid(os.P_PID, child.proc.pid, os.WEXITED | os.WNOWAIT)
+            except ChildProcessError:
+                pass  # already reaped (kill)
         code = child.proc.wait()
         with self._lock:
             if self.children.get(child_id) is not child:
