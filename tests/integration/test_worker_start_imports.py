@@ -35,6 +35,7 @@ MUST_STAY_LAZY = (
     "corral.data.plane", "corral.observe", "corral.config", "corral.spec",
     "corral.backends", "corral.controller.scheduler", "corral.launcher", "corral.envvars",
     "corral.worker.fork", "corral.worker.args", "corral.procs", "corral.logs",
+    "corral.worker.fork_template", "corral.worker.template_process",  # the first fork's
     "corral.worker.seeding", "corral.worker.dp_layout",  # one request each, if any
 )  # fmt: skip
 

@@ -47,6 +47,8 @@ class ForkManager:
         self._starting: dict[str, bool] = {}  # child id -> cancelled before it was spawned
         self._lock = threading.Lock()
         self._pump = LogPump()
+        self._template = None  # a fork_template.Template from the first fork on
+        self._template_lock = threading.Lock()
 
     def fork(self, role: str, index: int, module: str | None, env: dict, timeout: float) -> dict:
         validate_role_name(role, "fork.role")
@@ -93,11 +95,10 @@ class ForkManager:
         self.name_resolve.delete(
             name_resolve_keys.worker_health_key(s.experiment, s.trial, role, index)
         )
-        read_end, write_end = os.pipe()
-        try:
-            child_env[E.SECRET_FD] = str(read_end)
-            own = module in DEFAULT_WORKER_MODULES
-            port = 0 if own else free_port()
+        own = module in DEFAULT_WORKER_MODULES
+        port = 0 if own else free_port()
+        proc = self._from_template(child_env, timeout) if own else None
+        if proc is None:
             argv = module_argv(module)
             if not own:  # a module of the user's gets AReaL's arguments; corral's reads env
                 argv += contract_args(
@@ -110,14 +111,7 @@ class ForkManager:
                     fileroot=child_env.get(E.FILEROOT, ""),
                     host="0.0.0.0",
                 )
-            proc = spawn(argv, child_env, pass_fds=(read_end,))
-        finally:
-            os.close(read_end)
-            try:
-                with os.fdopen(write_end, "w") as fh:  # 64 bytes: fits the pipe buffer
-                    fh.write(self._secret)
-            except BrokenPipeError:
-                pass  # the child is gone already; reported below
+            proc = self._spawn(argv, child_env)
         with self._lock:
             self.children[child_id] = Child(role, index, proc)
             cancelled = self._starting.get(child_id, False)
@@ -171,6 +165,45 @@ class ForkManager:
             + f" within {timeout}s"
         )
 
+    def _from_template(self, child_env: dict, timeout: float):
+        """The child made by this worker's fork template (started on the first fork), or
+        None where the template cannot make it (an interpreter variable differs, the
+        template failed): then it is spawned as a fresh process."""
+        from corral.worker.fork_template import Template
+
+        with self._template_lock:
+            for attempt in range(2):  # a template found dead on the way is replaced once
+                template = self._template
+                if template is None or not template.alive:
+                    try:
+                        template = self._template = Template(dict(os.environ), spawn)
+                    except OSError as exc:
+                        warn("corral: no fork template (%s); forks start fresh processes", exc)
+                        return None
+                if not template.fits(child_env):
+                    return None
+                try:
+                    return template.fork(child_env, self._secret, timeout)
+                except OSError as exc:
+                    if attempt == 0 and not template.alive:
+                        continue
+                    warn("corral: fork template failed (%s); starting a fresh process", exc)
+            return None
+
+    def _spawn(self, argv: list[str], child_env: dict) -> subprocess.Popen:
+        """A fresh process; the secret reaches it through a pipe, never its environment."""
+        read_end, write_end = os.pipe()
+        try:
+            child_env[E.SECRET_FD] = str(read_end)
+            return spawn(argv, child_env, pass_fds=(read_end,))
+        finally:
+            os.close(read_end)
+            try:
+                with os.fdopen(write_end, "w") as fh:  # 64 bytes: fits the pipe buffer
+                    fh.write(self._secret)
+            except BrokenPipeError:
+                pass  # the child is gone already; reported by the caller
+
     def _watch(self, child_id: str) -> None:
         """Publish the child's death if it dies alone (not stopped by ``kill``)."""
         with self._lock:
@@ -185,10 +218,11 @@ class ForkManager:
         held while waiting), then reap it and, unless ``kill`` stopped it, write its death
         where the controller's live view and ``corral ps`` read deaths: the signed record
         ``<exp>/<trial>/_health/<role>/<index>``, with its exit code and pid."""
-        try:
-            os.waitid(os.P_PID, child.proc.pid, os.WEXITED | os.WNOWAIT)
-        except ChildProcessError:
-            pass  # already reaped (kill)
+        if isinstance(child.proc, subprocess.Popen):  # a template's child: not ours to wait
+            try:
+                os.waitid(os.P_PID, child.proc.pid, os.WEXITED | os.WNOWAIT)
+            except ChildProcessError:
+                pass  # already reaped (kill)
         code = child.proc.wait()
         with self._lock:
             if self.children.get(child_id) is not child:
@@ -234,3 +268,7 @@ class ForkManager:
     def kill_all(self) -> None:
         for child_id in list(self.children):
             self.kill(child_id)
+        with self._template_lock:
+            if self._template is not None:
+                self._template.stop()
+                self._template = None
