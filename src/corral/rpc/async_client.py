@@ -13,10 +13,10 @@ from collections.abc import Awaitable, Iterator
 from typing import Any
 
 from corral.auth import RequestSigner, TrialKeys
-from corral.rpc import shm, wire
+from corral.rpc import frames, shm, wire
 from corral.rpc.http import IDENTITY_HEADER, LARGE_BODY, REQUEST_ID_HEADER, parse_head, tune_socket
 from corral.rpc.peers import SharedMemoryPeers, _SegmentParts
-from corral.rpc.pipeline import PIPELINE_LINE, Pipe, ack
+from corral.rpc.pipeline import PIPELINE_LINE, TEXT_PIPELINE_LINE, Pipe, ack
 from corral.rpc.pool import _LoopPool, close_dead_transport
 from corral.rpc.protocol import (
     _STATIC_HEAD,
@@ -60,13 +60,16 @@ class AsyncRPCClient:
         max_connections: int = MAX_CONNECTIONS_PER_ADDRESS,
         max_reply: int = MAX_REPLY,
         pipelining: bool = True,
+        frames: bool = True,
     ):
         """``pipelining``: small requests (up to ``SMALL_BODY``) share one pipelined
         connection per worker (``corral.rpc.pipeline``); a larger one takes a connection of
-        its own from the pool."""
+        its own from the pool. ``frames``: offer the binary frame on pipelined connections
+        (``corral.rpc.frames``); without, every request and reply has a text head."""
         if max_connections < 1:
             raise ValueError(f"max_connections must be >= 1, not {max_connections}")
         self.pipelining = pipelining
+        self._pipeline_line = PIPELINE_LINE if frames else TEXT_PIPELINE_LINE
         self._signer = RequestSigner(TrialKeys(secret))
         self.max_reply = max_reply
         self.shm = SharedMemoryPeers()
@@ -195,7 +198,7 @@ class AsyncRPCClient:
         who = f"{IDENTITY_HEADER}: {identity}\r\n" if identity else ""
         more = "".join(f"{k}: {v}\r\n" for k, v in extra.items())
         if pipelined:
-            more += PIPELINE_LINE
+            more += self._pipeline_line
         return (
             f"POST {path} HTTP/1.1\r\n{_STATIC_HEAD}{REQUEST_ID_HEADER}: {request_id}\r\n"
             f"{who}{more}Content-Length: {length}\r\n\r\n"
@@ -274,12 +277,18 @@ class AsyncRPCClient:
             send = self.shm.prepare(address, extra, parts, not pipe.offered)
             pipe.offered = True
             length = wire.frame_size(send)
-            nonce = sign_headers(
-                self._signer, extra, "POST", path, request_id, identity, send, length
-            )
-            head = self._head(path, request_id, identity, length, extra, pipelined=True)
+            if pipe.framed and not extra and length < frames.MAX_BODY:  # one MAC (rpc.frames)
+                data, nonce = frames.request_frame(
+                    self._signer, path, request_id, identity or "", b"".join(send)
+                )
+            else:
+                nonce = sign_headers(
+                    self._signer, extra, "POST", path, request_id, identity, send, length
+                )
+                head = self._head(path, request_id, identity, length, extra, pipelined=True)
+                data = head + b"".join(send) if send else head
             future = pipe.expect(request_id, nonce)
-            pipe.send(head + b"".join(send) if send else head)
+            pipe.send(data)
             try:
                 msg = await future
             except OSError as exc:
@@ -315,7 +324,7 @@ class AsyncRPCClient:
     async def _connect_pipe(self, address: str) -> Pipe:
         host, port = split_address(address)
         loop = asyncio.get_running_loop()
-        signer, limit = self._signer, self.max_reply
+        signer, limit, keys = self._signer, self.max_reply, self._signer.keys
 
         def protocol() -> Pipe:
             return Pipe(
@@ -323,6 +332,7 @@ class AsyncRPCClient:
                 lambda msg, nonce: check_reply_head(signer, address, msg, nonce, limit),
                 lambda digest, body: check_reply_body(signer, address, digest, body),
                 limit,
+                lambda frame, nonce: frames.open_reply(keys, address, frame, nonce),
             )
 
         transport, pipe = await asyncio.wait_for(

@@ -9,6 +9,11 @@ limit) before its body is taken, exactly as on a one-at-a-time connection. A rep
 body came in a shared-memory segment, or was large, is acknowledged with an ``ACK``/``NAK``
 line naming its request id: that is the worker's proof of delivery (on a one-at-a-time
 connection the next request is the proof; here it proves nothing).
+
+Small requests and replies may also travel as binary frames (``rpc.frames``): the client
+offers them on its text requests, the worker answers small replies as frames, and once a
+verified frame has come back (``framed``) the client sends its small requests as frames
+too. Text heads and frames mix freely on one connection: each starts with its own byte.
 """
 
 from __future__ import annotations
@@ -17,10 +22,13 @@ import asyncio
 from typing import Any
 
 from corral.errors import ProtocolError
+from corral.rpc import frames
 from corral.rpc.http import MAX_HEAD_BYTES, REQUEST_ID_HEADER, Message, parse_head
 
-#: the header every request on a pipelined connection carries (value ignored)
-PIPELINE_LINE = "x-corral-pipeline: 1\r\n"
+#: the header every request on a pipelined connection carries; its value offers frames
+PIPELINE_LINE = f"x-corral-pipeline: {frames.OFFER}\r\n"
+#: the same without the offer: text heads only (``AsyncRPCClient(frames=False)``)
+TEXT_PIPELINE_LINE = "x-corral-pipeline: 1\r\n"
 
 
 def ack(method: bytes, request_id: str) -> bytes:
@@ -39,14 +47,19 @@ class Pipe(asyncio.Protocol):
     ``check(msg, nonce)`` is called with each reply head and its request's nonce before
     the body is read; it returns the body digest, or raises to refuse the reply (the
     connection is then closed and every other call on it fails with ConnectionError, to
-    be retried). ``check_body(digest, body)`` raises if the body is not the one signed."""
+    be retried). ``check_body(digest, body)`` raises if the body is not the one signed.
+    ``open_frame(frame, nonce)`` is ``rpc.frames.open_reply`` for this connection's keys."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, check, check_body, max_reply: int):
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, check, check_body, max_reply: int, open_frame
+    ):
         self.loop = loop
         self.transport: asyncio.Transport | None = None
         self.pending: dict[str, tuple[asyncio.Future, str]] = {}
         self.offered = False  # has the shared-memory offer gone out on this connection?
         self.closed: BaseException | None = None
+        self.framed = False  # a verified reply frame came: the worker reads frames too
+        self._open_frame = open_frame
         self._check, self._check_body, self._max_reply = check, check_body, max_reply
         self._buf = bytearray()
         self._out: list[bytes] = []
@@ -87,6 +100,17 @@ class Pipe(asyncio.Protocol):
         buf += data
         try:
             while True:
+                if self._head is None and buf and buf[0] == frames.FRAME_BYTE:
+                    if len(buf) < frames.HEAD_START:
+                        return
+                    size = frames.reply_size(buf)
+                    if len(buf) < size:
+                        return
+                    frame = buf[:size]
+                    del buf[:size]
+                    if not self._framed_reply(frame):
+                        return
+                    continue
                 if self._head is None:
                     end = buf.find(b"\r\n\r\n")
                     if end < 0:
@@ -135,6 +159,24 @@ class Pipe(asyncio.Protocol):
                 future.set_result(msg)
         except ProtocolError as exc:
             self._fail(exc)
+
+    def _framed_reply(self, frame: bytearray) -> bool:
+        """A whole reply frame: to its call once verified (False: the connection failed)."""
+        entry = self.pending.pop(frames.reply_request_id(frame), None)
+        if entry is None:  # a reply to a call given up: drop it
+            return True
+        future, nonce = entry
+        try:
+            msg = self._open_frame(frame, nonce)
+        except BaseException as exc:  # not made by the worker for this request
+            if not future.done():
+                future.set_exception(exc)
+            self._fail(ConnectionResetError(f"{exc.__class__.__name__}: {exc}"))
+            return False
+        self.framed = True
+        if not future.done():
+            future.set_result(msg)
+        return True
 
     def _fail(self, exc: BaseException) -> None:
         """The connection is unusable: every call still waiting on it fails with ``exc``."""
