@@ -37,7 +37,9 @@ def main() -> None:
 
     fileroot = tempfile.mkdtemp(prefix="corral-ab-frames-", dir="/tmp")
     cfg = BaseExperimentConfig(experiment_name=f"ab-frames-{os.getpid()}", trial_name="t0")
-    sched = LocalScheduler(exp_config=cfg, gpu_devices=[], fileroot=fileroot, progress=lambda t: None)
+    sched = LocalScheduler(
+        exp_config=cfg, gpu_devices=[], fileroot=fileroot, progress=lambda t: None
+    )
     try:
         job = Job(role="fan", replicas=args.replicas, tasks=[SchedulingSpec(cpu=1, gpu=0)])
         ids = sched.create_workers(job)
@@ -68,7 +70,7 @@ def main() -> None:
                 *(sched.create_engine(w, "corral.testing.engines.EchoEngine") for w in ids)
             )
             figures = {arm: {"rate": [], "ctl": [], "wrk": []} for arm in clients}
-            for arm, client in clients.items():  # connections open, frames negotiated
+            for client in clients.values():  # connections open, frames negotiated
                 caller.async_client = client
                 await gather()
             for r in range(args.rounds):
