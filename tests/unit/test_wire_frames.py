@@ -150,7 +150,10 @@ def test_a_frame_signed_with_the_text_request_key_is_refused(runtime):  # noqa: 
     conn = _Conn(runtime.test_address)
     data, _nonce = conn.frame(_call("echo", 1))
     head_len = int.from_bytes(data[2:4], "big")
-    head, body = data[frames.HEAD_START : frames.HEAD_START + head_len], data[frames.HEAD_START + head_len :]
+    head, body = (
+        data[frames.HEAD_START : frames.HEAD_START + head_len],
+        data[frames.HEAD_START + head_len :],
+    )
     other = conn.keys.mac(conn.keys.request, data[:8], head, body)  # the wrong key
     conn.sock.sendall(data[:8] + other + data[frames.HEAD_START :])
     assert "wrong frame MAC" in conn.refused()
@@ -248,3 +251,29 @@ def test_open_reply_refuses_another_nonce_and_an_altered_frame() -> None:
         frames.open_reply(keys, "a", altered, "c-1")
     with pytest.raises(AuthenticationError):  # made with another trial's keys
         frames.open_reply(TrialKeys("another secret"), "a", bytearray(sink.data), "c-1")
+
+
+def test_a_frame_on_a_connection_that_did_not_offer_frames_is_not_served(runtime):  # noqa: F811
+    """A connection whose signed requests never offered frames (``x-corral-pipeline: 1``)
+    reads only text heads: a frame there is not a request (400/401, closed)."""
+    host, port = runtime.test_address.rsplit(":", 1)
+    keys = TrialKeys(SECRET)
+    body = wire.encode_bytes(_call("echo", "unoffered"))
+    rid = _rid()
+    data, _nonce = frames.request_frame(RequestSigner(keys), "/call", rid, "", body)
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(_text_request(_call("echo", 1), _rid(), offer="1"))
+        reader = SocketReader(sock)
+        head = reader.read_head()  # a text reply: frames were not offered
+        assert head is not None and head.status == 200
+        reader.read_body(head.content_length)
+        sock.sendall(data + b"\r\n\r\n")
+        answer = bytes(reader.pending)
+        try:
+            while chunk := sock.recv(65536):
+                answer += chunk
+        except ConnectionError:
+            pass
+    assert answer.startswith((b"HTTP/1.1 400", b"HTTP/1.1 401")), answer[:60]
+    time.sleep(0.5)  # a request that was (wrongly) taken would be in the cache by now
+    assert runtime.cache.begin(rid) is None  # never run
