@@ -19,7 +19,7 @@ import uuid
 import pytest
 
 from corral.auth import AUTH_HEADER, RequestSigner, TrialKeys, sign_request_head
-from corral.errors import AuthenticationError
+from corral.errors import AuthenticationError, EngineCallError
 from corral.rpc import frames, wire
 from corral.rpc.client import AsyncRPCClient
 from corral.rpc.http import PIPELINE_HEADER, REQUEST_ID_HEADER, SocketReader
@@ -277,3 +277,29 @@ def test_a_frame_on_a_connection_that_did_not_offer_frames_is_not_served(runtime
     assert answer.startswith((b"HTTP/1.1 400", b"HTTP/1.1 401")), answer[:60]
     time.sleep(0.5)  # a request that was (wrongly) taken would be in the cache by now
     assert runtime.cache.begin(rid) is None  # never run
+
+
+def test_send_small_resolves_to_the_result_the_remote_error_or_a_broken_connection(runtime):  # noqa: F811
+    """The fast path ``Caller.acall`` awaits: no framed connection yet → None (use
+    ``start``); then the future of the decoded result, of the engine's error, and an
+    OSError when the connection breaks with the call in flight."""
+    client = AsyncRPCClient(SECRET)
+    address = runtime.test_address
+
+    async def go():
+        before = client.send_small(address, "/call", _call("echo", 0), _rid(), None)
+        await client.request(address, "/call", _call("echo", "open"))  # its reply: text
+        await client.request(address, "/call", _call("echo", "framed"))  # this one: a frame
+        result = await client.send_small(address, "/call", _call("echo", [1, 2]), _rid(), None)
+        failing = client.send_small(address, "/call", _call("fail", "no"), _rid(), None)
+        with pytest.raises(EngineCallError, match="no"):
+            await failing
+        late = client.send_small(address, "/call", _call("sleep", 1.0), _rid(), None)
+        client._pool(address).pipe.transport.abort()  # the connection breaks mid-call
+        with pytest.raises(OSError):
+            await late
+        return before, result
+
+    before, result = asyncio.run(go())
+    assert before is None and result == [1, 2]
+    client.close()

@@ -48,22 +48,25 @@ class Pipe(asyncio.Protocol):
     the body is read; it returns the body digest, or raises to refuse the reply (the
     connection is then closed and every other call on it fails with ConnectionError, to
     be retried). ``check_body(digest, body)`` raises if the body is not the one signed.
-    ``open_frame(frame, nonce)`` is ``rpc.frames.open_reply`` for this connection's keys."""
+    ``open_frame(frame, nonce)`` is ``rpc.frames.open_reply`` for this connection's keys.
+    ``finish(pipe, request_id, msg)`` turns the reply of a call expected with ``finish=True``
+    into its result (its future gets that result, or what it raised)."""
 
     def __init__(
-        self, loop: asyncio.AbstractEventLoop, check, check_body, max_reply: int, open_frame
-    ):
+        self, loop: asyncio.AbstractEventLoop, check, check_body, max_reply: int, open_frame,
+        finish=None,
+    ):  # fmt: skip
         self.loop = loop
         self.transport: asyncio.Transport | None = None
-        self.pending: dict[str, tuple[asyncio.Future, str]] = {}
+        self.pending: dict[str, tuple[asyncio.Future, str, bool]] = {}
         self.offered = False  # has the shared-memory offer gone out on this connection?
         self.closed: BaseException | None = None
         self.framed = False  # a verified reply frame came: the worker reads frames too
-        self._open_frame = open_frame
+        self._open_frame, self._finish = open_frame, finish
         self._check, self._check_body, self._max_reply = check, check_body, max_reply
         self._buf = bytearray()
         self._out: list[bytes] = []
-        self._head: tuple[Message, int, Any, str] | None = None  # reply whose body is due
+        self._head: tuple[Message, int, Any, str, bool] | None = None  # reply whose body is due
 
     # ------------------------------------------------------------------ sending
     def send(self, data: bytes) -> None:
@@ -77,10 +80,11 @@ class Pipe(asyncio.Protocol):
         if self.closed is None and self.transport is not None:
             self.transport.write(out[0] if len(out) == 1 else b"".join(out))
 
-    def expect(self, request_id: str, nonce: str) -> asyncio.Future:
-        """A future for the reply to ``request_id`` (set to the reply Message)."""
+    def expect(self, request_id: str, nonce: str, finish: bool = False) -> asyncio.Future:
+        """A future for the reply to ``request_id``: set to the reply Message, or with
+        ``finish`` to the call's result (``finish`` of the constructor)."""
         future = self.loop.create_future()
-        self.pending[request_id] = (future, nonce)
+        self.pending[request_id] = (future, nonce, finish)
         return future
 
     def forget(self, request_id: str) -> None:
@@ -126,9 +130,9 @@ class Pipe(asyncio.Protocol):
                     if entry is None:  # a reply to a call given up: drop it
                         if msg.content_length > self._max_reply:
                             raise ProtocolError("an unclaimed reply is over the size limit")
-                        self._head = (msg, msg.content_length, None, "")
+                        self._head = (msg, msg.content_length, None, "", False)
                     else:
-                        future, nonce = entry
+                        future, nonce, finish = entry
                         try:
                             digest = self._check(msg, nonce)
                         except BaseException as exc:  # refused before its body is read
@@ -136,8 +140,8 @@ class Pipe(asyncio.Protocol):
                                 future.set_exception(exc)
                             self._fail(ConnectionResetError(f"{exc.__class__.__name__}: {exc}"))
                             return
-                        self._head = (msg, msg.content_length, future, digest)
-                msg, length, future, digest = self._head
+                        self._head = (msg, msg.content_length, future, digest, finish)
+                msg, length, future, digest, finish = self._head
                 if len(buf) < length:
                     return
                 self._head = None
@@ -156,7 +160,7 @@ class Pipe(asyncio.Protocol):
                     self._fail(ConnectionResetError(f"{exc.__class__.__name__}: {exc}"))
                     return
                 msg.body = body
-                future.set_result(msg)
+                self._resolve(future, msg, finish)
         except ProtocolError as exc:
             self._fail(exc)
 
@@ -165,7 +169,7 @@ class Pipe(asyncio.Protocol):
         entry = self.pending.pop(frames.reply_request_id(frame), None)
         if entry is None:  # a reply to a call given up: drop it
             return True
-        future, nonce = entry
+        future, nonce, finish = entry
         try:
             msg = self._open_frame(frame, nonce)
         except BaseException as exc:  # not made by the worker for this request
@@ -175,15 +179,26 @@ class Pipe(asyncio.Protocol):
             return False
         self.framed = True
         if not future.done():
-            future.set_result(msg)
+            self._resolve(future, msg, finish)
         return True
+
+    def _resolve(self, future: asyncio.Future, msg: Message, finish: bool) -> None:
+        if not finish:
+            future.set_result(msg)
+            return
+        try:
+            result = self._finish(self, msg.headers.get(REQUEST_ID_HEADER, ""), msg)
+        except BaseException as exc:  # the remote error, or a reply refused
+            future.set_exception(exc)
+        else:
+            future.set_result(result)
 
     def _fail(self, exc: BaseException) -> None:
         """The connection is unusable: every call still waiting on it fails with ``exc``."""
         if self.closed is None:
             self.closed = exc
         pending, self.pending = self.pending, {}
-        for future, _nonce in pending.values():
+        for future, _nonce, _finish in pending.values():
             if not future.done():
                 future.set_exception(
                     exc if isinstance(exc, OSError) else ConnectionResetError(str(exc))
