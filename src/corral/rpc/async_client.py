@@ -174,6 +174,11 @@ class AsyncRPCClient:
         pipe.send(data)
         return future
 
+    def _received_frame(self, address: str, msg) -> Any:
+        """A reply frame's result (a frame carries no shared-memory header, no large body)."""
+        self.bytes_received += len(msg.body)
+        return interpret_reply(address, msg)
+
     def _received(self, address: str, pipe: Pipe, request_id: str, msg) -> Any:
         """A pipelined reply's result: its body taken from a segment (ACK/NAK sent) or the
         socket (a large one ACKed), then interpreted; ``RESEND`` if shared memory failed."""
@@ -355,8 +360,9 @@ class AsyncRPCClient:
                 lambda msg, nonce: check_reply_head(signer, address, msg, nonce, limit),
                 lambda digest, body: check_reply_body(signer, address, digest, body),
                 limit,
-                lambda frame, nonce: frames.open_reply(keys, address, frame, nonce),
+                lambda frame, nonce: frames.check_reply(keys, address, frame, nonce),
                 lambda pipe, request_id, msg: self._received(address, pipe, request_id, msg),
+                lambda msg: self._received_frame(address, msg),
             )
 
         transport, pipe = await asyncio.wait_for(

@@ -128,30 +128,38 @@ def reply_size(buf: bytearray) -> int:
     return HEAD_START + head_len + body_len
 
 
-def reply_request_id(frame: bytearray) -> str:
-    """The request id a reply frame names (not yet verified)."""
-    head_len = _FIXED.unpack_from(frame)[1]
-    fields = bytes(frame[HEAD_START : HEAD_START + head_len]).decode("utf-8", "replace")
-    parts = fields.split("\n")
-    if len(parts) != 3:
-        raise ProtocolError("malformed reply frame head")
-    return parts[1]
-
-
-def open_reply(keys: TrialKeys, address: str, frame: bytearray, nonce: str) -> Message:
-    """The reply frame ``frame`` (whole) as a Message, once its MAC proves it was made by
-    the trial's worker for the request that carried ``nonce``; AuthenticationError if not."""
+def reply_message(frame: bytearray) -> Message:
+    """A whole reply frame as a Message, NOT yet verified (``check_reply`` does): its
+    request id says which request's nonce to check it with."""
     head_len = _FIXED.unpack_from(frame)[1]
     start = HEAD_START + head_len
-    head, body = bytes(frame[HEAD_START:start]), frame[start:]
+    fields = frame[HEAD_START:start].decode("utf-8", "replace").split("\n")
+    if len(fields) != 3:
+        raise ProtocolError("malformed reply frame head")
+    status, request_id, content_type = fields
+    msg = Message("FRAME", {"content-type": content_type, REQUEST_ID_HEADER: request_id})
+    msg.status = int(status) if status.isdigit() else 0
+    msg.body = frame[start:]
+    return msg
+
+
+def check_reply(keys: TrialKeys, address: str, frame: bytearray, nonce: str) -> None:
+    """Raise AuthenticationError unless the reply frame's MAC proves it was made by the
+    trial's worker for the request that carried ``nonce``."""
+    start = HEAD_START + _FIXED.unpack_from(frame)[1]
     bound = nonce.encode()
-    want = keys.mac(keys.frame_reply, frame[: _FIXED.size], head, bytes((len(bound),)), bound, body)
+    want = keys.mac(
+        keys.frame_reply, frame[: _FIXED.size], frame[HEAD_START:start], bytes((len(bound),)),
+        bound, frame[start:],
+    )  # fmt: skip
     if not hmac.compare_digest(want, frame[_FIXED.size : HEAD_START]):
         raise AuthenticationError(
             f"the peer at {address} sent a reply frame whose MAC is wrong: it is not this "
             "trial's worker, the frame was altered on the way, or it answers another request"
         )
-    status, request_id, content_type = head.decode("utf-8").split("\n")
-    msg = Message("FRAME", {"content-type": content_type, REQUEST_ID_HEADER: request_id}, body)
-    msg.status = int(status) if status.isdigit() else 0
-    return msg
+
+
+def open_reply(keys: TrialKeys, address: str, frame: bytearray, nonce: str) -> Message:
+    """``check_reply``, then ``reply_message``."""
+    check_reply(keys, address, frame, nonce)
+    return reply_message(frame)

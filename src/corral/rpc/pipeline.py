@@ -48,13 +48,14 @@ class Pipe(asyncio.Protocol):
     the body is read; it returns the body digest, or raises to refuse the reply (the
     connection is then closed and every other call on it fails with ConnectionError, to
     be retried). ``check_body(digest, body)`` raises if the body is not the one signed.
-    ``open_frame(frame, nonce)`` is ``rpc.frames.open_reply`` for this connection's keys.
+    ``check_frame(frame, nonce)`` is ``rpc.frames.check_reply`` for this connection's keys.
     ``finish(pipe, request_id, msg)`` turns the reply of a call expected with ``finish=True``
-    into its result (its future gets that result, or what it raised)."""
+    into its result (its future gets that result, or what it raised); ``finish_frame(msg)``
+    does the same for a reply that came as a frame (no shared memory, no ACK)."""
 
     def __init__(
-        self, loop: asyncio.AbstractEventLoop, check, check_body, max_reply: int, open_frame,
-        finish=None,
+        self, loop: asyncio.AbstractEventLoop, check, check_body, max_reply: int, check_frame,
+        finish=None, finish_frame=None,
     ):  # fmt: skip
         self.loop = loop
         self.transport: asyncio.Transport | None = None
@@ -62,7 +63,7 @@ class Pipe(asyncio.Protocol):
         self.offered = False  # has the shared-memory offer gone out on this connection?
         self.closed: BaseException | None = None
         self.framed = False  # a verified reply frame came: the worker reads frames too
-        self._open_frame, self._finish = open_frame, finish
+        self._check_frame, self._finish, self._finish_frame = check_frame, finish, finish_frame
         self._check, self._check_body, self._max_reply = check, check_body, max_reply
         self._buf = bytearray()
         self._out: list[bytes] = []
@@ -166,20 +167,30 @@ class Pipe(asyncio.Protocol):
 
     def _framed_reply(self, frame: bytearray) -> bool:
         """A whole reply frame: to its call once verified (False: the connection failed)."""
-        entry = self.pending.pop(frames.reply_request_id(frame), None)
+        msg = frames.reply_message(frame)  # checked below, before anything of it is used
+        entry = self.pending.pop(msg.headers[REQUEST_ID_HEADER], None)
         if entry is None:  # a reply to a call given up: drop it
             return True
         future, nonce, finish = entry
         try:
-            msg = self._open_frame(frame, nonce)
+            self._check_frame(frame, nonce)
         except BaseException as exc:  # not made by the worker for this request
             if not future.done():
                 future.set_exception(exc)
             self._fail(ConnectionResetError(f"{exc.__class__.__name__}: {exc}"))
             return False
         self.framed = True
-        if not future.done():
-            self._resolve(future, msg, finish)
+        if future.done():
+            return True
+        if not finish:
+            future.set_result(msg)
+            return True
+        try:
+            result = self._finish_frame(msg)
+        except BaseException as exc:  # the remote error
+            future.set_exception(exc)
+        else:
+            future.set_result(result)
         return True
 
     def _resolve(self, future: asyncio.Future, msg: Message, finish: bool) -> None:
