@@ -303,3 +303,15 @@ def test_send_small_resolves_to_the_result_the_remote_error_or_a_broken_connecti
     before, result = asyncio.run(go())
     assert before is None and result == [1, 2]
     client.close()
+
+
+def test_a_frame_that_arrives_in_pieces_is_read_whole(runtime):  # noqa: F811
+    """The worker may see a frame's first byte, part of its fixed fields, then the rest."""
+    conn = _Conn(runtime.test_address)
+    data, nonce = conn.frame(_call("echo", "pieces"))
+    for piece in (data[:1], data[1:5], data[5:50], data[50:]):
+        conn.sock.sendall(piece)
+        time.sleep(0.05)  # each piece in its own recv on the worker
+    reply = _read_reply_frame(conn.sock, conn.keys, nonce)
+    assert wire.decode(reply.body) == {"ok": True, "result": "pieces"}
+    conn.close()

@@ -67,21 +67,24 @@ def read_request(
     """The next request frame from a ``SocketReader`` (its first byte is ``FRAME_BYTE``):
     ``(message, None, nonce)``, or ``(None, why refused, "")``. Waits at most ``timeout``
     for each part that is not here yet; ProtocolError for a malformed frame."""
-    if len(reader.pending) < HEAD_START:
+    if len(reader.pending) < _FIXED.size:
         reader.set_timeout(timeout)
-    fixed = reader.read_body(HEAD_START)
-    kind, head_len, body_len = _FIXED.unpack_from(fixed)
+        fixed = bytes(reader.read_body(_FIXED.size))
+        reader.pending[:0] = fixed  # put back: the frame is taken whole below
+    kind, head_len, body_len = _FIXED.unpack_from(reader.pending)
     if kind != REQUEST:
         raise ProtocolError(f"a frame of kind {bytes(kind)!r} where a request was due")
     if body_len >= MAX_BODY:
         raise ProtocolError(f"a request frame's body of {body_len} bytes (limit {MAX_BODY})")
-    if len(reader.pending) < head_len + body_len:
+    start = HEAD_START + head_len
+    if len(reader.pending) < start + body_len:
         reader.set_timeout(timeout)
-    rest = reader.read_body(head_len + body_len)
-    head, body = bytes(rest[:head_len]), rest[head_len:]
+    frame = reader.read_body(start + body_len)  # usually all here already: one copy
+    head, body = bytes(frame[HEAD_START:start]), frame[start:]
     keys = verifier.keys
     if not hmac.compare_digest(
-        keys.mac(keys.frame_request, fixed[: _FIXED.size], head, body), fixed[_FIXED.size :]
+        keys.mac(keys.frame_request, frame[: _FIXED.size], head, body),
+        frame[_FIXED.size : HEAD_START],
     ):
         return None, "wrong frame MAC (another trial's secret, or an altered frame)", ""
     fields = head.decode("utf-8", "replace").split("\n")
