@@ -171,6 +171,13 @@ def pingpong(port: int, request_bytes: int, reply_bytes: int, warmup: int, n: in
 
 def parallel_rate(ports: list[int], request_bytes: int, reply_bytes: int, total: int) -> float:
     """Exchanges per second of an asyncio client with one connection per server."""
+    return asyncio.run(parallel_rate_async(ports, request_bytes, reply_bytes, total))
+
+
+async def parallel_rate_async(
+    ports: list[int], request_bytes: int, reply_bytes: int, total: int
+) -> float:
+    """``parallel_rate`` on the running event loop (to alternate with corral's gathers)."""
     message = HEADER.pack(request_bytes, reply_bytes) + b"x" * request_bytes
     per_conn = max(1, total // len(ports))
 
@@ -185,13 +192,10 @@ def parallel_rate(ports: list[int], request_bytes: int, reply_bytes: int, total:
             writer.close()
             await writer.wait_closed()
 
-    async def main() -> float:
-        await asyncio.gather(*(one(p, 20) for p in ports))  # warm-up
-        started = time.perf_counter()
-        await asyncio.gather(*(one(p, per_conn) for p in ports))
-        return per_conn * len(ports) / (time.perf_counter() - started)
-
-    return asyncio.run(main())
+    await asyncio.gather(*(one(p, 20) for p in ports))  # warm-up
+    started = time.perf_counter()
+    await asyncio.gather(*(one(p, per_conn) for p in ports))
+    return per_conn * len(ports) / (time.perf_counter() - started)
 
 
 class RawClient:

@@ -1,6 +1,6 @@
 """The trial secret as keys: signed requests and replies, a replay guard, signed records.
 
-The secret itself never leaves the processes that hold it. Four keys are derived from it
+The secret itself never leaves the processes that hold it. Six keys are derived from it
 (HMAC-SHA256 of a label), one per use, so a signature made for one use is worthless for
 another (a reply signature cannot be replayed as a request, a record signature cannot
 sign a request):
@@ -15,6 +15,8 @@ sign a request):
   signature); larger ones use AES-256-GMAC with a fresh random IV (the ``cryptography``
   package, imported only then), which is several times faster than SHA-256 per byte.
 * ``record``: name-resolve records (a worker's address) are signed by the worker.
+* ``frame-request`` / ``frame-reply``: the binary frame of a pipelined connection
+  (``rpc.frames``): one MAC over the whole frame, head and body.
 
 Nonces are ``<client id>-<counter>``: each client object takes a random 64-bit id and
 counts. A server remembers, per client id, the highest counter and the counters seen in a
@@ -76,6 +78,10 @@ class TrialKeys:
         self.reply = _derive(raw, b"reply")
         self.body = _derive(raw, b"body")
         self.record = _derive(raw, b"record")
+        # the binary frame of a pipelined connection (``rpc.frames``): one MAC over head
+        # and body, its own keys so that no text-head signature is valid there or back
+        self.frame_request = _derive(raw, b"frame-request")
+        self.frame_reply = _derive(raw, b"frame-reply")
         self._aes = None
         # Most replies share one body (``{"ok": true, "result": null}``): the last small
         # one-part body digested (held, and bytes are immutable, so ``is`` cannot match
@@ -85,7 +91,10 @@ class TrialKeys:
         self._matched: tuple[bytes, str] = (b"", "")
         # HMAC objects keyed once: ``sign`` copies one instead of re-keying per message
         # (the key schedule is half the cost of signing a small head)
-        self._keyed = {key: _keyed_hmac(key) for key in (self.request, self.reply, self.record)}
+        self._keyed = {
+            key: _keyed_hmac(key)
+            for key in (self.request, self.reply, self.record, self.frame_request, self.frame_reply)
+        }
 
     def _gmac(self, iv: bytes, parts: Iterable) -> bytes:
         from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
@@ -138,6 +147,13 @@ class TrialKeys:
             return False
         return hmac.compare_digest(self._gmac(iv, [body]), tag)
 
+    def mac(self, key: bytes, *chunks) -> bytes:
+        """HMAC-SHA256 under ``key`` (one of this object's) of the chunks, concatenated."""
+        mac = self._keyed[key].copy()
+        for chunk in chunks:
+            mac.update(chunk)
+        return mac.digest()
+
     def sign(self, key: bytes, fields: Iterable[str]) -> str:
         """Hex HMAC-SHA256 of the fields, one per line, under ``key``."""
         keyed = self._keyed.get(key)
@@ -174,12 +190,16 @@ class RequestSigner:
         self.client_id = os.urandom(8).hex()
         self._counter = itertools.count(1)
 
+    def next_nonce(self) -> str:
+        """A nonce no request of this client carried before: ``<client id>-<counter>``."""
+        return f"{self.client_id}-{next(self._counter)}"
+
     def sign(
         self, method: str, path: str, request_id: str, identity: str, parts: list, length: int,
         segment: str = "",
     ) -> tuple[str, str]:  # fmt: skip
         """(header value, nonce) for one request."""
-        nonce = f"{self.client_id}-{next(self._counter)}"
+        nonce = self.next_nonce()
         ts = f"{time.time():.3f}"
         digest = self.keys.body_digest(parts, length)
         fields = _request_fields(

@@ -25,6 +25,7 @@ from corral.errors import (
     WorkerConnectionError,
     WorkerTimeoutError,
 )
+from corral.rpc.async_client import RESEND
 from corral.rpc.client import AsyncRPCClient, RPCClient, WorkerUnreachableError, new_request_id
 from corral.spec import Worker
 
@@ -189,6 +190,19 @@ class Caller:
                 if attempt and retry_delay:
                     await asyncio.sleep(retry_delay * 2 ** (attempt - 1))
                 try:
+                    sent = None if timeout is not None or attempt else self.async_client.send_small(
+                        worker.address, path, payload, request_id, worker.identity
+                    )  # fmt: skip
+                    if sent is not None:  # the fast path: no coroutine between here and the wire
+                        try:
+                            result = await sent
+                        except WorkerUnreachableError:
+                            raise
+                        except OSError:  # the connection broke: once more the long way
+                            result = RESEND
+                        if result is not RESEND:
+                            ok = True
+                            return result
                     result = await self.async_client.start(
                         worker.address, path, payload, timeout=timeout,
                         request_id=request_id, identity=worker.identity,

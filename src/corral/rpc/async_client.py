@@ -7,17 +7,16 @@ take a connection of their own from a bounded pool (``rpc.pool``).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import threading
-from collections.abc import Awaitable, Iterator
+from collections.abc import Awaitable
 from typing import Any
 
 from corral.auth import RequestSigner, TrialKeys
-from corral.rpc import shm, wire
-from corral.rpc.http import IDENTITY_HEADER, LARGE_BODY, REQUEST_ID_HEADER, parse_head, tune_socket
+from corral.rpc import frames, shm, wire
+from corral.rpc.http import IDENTITY_HEADER, REQUEST_ID_HEADER, parse_head, tune_socket
 from corral.rpc.peers import SharedMemoryPeers, _SegmentParts
-from corral.rpc.pipeline import PIPELINE_LINE, Pipe, ack
-from corral.rpc.pool import _LoopPool, close_dead_transport
+from corral.rpc.pipeline import PIPELINE_LINE, TEXT_PIPELINE_LINE, Pipe, ack
+from corral.rpc.pool import _LoopPool, close_dead_transport, connect_errors, read_exactly_into
 from corral.rpc.protocol import (
     _STATIC_HEAD,
     CONNECT_TIMEOUT,
@@ -33,17 +32,8 @@ from corral.rpc.protocol import (
     split_address,
 )
 
-
-@contextlib.contextmanager
-def _connect_errors(address: str) -> Iterator[None]:
-    """A failed connect as the caller's errors: TimeoutError naming the address and the
-    limit, WorkerUnreachableError for anything the socket raised."""
-    try:
-        yield
-    except TimeoutError:
-        raise TimeoutError(f"could not connect to {address} within {CONNECT_TIMEOUT}s") from None
-    except OSError as exc:
-        raise WorkerUnreachableError(address, exc) from None
+#: ``send_small``'s result when the call must be sent again (shared memory failed)
+RESEND = object()
 
 
 class AsyncRPCClient:
@@ -60,13 +50,16 @@ class AsyncRPCClient:
         max_connections: int = MAX_CONNECTIONS_PER_ADDRESS,
         max_reply: int = MAX_REPLY,
         pipelining: bool = True,
+        frames: bool = True,
     ):
         """``pipelining``: small requests (up to ``SMALL_BODY``) share one pipelined
         connection per worker (``corral.rpc.pipeline``); a larger one takes a connection of
-        its own from the pool."""
+        its own from the pool. ``frames``: offer the binary frame on pipelined connections
+        (``corral.rpc.frames``); without, every request and reply has a text head."""
         if max_connections < 1:
             raise ValueError(f"max_connections must be >= 1, not {max_connections}")
         self.pipelining = pipelining
+        self._pipeline_line = PIPELINE_LINE if frames else TEXT_PIPELINE_LINE
         self._signer = RequestSigner(TrialKeys(secret))
         self.max_reply = max_reply
         self.shm = SharedMemoryPeers()
@@ -155,6 +148,53 @@ class AsyncRPCClient:
         ``options``: those of ``start`` (timeout, request_id, identity)."""
         return await self.start(address, path, payload, **options)
 
+    def send_small(
+        self, address: str, path: str, payload: Any, request_id: str, identity: str | None
+    ) -> asyncio.Future | None:
+        """A small call sent at once as a frame on the address's framed pipelined
+        connection; the future of its result: the decoded result, the remote error, an
+        OSError if the connection broke, or ``RESEND`` (shared memory failed: send it again
+        with ``start``). None: no such connection now, or a body too large for a frame:
+        use ``start``. No coroutine of its own: the caller awaits the future itself (a
+        coroutine per call in flight is most of a fan-out's garbage, docs/benchmarks.md)."""
+        pool = self._loop_pools().get(address)
+        pipe = pool.pipe if pool is not None else None
+        if pipe is None or not pipe.framed or pipe.closed is not None or request_id in pipe.pending:
+            return None
+        pid = self.shm.local.get(address)
+        if pid is not None and shm.has_released(pid):  # they ride on a text head
+            return None
+        parts = wire.encode(payload)
+        if wire.frame_size(parts) >= frames.MAX_BODY:
+            return None
+        data, nonce = frames.request_frame(
+            self._signer, path, request_id, identity or "", b"".join(parts)
+        )
+        future = pipe.expect(request_id, nonce, finish=True)
+        pipe.send(data)
+        return future
+
+    def _received_frame(self, address: str, msg) -> Any:
+        """A reply frame's result (a frame carries no shared-memory header, no large body)."""
+        self.bytes_received += len(msg.body)
+        return interpret_reply(address, msg)
+
+    def _received(self, address: str, pipe: Pipe, request_id: str, msg) -> Any:
+        """A pipelined reply's result: its body taken from a segment (ACK/NAK sent) or the
+        socket (a large one ACKed), then interpreted; ``RESEND`` if shared memory failed."""
+        body = self.shm.receive(address, msg)
+        if shm.SEGMENT_HEADER in msg.headers:
+            pipe.send(ack(b"ACK" if body is not None else b"NAK", request_id))
+            msg.body = body if body is not None else bytearray()
+            self.bytes_received += body.nbytes if body is not None else 0
+        else:
+            if len(msg.body) >= SMALL_BODY:  # proof of delivery for a large reply
+                pipe.send(ack(b"ACK", request_id))
+            self.bytes_received += len(msg.body)
+        if self.shm.refused(address, msg, body):
+            return RESEND
+        return interpret_reply(address, msg)
+
     def start(
         self,
         address: str,
@@ -195,7 +235,7 @@ class AsyncRPCClient:
         who = f"{IDENTITY_HEADER}: {identity}\r\n" if identity else ""
         more = "".join(f"{k}: {v}\r\n" for k, v in extra.items())
         if pipelined:
-            more += PIPELINE_LINE
+            more += self._pipeline_line
         return (
             f"POST {path} HTTP/1.1\r\n{_STATIC_HEAD}{REQUEST_ID_HEADER}: {request_id}\r\n"
             f"{who}{more}Content-Length: {length}\r\n\r\n"
@@ -234,7 +274,7 @@ class AsyncRPCClient:
         """One call on a connection of its own (taken from the pool, given back after)."""
         retried = False
         while True:
-            with _connect_errors(address):
+            with connect_errors(address):
                 conn, reused = await pool.acquire(lambda: self._open(address))
             reader, writer = conn
             frame, nonce = self._frame(address, path, parts, request_id, identity, not reused)
@@ -274,12 +314,18 @@ class AsyncRPCClient:
             send = self.shm.prepare(address, extra, parts, not pipe.offered)
             pipe.offered = True
             length = wire.frame_size(send)
-            nonce = sign_headers(
-                self._signer, extra, "POST", path, request_id, identity, send, length
-            )
-            head = self._head(path, request_id, identity, length, extra, pipelined=True)
+            if pipe.framed and not extra and length < frames.MAX_BODY:  # one MAC (rpc.frames)
+                data, nonce = frames.request_frame(
+                    self._signer, path, request_id, identity or "", b"".join(send)
+                )
+            else:
+                nonce = sign_headers(
+                    self._signer, extra, "POST", path, request_id, identity, send, length
+                )
+                head = self._head(path, request_id, identity, length, extra, pipelined=True)
+                data = head + b"".join(send) if send else head
             future = pipe.expect(request_id, nonce)
-            pipe.send(head + b"".join(send) if send else head)
+            pipe.send(data)
             try:
                 msg = await future
             except OSError as exc:
@@ -290,18 +336,9 @@ class AsyncRPCClient:
             except BaseException:  # cancelled or timed out: its reply is dropped on arrival
                 pipe.forget(request_id)
                 raise
-            body = self.shm.receive(address, msg)
-            if shm.SEGMENT_HEADER in msg.headers:
-                pipe.send(ack(b"ACK" if body is not None else b"NAK", request_id))
-                msg.body = body if body is not None else bytearray()
-                self.bytes_received += body.nbytes if body is not None else 0
-            else:
-                if len(msg.body) >= SMALL_BODY:  # proof of delivery for a large reply
-                    pipe.send(ack(b"ACK", request_id))
-                self.bytes_received += len(msg.body)
-            if self.shm.refused(address, msg, body):
-                continue
-            return interpret_reply(address, msg)
+            result = self._received(address, pipe, request_id, msg)
+            if result is not RESEND:
+                return result
 
     async def _open_pipe(self, pool: _LoopPool, address: str) -> Pipe:
         """The pipelined connection, opened once however many calls wait for it."""
@@ -309,13 +346,13 @@ class AsyncRPCClient:
         if opening is None:
             opening = pool.pipe_opening = asyncio.ensure_future(self._connect_pipe(address))
             opening.add_done_callback(pool.pipe_opened)
-        with _connect_errors(address):
+        with connect_errors(address):
             return await asyncio.shield(opening)
 
     async def _connect_pipe(self, address: str) -> Pipe:
         host, port = split_address(address)
         loop = asyncio.get_running_loop()
-        signer, limit = self._signer, self.max_reply
+        signer, limit, keys = self._signer, self.max_reply, self._signer.keys
 
         def protocol() -> Pipe:
             return Pipe(
@@ -323,6 +360,9 @@ class AsyncRPCClient:
                 lambda msg, nonce: check_reply_head(signer, address, msg, nonce, limit),
                 lambda digest, body: check_reply_body(signer, address, digest, body),
                 limit,
+                lambda frame, nonce: frames.check_reply(keys, address, frame, nonce),
+                lambda pipe, request_id, msg: self._received(address, pipe, request_id, msg),
+                lambda msg: self._received_frame(address, msg),
             )
 
         transport, pipe = await asyncio.wait_for(
@@ -352,7 +392,7 @@ class AsyncRPCClient:
         if length <= SMALL_BODY:
             msg.body = bytearray(await reader.readexactly(length)) if length else bytearray()
         else:
-            msg.body = await _read_exactly_into(reader, length)
+            msg.body = await read_exactly_into(reader, length)
         check_reply_body(self._signer, address, digest, msg.body)
         self.bytes_received += length
         return msg, body
@@ -395,21 +435,3 @@ class AsyncRPCClient:
                     writer.close()
                 pool.idle = []
                 pool.close_pipe()
-
-
-async def _read_exactly_into(reader: asyncio.StreamReader, length: int) -> memoryview:
-    """Read a body chunk by chunk into one buffer, so the stream's own buffer stays small."""
-    if length >= LARGE_BODY:
-        import numpy as np
-
-        view = memoryview(np.empty(length, dtype=np.uint8))
-    else:
-        view = memoryview(bytearray(length))
-    have = 0
-    while have < length:
-        chunk = await reader.read(min(length - have, 1 << 20))
-        if not chunk:
-            raise asyncio.IncompleteReadError(bytes(view[:have]), length)
-        view[have : have + len(chunk)] = chunk
-        have += len(chunk)
-    return view

@@ -147,6 +147,20 @@ class SocketReader:
         del self.pending[: end + 4]
         return parse_head(head)
 
+    def peek(self, idle_timeout: float | None = None) -> int | None:
+        """The next byte without taking it, waiting at most ``idle_timeout`` for it; None
+        if the peer closed (a binary frame and an HTTP head differ in their first byte)."""
+        if not self.pending:
+            self.set_timeout(idle_timeout)
+            try:
+                chunk = self.sock.recv(_SMALL)
+            except BlockingIOError:  # the kernel's receive timeout ran out
+                raise TimeoutError("no data within the connection's timeout") from None
+            if not chunk:
+                return None
+            self.pending += chunk
+        return self.pending[0]
+
     def set_timeout(self, timeout: float | None) -> None:
         """The socket's timeout; unchanged values make no system call (``settimeout``
         always does one), so a steady request stream pays none."""

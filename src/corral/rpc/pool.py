@@ -1,13 +1,18 @@
 """The async client's connections to one address from one event loop: a bounded pool of
-connections used one call at a time, and the pipelined connection (``rpc.pipeline``)."""
+connections used one call at a time, and the pipelined connection (``rpc.pipeline``); how
+a failed connect reads to the caller, and a large body read off such a connection."""
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
+from corral.rpc.http import LARGE_BODY
 from corral.rpc.pipeline import Pipe
+from corral.rpc.protocol import CONNECT_TIMEOUT, WorkerUnreachableError
 
 
 class _LoopPool:
@@ -106,3 +111,33 @@ def close_dead_transport(owner: asyncio.StreamWriter | Any) -> None:
             sock.close()
         except OSError:
             pass
+
+
+@contextlib.contextmanager
+def connect_errors(address: str) -> Iterator[None]:
+    """A failed connect as the caller's errors: TimeoutError naming the address and the
+    limit, WorkerUnreachableError for anything the socket raised."""
+    try:
+        yield
+    except TimeoutError:
+        raise TimeoutError(f"could not connect to {address} within {CONNECT_TIMEOUT}s") from None
+    except OSError as exc:
+        raise WorkerUnreachableError(address, exc) from None
+
+
+async def read_exactly_into(reader: asyncio.StreamReader, length: int) -> memoryview:
+    """Read a body chunk by chunk into one buffer, so the stream's own buffer stays small."""
+    if length >= LARGE_BODY:
+        import numpy as np
+
+        view = memoryview(np.empty(length, dtype=np.uint8))
+    else:
+        view = memoryview(bytearray(length))
+    have = 0
+    while have < length:
+        chunk = await reader.read(min(length - have, 1 << 20))
+        if not chunk:
+            raise asyncio.IncompleteReadError(bytes(view[:have]), length)
+        view[have : have + len(chunk)] = chunk
+        have += len(chunk)
+    return view

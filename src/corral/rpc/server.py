@@ -27,7 +27,7 @@ from collections.abc import Callable
 
 from corral.auth import AUTH_HEADER, RequestVerifier, TrialKeys
 from corral.errors import ProtocolError
-from corral.rpc import shm
+from corral.rpc import frames, shm
 from corral.rpc.gate import HeadGate, warn
 from corral.rpc.http import (
     IDENTITY_HEADER,
@@ -188,13 +188,21 @@ class RPCServer:
         held_by_id: dict[str, tuple] = {}  # the same on a pipelined connection
         carried: OrderedDict[str, None] = OrderedDict()  # signed requests an ACK may name
         pipelined = False
+        framed = False  # the client offered binary frames (``rpc.frames``)
         wlock = threading.Lock()  # one reply at a time on the socket
         peer: int | None = None  # the client's pid once it offered shared memory
         idle = self.head_timeout  # a new connection must send its first head promptly
         first = True
         try:
             while not self.stopping:
-                msg = reader.read_head(idle, self.head_timeout)
+                frame = framed and reader.peek(idle) == frames.FRAME_BYTE
+                if frame:  # verified whole (one MAC over head and body) and replay-checked
+                    msg, why, nonce = frames.read_request(reader, self._verifier, self.head_timeout)
+                    if why is not None:
+                        self._refuse(conn, why, wlock)
+                        return
+                else:
+                    msg = reader.read_head(idle, self.head_timeout)
                 if msg is None or not msg.method:
                     return
                 if first and msg.method in _ACKS:  # nothing to acknowledge before a request
@@ -220,24 +228,26 @@ class RPCServer:
                 if answered and self._delivered is not None:
                     self._delivered(answered)
                     answered = None
-                length = msg.content_length
+                length = len(msg.body) if frame else msg.content_length
                 descriptor = msg.headers.get(shm.SEGMENT_HEADER)
-                why, nonce, digest = self._verifier.verify_head(
-                    msg.headers.get(AUTH_HEADER),
-                    msg.method,
-                    msg.path,
-                    msg.headers.get(REQUEST_ID_HEADER, ""),
-                    msg.headers.get(IDENTITY_HEADER, ""),
-                    length,
-                    shm.signed_headers(msg.headers),
-                )
-                if why is not None:
-                    self._refuse(conn, why, wlock)
-                    return
+                if not frame:
+                    why, nonce, digest = self._verifier.verify_head(
+                        msg.headers.get(AUTH_HEADER),
+                        msg.method,
+                        msg.path,
+                        msg.headers.get(REQUEST_ID_HEADER, ""),
+                        msg.headers.get(IDENTITY_HEADER, ""),
+                        length,
+                        shm.signed_headers(msg.headers),
+                    )
+                    if why is not None:
+                        self._refuse(conn, why, wlock)
+                        return
                 first = False
                 idle = self.idle_timeout
                 if PIPELINE_HEADER in msg.headers:
                     pipelined = True  # from now on no request proves an earlier delivery
+                    framed = msg.headers[PIPELINE_HEADER] == frames.OFFER
                 rid = msg.headers.get(REQUEST_ID_HEADER) if pipelined else None
                 if rid is not None:
                     carried[rid] = None
@@ -276,7 +286,7 @@ class RPCServer:
                                 request_id=rid,
                             )  # fmt: skip
                         continue
-                else:
+                elif not frame:  # a frame's body came (and was checked) with its head
                     if length > len(reader.pending):  # else it is here already
                         reader.set_timeout(BODY_IDLE_TIMEOUT)
                     msg.body = reader.read_body(length)
@@ -292,13 +302,13 @@ class RPCServer:
                 else:
                     hold = lambda seg, p=peer: held.append((seg, p))  # noqa: E731
                 if isinstance(reply, Deferred):
-                    sender = _Sender(self, conn, wlock, peer, offered, hold, nonce, rid)
+                    sender = _Sender(self, conn, wlock, peer, offered, hold, nonce, rid, framed)
                     reply.start(sender.send)
                 else:
                     with wlock:
                         self.write_reply(
                             conn, reply, msg.keep_alive, peer, announce=offered, hold=hold,
-                            nonce=nonce, request_id=rid,
+                            nonce=nonce, request_id=rid, frame=framed,
                         )  # fmt: skip
                 reply = None  # sent: do not pin its buffers while the connection idles
                 if not pipelined:
@@ -344,11 +354,18 @@ class RPCServer:
         hold=None,
         nonce: str = "",
         request_id: str | None = None,
+        frame: bool = False,
     ) -> shm.Segment | None:
         """Send ``reply`` (the caller holds the connection's write lock); a large one to a
         local peer goes in a segment, and ``hold(segment)`` is called with it before
         anything is sent, so that the caller keeps it until the client acknowledges it.
-        ``request_id``: named in the reply (a pipelined connection)."""
+        ``request_id``: named in the reply (a pipelined connection); ``frame``: its client
+        reads binary frames, and a small reply goes as one (``rpc.frames``)."""
+        if frame and nonce and request_id is not None and keep_alive and not announce:
+            if not refused and frames.send_reply(
+                conn, self._verifier.keys, reply, nonce, request_id, local
+            ):
+                return None
         headers = {"Content-Type": reply.content_type}
         if request_id is not None:
             headers[REQUEST_ID_HEADER] = request_id
@@ -386,18 +403,21 @@ class _Sender:
     """Writes one deferred reply from the thread that made it; if that fails, the
     connection is ended (its own thread then sees it)."""
 
-    __slots__ = ("server", "conn", "lock", "peer", "offered", "hold", "nonce", "request_id")
+    __slots__ = (
+        "server", "conn", "lock", "peer", "offered", "hold", "nonce", "request_id", "frame"
+    )  # fmt: skip
 
-    def __init__(self, server, conn, lock, peer, offered, hold, nonce, request_id):
+    def __init__(self, server, conn, lock, peer, offered, hold, nonce, request_id, frame=False):
         self.server, self.conn, self.lock, self.peer = server, conn, lock, peer
         self.offered, self.hold, self.nonce, self.request_id = offered, hold, nonce, request_id
+        self.frame = frame
 
     def send(self, reply: Reply) -> None:
         try:
             with self.lock:
                 self.server.write_reply(
                     self.conn, reply, True, self.peer, announce=self.offered, hold=self.hold,
-                    nonce=self.nonce, request_id=self.request_id,
+                    nonce=self.nonce, request_id=self.request_id, frame=self.frame,
                 )  # fmt: skip
         except OSError:
             _shutdown(self.conn)

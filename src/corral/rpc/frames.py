@@ -1,0 +1,168 @@
+"""The binary frame of a pipelined connection: a small request or reply in one MAC.
+
+On a pipelined connection (``rpc.pipeline``) whose client offered it (``x-corral-pipeline:
+b1`` on its signed text requests), small requests and replies may travel as binary
+frames instead of HTTP heads with a body digest. A frame is::
+
+    kind      2 bytes   b"\\xc7\\x01" request, b"\\xc7\\x02" reply (0xC7 starts no HTTP line)
+    head_len  2 bytes   unsigned, big-endian
+    body_len  4 bytes   unsigned, big-endian, below SMALL_BODY
+    mac      32 bytes   HMAC-SHA256, see below
+    head     head_len bytes of UTF-8, fields separated by LF
+    body     body_len bytes (the wire frame of the payload or the reply envelope)
+
+A request's head is ``path, request id, target identity, nonce, timestamp``; its MAC, under
+the ``frame-request`` key, covers the first 8 bytes, the head and the body. A reply's head is
+``status, request id, content type``; its MAC, under the ``frame-reply`` key, covers the
+first 8 bytes, the head, the request's nonce (one length byte, then the nonce: it is not
+sent, the client knows it) and the body. So one MAC covers what the text head's signature
+and body digest covered together, and a reply is bound to its request.
+
+The server takes frames only on a connection that has carried a signed text request
+offering them, and checks the nonce and timestamp with the same replay guard as text
+heads. The frame's body is read before its MAC is checked: it is at most ``SMALL_BODY``
+bytes, on a connection that already proved the secret. Anything a frame cannot carry (a
+shared-memory header, a large body, a refusal) goes as a text head on the same connection.
+"""
+
+from __future__ import annotations
+
+import hmac
+import struct
+import time
+
+from corral.auth import RequestSigner, RequestVerifier, TrialKeys
+from corral.errors import AuthenticationError, ProtocolError
+from corral.rpc import shm
+from corral.rpc.http import IDENTITY_HEADER, PIPELINE_HEADER, REQUEST_ID_HEADER, Message
+
+#: the first byte of every frame (no HTTP method or status line starts with it)
+FRAME_BYTE = 0xC7
+REQUEST = b"\xc7\x01"
+REPLY = b"\xc7\x02"
+#: the ``x-corral-pipeline`` value of a client that sends and reads frames
+OFFER = "b1"
+#: a frame's body is below this (larger ones go with a text head)
+MAX_BODY = 64 * 1024
+_FIXED = struct.Struct("!2sHI")
+#: bytes before the head: kind, lengths, MAC
+HEAD_START = _FIXED.size + 32
+
+
+def request_frame(
+    signer: RequestSigner, path: str, request_id: str, identity: str, body: bytes
+) -> tuple[bytes, str]:
+    """A signed request frame for ``body`` (below ``MAX_BODY``), and its nonce."""
+    keys = signer.keys
+    nonce = signer.next_nonce()
+    head = f"{path}\n{request_id}\n{identity}\n{nonce}\n{time.time():.3f}".encode()
+    fixed = _FIXED.pack(REQUEST, len(head), len(body))
+    mac = keys.mac(keys.frame_request, fixed, head, body)
+    return b"".join((fixed, mac, head, body)), nonce
+
+
+def read_request(
+    reader, verifier: RequestVerifier, timeout: float
+) -> tuple[Message | None, str | None, str]:
+    """The next request frame from a ``SocketReader`` (its first byte is ``FRAME_BYTE``):
+    ``(message, None, nonce)``, or ``(None, why refused, "")``. Waits at most ``timeout``
+    for each part that is not here yet; ProtocolError for a malformed frame."""
+    if len(reader.pending) < _FIXED.size:
+        reader.set_timeout(timeout)
+        fixed = bytes(reader.read_body(_FIXED.size))
+        reader.pending[:0] = fixed  # put back: the frame is taken whole below
+    kind, head_len, body_len = _FIXED.unpack_from(reader.pending)
+    if kind != REQUEST:
+        raise ProtocolError(f"a frame of kind {bytes(kind)!r} where a request was due")
+    if body_len >= MAX_BODY:
+        raise ProtocolError(f"a request frame's body of {body_len} bytes (limit {MAX_BODY})")
+    start = HEAD_START + head_len
+    if len(reader.pending) < start + body_len:
+        reader.set_timeout(timeout)
+    frame = reader.read_body(start + body_len)  # usually all here already: one copy
+    head, body = bytes(frame[HEAD_START:start]), frame[start:]
+    keys = verifier.keys
+    if not hmac.compare_digest(
+        keys.mac(keys.frame_request, frame[: _FIXED.size], head, body),
+        frame[_FIXED.size : HEAD_START],
+    ):
+        return None, "wrong frame MAC (another trial's secret, or an altered frame)", ""
+    fields = head.decode("utf-8", "replace").split("\n")
+    if len(fields) != 5:
+        return None, "malformed frame head", ""
+    path, request_id, identity, nonce, ts = fields
+    why = verifier.guard.check(nonce, ts)
+    if why is not None:
+        return None, why, ""
+    headers = {REQUEST_ID_HEADER: request_id, IDENTITY_HEADER: identity, PIPELINE_HEADER: OFFER}
+    msg = Message("FRAME", headers, body)
+    msg.method, msg.path = "POST", path
+    return msg, None, nonce
+
+
+def send_reply(
+    conn, keys: TrialKeys, reply, nonce: str, request_id: str, local: int | None
+) -> bool:
+    """Send ``reply`` (an ``rpc.server.Reply``) as a frame if one can carry it: no
+    segment, a body below ``MAX_BODY``, no released segments to tell a local peer about.
+    False: nothing was sent, the caller sends a text head."""
+    if reply.segment is not None or (local is not None and shm.has_released(local)):
+        return False
+    parts = reply.parts
+    body = parts[0] if len(parts) == 1 and type(parts[0]) is bytes else b"".join(parts)
+    if len(body) >= MAX_BODY:
+        return False
+    head = f"{reply.status}\n{request_id}\n{reply.content_type}".encode()
+    fixed = _FIXED.pack(REPLY, len(head), len(body))
+    bound = nonce.encode()
+    mac = keys.mac(keys.frame_reply, fixed, head, bytes((len(bound),)), bound, body)
+    conn.sendall(b"".join((fixed, mac, head, body)))
+    return True
+
+
+def reply_size(buf: bytearray) -> int:
+    """Bytes of the reply frame at the start of ``buf`` (``HEAD_START`` of them at least
+    are there); ProtocolError if it is not one."""
+    kind, head_len, body_len = _FIXED.unpack_from(buf)
+    if kind != REPLY:
+        raise ProtocolError(f"a frame of kind {bytes(kind)!r} where a reply was due")
+    if body_len >= MAX_BODY:
+        raise ProtocolError(f"a reply frame's body of {body_len} bytes (limit {MAX_BODY})")
+    return HEAD_START + head_len + body_len
+
+
+def reply_message(frame: bytearray) -> Message:
+    """A whole reply frame as a Message, NOT yet verified (``check_reply`` does): its
+    request id says which request's nonce to check it with."""
+    head_len = _FIXED.unpack_from(frame)[1]
+    start = HEAD_START + head_len
+    fields = frame[HEAD_START:start].decode("utf-8", "replace").split("\n")
+    if len(fields) != 3:
+        raise ProtocolError("malformed reply frame head")
+    status, request_id, content_type = fields
+    msg = Message("FRAME", {"content-type": content_type, REQUEST_ID_HEADER: request_id})
+    msg.status = int(status) if status.isdigit() else 0
+    msg.body = frame[start:]
+    return msg
+
+
+def check_reply(keys: TrialKeys, address: str, frame: bytearray, nonce: str) -> None:
+    """Raise AuthenticationError unless the reply frame's MAC proves it was made by the
+    trial's worker for the request that carried ``nonce``."""
+    start = HEAD_START + _FIXED.unpack_from(frame)[1]
+    bound = nonce.encode()
+    want = keys.mac(
+        keys.frame_reply, frame[: _FIXED.size], frame[HEAD_START:start], bytes((len(bound),)),
+        bound, frame[start:],
+    )  # fmt: skip
+    if not hmac.compare_digest(want, frame[_FIXED.size : HEAD_START]):
+        raise AuthenticationError(
+            f"the peer at {address} sent a reply frame whose MAC is wrong: it is not this "
+            "trial's worker, the frame was altered on the way, or it answers another request"
+        )
+
+
+def open_reply(keys: TrialKeys, address: str, frame: bytearray, nonce: str) -> Message:
+    """``check_reply``, then ``reply_message``."""
+    check_reply(keys, address, frame, nonce)
+    return reply_message(frame)
