@@ -2,6 +2,11 @@
 
 GPU libraries expect calls in order on one thread, so every synchronous method runs on the
 single engine thread. Coroutine methods run on the worker's event loop thread.
+
+When it has nothing queued, the engine thread may wait on a connection's socket as well
+(``EngineThread.park``): the RPC server lends it a one-request-at-a-time connection after
+an engine call, and the next call on it is read, run and answered there, with no hand-off
+between threads (``rpc/connection.py``). Anything queued meanwhile wakes it.
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ import _thread
 import importlib
 import os
 import re
+import select
 import sys
 import threading
 from _queue import Empty, SimpleQueue  # queue's own classes, without queue.py and heapq
@@ -152,7 +158,8 @@ class EngineThread:
     """One long-lived thread that runs calls in order; each caller waits on a plain lock.
 
     A lighter hand-off than ``ThreadPoolExecutor.submit().result()`` (no Future, no
-    Condition): this hop is on every engine call's path."""
+    Condition): this hop is on every engine call's path. While the thread waits on a
+    socket in ``park``, whoever queues work also writes to its wake-up pipe."""
 
     def __init__(self, name: str = "corral-engine_0"):
         self.name = name
@@ -160,6 +167,10 @@ class EngineThread:
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
         self._closed = False
+        self._parked = False  # in park(): work queued must also write to the wake-up pipe
+        self._wake_fds: tuple[int, int] | None = None  # made by the first park
+        self._poll = None
+        self._polled_fd = -1
 
     def _ensure(self) -> threading.Thread:
         if self._closed:
@@ -180,6 +191,8 @@ class EngineThread:
         done.acquire()
         box: list = [None, None]
         self._queue.put((fn, args, kwargs, done, box))
+        if self._parked:
+            self._wake()
         done.acquire()
         error = box[1]
         if error is not None:
@@ -192,6 +205,50 @@ class EngineThread:
         ``task.cancel()`` is called instead."""
         self._ensure()
         self._queue.put(task)
+        if self._parked:
+            self._wake()
+
+    def on_thread(self) -> bool:
+        """Is the caller the engine thread?"""
+        return self._thread is threading.current_thread()
+
+    def park(self, fd: int, timeout: float) -> bool:
+        """On the engine thread, with nothing queued: wait until ``fd`` is readable (True),
+        or until work is queued or ``timeout`` seconds pass (False)."""
+        if self._wake_fds is None:
+            self._wake_fds = os.pipe()
+            os.set_blocking(self._wake_fds[0], False)
+            os.set_blocking(self._wake_fds[1], False)
+            self._poll = select.poll()  # poll, not select: fds may be above 1023
+            self._poll.register(self._wake_fds[0], select.POLLIN)
+        if fd != self._polled_fd:  # poll(2) is stateless: a registration is only a number
+            if self._polled_fd >= 0:
+                self._poll.unregister(self._polled_fd)
+            self._poll.register(fd, select.POLLIN)
+            self._polled_fd = fd
+        self._parked = True
+        try:
+            if self._closed or not self._queue.empty():  # queued before _parked was set
+                return False
+            events = self._poll.poll(timeout * 1000.0)
+        finally:
+            self._parked = False
+        readable = False
+        for ready, _ in events:
+            if ready == fd:
+                readable = True
+            else:  # the wake-up pipe: drain it
+                try:
+                    os.read(ready, 512)
+                except BlockingIOError:
+                    pass
+        return readable and self._queue.empty()
+
+    def _wake(self) -> None:
+        try:
+            os.write(self._wake_fds[1], b"!")
+        except BlockingIOError:  # the pipe is full: it is woken already
+            pass
 
     def _serve(self) -> None:
         while True:
@@ -228,6 +285,8 @@ class EngineThread:
             elif item is not None:
                 item.cancel()
         self._queue.put(None)
+        if self._parked:
+            self._wake()
 
 
 class EngineHost:
@@ -239,6 +298,14 @@ class EngineHost:
 
     def _on_engine_thread(self, fn, *args, **kwargs) -> Any:
         return self._thread.run(fn, *args, **kwargs)
+
+    def on_engine_thread(self) -> bool:
+        """Is the caller the engine thread (serving a lent connection)?"""
+        return self._thread.on_thread()
+
+    def park(self, fd: int, timeout: float) -> bool:
+        """``EngineThread.park``: the engine thread waits on a lent connection's socket."""
+        return self._thread.park(fd, timeout)
 
     def _await(self, awaitable) -> Any:
         """Run a coroutine on the worker's event loop thread, started on first use."""
