@@ -114,8 +114,8 @@ def test_a_client_that_times_out_on_a_lent_connection_leaves_the_worker_serving(
     runtime,  # noqa: F811
 ):
     """A's call outlives A's timeout (A closes its connection); the engine thread finishes
-    it, finds the connection closed and gives it back: its thread ends, and calls on
-    other connections are served."""
+    it, finds the connection closed and gives it back: its thread ends; then calls on
+    other connections (and on a new one of A's) are served."""
     a, b = RPCClient(SECRET), RPCClient(SECRET)
     try:
         assert b.request(runtime.test_address, "/call", _call("noop")) is None
@@ -123,12 +123,12 @@ def test_a_client_that_times_out_on_a_lent_connection_leaves_the_worker_serving(
         before = _conn_threads()  # A's and B's (and any other test's still open)
         with pytest.raises(TimeoutError):
             a.request(runtime.test_address, "/call", _call("slow_thread_name", 0.5), timeout=0.1)
-        got = b.request(runtime.test_address, "/call", _call("thread_name"), timeout=GUARD)
-        assert got == ENGINE_THREAD
         deadline = time.monotonic() + GUARD
         while _conn_threads() >= before and time.monotonic() < deadline:
             time.sleep(0.02)
         assert _conn_threads() < before, "the timed-out connection's thread never ended"
+        got = b.request(runtime.test_address, "/call", _call("thread_name"), timeout=GUARD)
+        assert got == ENGINE_THREAD
         assert a.request(runtime.test_address, "/call", _call("echo", 7), timeout=GUARD) == 7
     finally:
         a.close()
