@@ -32,10 +32,6 @@ from corral.rpc.http import (
 )
 from corral.rpc.reply import Deferred, Reply
 
-TYPE_CHECKING = False  # typing's, without importing typing (a worker's start)
-if TYPE_CHECKING:
-    from corral.rpc.server import RPCServer
-
 _ACKS = ("ACK", "NAK")
 #: request ids a pipelined connection remembers for their ACK (the client ACKs at once)
 ACKABLE = 4096
@@ -50,7 +46,9 @@ class Connection:
     """The state of one connection between its messages. Its thread calls ``process`` for
     each message it reads; while it is lent, only the engine thread does."""
 
-    def __init__(self, server: RPCServer, sock: socket.socket, head: bytes = b""):
+    def __init__(self, server, sock: socket.socket, head: bytes = b""):
+        """``server``: the ``rpc.server.RPCServer`` it belongs to (its limits, its
+        signature checks, its handler and ``write_reply``)."""
         self.server = server
         self.sock = sock
         self.reader = SocketReader(sock, kernel_timeouts=True)
