@@ -35,7 +35,8 @@ from corral.rpc.reply import Deferred, Reply
 _ACKS = ("ACK", "NAK")
 #: request ids a pipelined connection remembers for their ACK (the client ACKs at once)
 ACKABLE = 4096
-#: how long the engine thread waits on a quiet lent connection before giving it back
+#: how long the engine thread waits on a quiet lent connection before giving it back (at
+#: most the server's ``idle_timeout``)
 PARK_SECONDS = 1.0
 #: the largest body the engine thread reads for a lent connection (larger: its own thread)
 LENT_BODY = 64 * 1024
@@ -172,13 +173,14 @@ class Connection:
     def serve_here(self, lease: Lease, park) -> None:
         """On the engine thread, right after it sent this connection's reply: serve its next
         lendable requests until the connection must go back to its own thread."""
+        quiet = min(PARK_SECONDS, self.idle)  # the connection's own idle limit still holds
         try:
             while not self.server.stopping:
                 msg = self._next_lendable()
                 if msg is _NOT_MINE:
                     break
                 if msg is None:  # nothing (whole) yet: wait for it, or for other work
-                    if not park(self.sock.fileno(), PARK_SECONDS) or not self._receive():
+                    if not park(self.sock.fileno(), quiet) or not self._receive():
                         break
                     continue
                 went_on = self.process(msg, lease)
@@ -205,7 +207,12 @@ class Connection:
             length = msg.content_length
         except ProtocolError:  # its own thread reads it again and answers 400
             return _NOT_MINE
-        if PIPELINE_HEADER in msg.headers or not self.server.lendable(msg) or length > LENT_BODY:
+        if (
+            PIPELINE_HEADER in msg.headers
+            or not msg.keep_alive
+            or length > LENT_BODY
+            or not self.server.lendable(msg)
+        ):
             return _NOT_MINE
         if shm.SEGMENT_HEADER not in msg.headers and len(pending) < end + 4 + length:
             return None
