@@ -180,3 +180,43 @@ def test_work_queued_while_the_engine_thread_is_parked_on_a_socket_wakes_it():
         engine.close()
         quiet.close()
         other.close()
+
+
+def test_a_duplicate_read_by_the_engine_thread_while_its_first_attempt_runs_gets_its_reply(
+    runtime,  # noqa: F811
+    readers,
+):
+    """Request R (a coroutine method, 1 s) runs for connection C; the same R arrives on a
+    connection lent to the engine thread. The engine thread must not wait for R itself
+    (``ResultCache.begin(wait=False)``): R's reply is waited for on the pool and sent."""
+    from corral.rpc.protocol import new_request_id
+
+    rid = new_request_id()
+    c, lent = RPCClient(SECRET), RPCClient(SECRET)
+    first: list = []
+    try:
+        worker = threading.Thread(
+            target=lambda: first.append(
+                c.request(
+                    runtime.test_address,
+                    "/call",
+                    _call("async_echo", "R's value", 1.0),
+                    request_id=rid,
+                    timeout=GUARD,
+                )  # fmt: skip
+            )
+        )
+        worker.start()
+        time.sleep(0.3)  # R runs now (on the event loop)
+        assert lent.request(runtime.test_address, "/call", _call("noop")) is None  # lent now
+        readers.clear()
+        again = lent.request(
+            runtime.test_address, "/call", _call("async_echo", "R's value", 1.0),
+            request_id=rid, timeout=GUARD,
+        )  # fmt: skip
+        worker.join(GUARD)
+        assert first == ["R's value"] and again == "R's value"
+        assert readers == [ENGINE_THREAD]  # the duplicate was read on the engine thread
+    finally:
+        c.close()
+        lent.close()
