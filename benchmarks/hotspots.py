@@ -143,15 +143,26 @@ def _inline_hop() -> None:
             return fn(*args, **kwargs)
 
     def submit(self, task) -> None:  # a /call's reply task (worker/replies.py), run here
+        lease, task.lease = task.lease, None  # no lent connection: its thread reads on
         with lock:
             task.run()
+        if lease is not None:
+            lease.give_back()
 
     engines.EngineHost._on_engine_thread = on_engine_thread
     engines.EngineHost.submit = submit
 
 
+def _no_lending() -> None:
+    """The connection's thread reads every request and hands each engine call to the engine
+    thread (corral before lent connections, ``rpc/connection.py``): the hop's cost."""
+    from corral.worker import runtime
+
+    runtime.WorkerRuntime._lendable = lambda self, msg: False
+
+
 # Worker-only changes to the engine-thread hop, tried by ``ab-noop``.
-HOPS: dict[str, Callable[[], None]] = {"inline": _inline_hop}
+HOPS: dict[str, Callable[[], None]] = {"inline": _inline_hop, "no-lending": _no_lending}
 
 
 def apply_patch(name: str | None) -> None:

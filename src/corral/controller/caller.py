@@ -11,8 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -119,19 +118,6 @@ class Caller:
         self.stats = stats
         """Engine-call figures per role (``corral.observe.call_stats.CallStats``), or None."""
 
-    @contextmanager
-    def measured(self, worker: Worker, path: str, method: str | None = None) -> Iterator[None]:
-        """Count an engine call (``/call``) in ``stats``: in flight, then its time and outcome."""
-        if self.stats is None or path != "/call":
-            yield
-            return
-        started, ok = self.stats.begin(worker), False
-        try:
-            yield
-            ok = True
-        finally:
-            self.stats.end(worker, started, ok, method)
-
     def settle(
         self,
         worker: Worker,
@@ -165,8 +151,19 @@ class Caller:
         retry_delay: float = 0.0,
         method: str | None = None,
     ) -> Any:
-        with self.measured(worker, path, method):
+        """A blocking call; a ``/call`` is counted in ``stats`` (in flight, then its time
+        and outcome). No context manager: a generator's enter and exit cost more than the
+        statistics themselves on every blocking engine call."""
+        stats = self.stats if path == "/call" else None
+        if stats is None:
             return self._call(worker, path, payload, timeout, retries, retry_delay)
+        started, ok = stats.begin(worker), False
+        try:
+            result = self._call(worker, path, payload, timeout, retries, retry_delay)
+            ok = True
+            return result
+        finally:
+            stats.end(worker, started, ok, method)
 
     async def acall(
         self,

@@ -15,6 +15,9 @@ peer address, the oldest dropped for a new one); an ``ACK``/``NAK`` line before 
 signed request closes the connection; at most ``max_connections`` are served in all (an
 authenticated connection may idle ``idle_timeout`` between requests), and when the process
 runs out of file descriptors the gate backs off and keeps accepting.
+
+What one message on a connection does, and how a one-request-at-a-time connection is lent
+to the engine thread between engine calls: ``corral.rpc.connection``.
 """
 
 from __future__ import annotations
@@ -22,27 +25,24 @@ from __future__ import annotations
 import os
 import socket
 import threading
-from collections import OrderedDict
 from collections.abc import Callable
 
 from corral.auth import AUTH_HEADER, RequestVerifier, TrialKeys
 from corral.errors import ProtocolError
 from corral.rpc import frames, shm
+from corral.rpc.connection import Connection, shutdown
 from corral.rpc.gate import HeadGate, warn
 from corral.rpc.http import (
     IDENTITY_HEADER,
-    PIPELINE_HEADER,
     REASONS,
     REQUEST_ID_HEADER,
     Message,
-    SocketReader,
     send_message,
     tune_socket,
 )
+from corral.rpc.reply import Deferred, Reply
 
-TYPE_CHECKING = False  # typing's, without importing typing (a worker's start)
-if TYPE_CHECKING:
-    from typing import Any
+__all__ = ["Deferred", "RPCServer", "Reply"]
 
 DEFAULT_MAX_BODY = 8 * 1024**3
 HEAD_TIMEOUT = 10.0
@@ -50,48 +50,14 @@ IDLE_TIMEOUT = 300.0
 BODY_IDLE_TIMEOUT = 60.0
 MAX_CONNECTIONS = 512
 MAX_UNAUTHENTICATED = 64
-_ACKS = ("ACK", "NAK")
 _STATUS_LINES = {code: f"HTTP/1.1 {code} {reason}" for code, reason in REASONS.items()}
-#: request ids a pipelined connection remembers for their ACK (the client ACKs at once)
-ACKABLE = 4096
-
-
-class Reply:
-    """A reply's status, body parts and content type. ``segment``: a prebuilt
-    shared-memory copy of ``parts`` (sent instead when the peer is local). A plain class,
-    not a dataclass: a worker's start does not import ``dataclasses`` (and ``inspect``)."""
-
-    __slots__ = ("status", "parts", "content_type", "segment")
-
-    def __init__(
-        self,
-        status: int = 200,
-        parts: list | None = None,
-        content_type: str = "application/x-corral-frame",
-        segment: Any = None,
-    ):
-        self.status = status
-        self.parts = [] if parts is None else parts
-        self.content_type = content_type
-        self.segment = segment
-
-    def __repr__(self) -> str:
-        return f"Reply({self.status}, {len(self.parts)} part(s), {self.content_type!r})"
-
-
-class Deferred:
-    """A reply made on another thread: the handler returns it, the server calls
-    ``start(send)`` and goes on reading the connection; ``send(reply)`` is then called
-    exactly once, on that other thread, and writes the reply (under the connection's write
-    lock). Only for keep-alive requests."""
-
-    __slots__ = ("start",)
-
-    def __init__(self, start: Callable[[Callable[[Reply], None]], None]):
-        self.start = start
 
 
 Handler = Callable[[Message], "Reply | Deferred"]
+
+
+def _never(_msg: Message) -> bool:
+    return False
 
 
 class RPCServer:
@@ -111,14 +77,19 @@ class RPCServer:
         idle_timeout: float = IDLE_TIMEOUT,
         max_connections: int = MAX_CONNECTIONS,
         max_unauthenticated: int = MAX_UNAUTHENTICATED,
+        lendable: Callable[[Message], bool] | None = None,
     ):
         """``delivered(request_id)`` is called when the client sends its next request on
-        the same connection: proof that it read the whole reply to that one."""
+        the same connection: proof that it read the whole reply to that one.
+        ``lendable(msg)``: may the engine thread holding a lent connection read, check and
+        handle this request itself (``rpc.connection``)? Default: none."""
         self._verifier = RequestVerifier(TrialKeys(secret))
         self.identity = identity
         self._delivered = delivered
-        self._handler = handler
-        self._max_body = max_body
+        self.handler = handler
+        self.max_body = max_body
+        self.body_idle_timeout = BODY_IDLE_TIMEOUT
+        self.lendable = lendable or _never
         self.head_timeout = head_timeout
         self.idle_timeout = idle_timeout
         self.max_connections = max_connections
@@ -154,7 +125,7 @@ class RPCServer:
         self._sock.close()
         with self._lock:
             for conn in list(self._conns):
-                _shutdown(conn)
+                shutdown(conn)
 
     # -------------------------------------------------------------- accepting
     def _admit(self, conn: socket.socket, head: bytes, _peer: str) -> None:
@@ -181,143 +152,34 @@ class RPCServer:
             self._conns.discard(conn)
 
     def _serve(self, conn: socket.socket, head: bytes = b"") -> None:
-        reader = SocketReader(conn, kernel_timeouts=True)
-        reader.pending += head  # the first head, read by the gate
-        answered: str | None = None
-        held: list = []  # a reply's segment, kept until the client has mapped it
-        held_by_id: dict[str, tuple] = {}  # the same on a pipelined connection
-        carried: OrderedDict[str, None] = OrderedDict()  # signed requests an ACK may name
-        pipelined = False
-        framed = False  # the client offered binary frames (``rpc.frames``)
-        wlock = threading.Lock()  # one reply at a time on the socket
-        peer: int | None = None  # the client's pid once it offered shared memory
-        idle = self.head_timeout  # a new connection must send its first head promptly
-        first = True
+        c = Connection(self, conn, head)
         try:
             while not self.stopping:
-                frame = framed and reader.peek(idle) == frames.FRAME_BYTE
-                if frame:  # verified whole (one MAC over head and body) and replay-checked
-                    msg, why, nonce = frames.read_request(reader, self._verifier, self.head_timeout)
-                    if why is not None:
-                        self._refuse(conn, why, wlock)
-                        return
-                else:
-                    msg = reader.read_head(idle, self.head_timeout)
-                if msg is None or not msg.method:
-                    return
-                if first and msg.method in _ACKS:  # nothing to acknowledge before a request
-                    self._refuse(conn, "ACK/NAK before any signed request", wlock)
-                    return
-                acked = msg.headers.get(REQUEST_ID_HEADER) if msg.method in _ACKS else None
-                if acked is not None:  # pipelined: the client read (or not) that reply
-                    if carried.pop(acked, 0) is None:  # only a request this connection carried
-                        self._acknowledged(msg.method, acked, held_by_id)
-                        if msg.method == "NAK":  # it cannot map our segments: stop sending them
-                            peer = None
-                    continue
-                if msg.method in _ACKS:  # the client mapped (or failed to map) it
-                    if msg.method == "ACK" and answered and self._delivered is not None:
-                        self._delivered(answered)  # proof it has the whole reply
-                    if msg.method == "NAK":  # it will ask again with the same id
-                        for seg, owner in held:
-                            shm.POOL.returned([seg.name], owner)
-                        peer = None  # and it cannot map our segments: stop sending them
-                    answered = None
-                    held.clear()
-                    continue
-                if answered and self._delivered is not None:
-                    self._delivered(answered)
-                    answered = None
-                length = len(msg.body) if frame else msg.content_length
-                descriptor = msg.headers.get(shm.SEGMENT_HEADER)
-                if not frame:
-                    why, nonce, digest = self._verifier.verify_head(
-                        msg.headers.get(AUTH_HEADER),
-                        msg.method,
-                        msg.path,
-                        msg.headers.get(REQUEST_ID_HEADER, ""),
-                        msg.headers.get(IDENTITY_HEADER, ""),
-                        length,
-                        shm.signed_headers(msg.headers),
+                nonce = None
+                if c.framed and c.reader.peek(c.idle) == frames.FRAME_BYTE:
+                    # verified whole (one MAC over head and body) and replay-checked
+                    msg, why, nonce = frames.read_request(
+                        c.reader, self._verifier, self.head_timeout
                     )
                     if why is not None:
-                        self._refuse(conn, why, wlock)
+                        self.refuse(conn, why, c.wlock)
                         return
-                first = False
-                idle = self.idle_timeout
-                if PIPELINE_HEADER in msg.headers:
-                    pipelined = True  # from now on no request proves an earlier delivery
-                    framed = msg.headers[PIPELINE_HEADER] == frames.OFFER
-                rid = msg.headers.get(REQUEST_ID_HEADER) if pipelined else None
-                if rid is not None:
-                    carried[rid] = None
-                    if len(carried) > ACKABLE:  # small replies are never ACKed: forget them
-                        carried.popitem(last=False)
-                wanted = msg.headers.get(IDENTITY_HEADER)
-                if wanted and self.identity and wanted != self.identity:
-                    text = f"this is {self.identity}, not {wanted}: the address is stale"
-                    with wlock:
-                        self.write_reply(
-                            conn, Reply(409, [text.encode()], "text/plain"), False,
-                            nonce=nonce, request_id=rid,
-                        )  # fmt: skip
+                else:
+                    msg = c.reader.read_head(c.idle, self.head_timeout)
+                if msg is None or not msg.method:
                     return
-                if length > self._max_body:
-                    text = f"body over {self._max_body} bytes".encode()
-                    with wlock:
-                        self.write_reply(
-                            conn, Reply(413, [text], "text/plain"), False, nonce=nonce,
-                            request_id=rid,
-                        )  # fmt: skip
+                went_on = c.process(msg, frame_nonce=nonce)
+                if not went_on:
                     return
-                offered = shm.OFFER_HEADER in msg.headers
-                if offered:
-                    peer = local_peer(msg)
-                if peer is not None and shm.RELEASED_HEADER in msg.headers:
-                    shm.take_released(msg.headers[shm.RELEASED_HEADER], peer)
-                if descriptor is not None:  # same host, 0600 memfd; the descriptor is signed
-                    try:
-                        msg.body = shm.open_segment(descriptor, self._max_body)
-                    except ProtocolError as exc:
-                        refused = Reply(400, [str(exc).encode()], "text/plain")
-                        with wlock:
-                            self.write_reply(
-                                conn, refused, msg.keep_alive, refused=True, nonce=nonce,
-                                request_id=rid,
-                            )  # fmt: skip
-                        continue
-                elif not frame:  # a frame's body came (and was checked) with its head
-                    if length > len(reader.pending):  # else it is here already
-                        reader.set_timeout(BODY_IDLE_TIMEOUT)
-                    msg.body = reader.read_body(length)
-                    if not self._verifier.keys.body_matches(digest, msg.body):
-                        self._refuse(conn, "body does not match its signed digest", wlock)
+                if went_on is not True:  # lent to the engine thread: wait until it is back
+                    went_on.wait()
+                    if went_on.ended:
                         return
-                msg.peer = peer
-                reply = self._handler(msg)
-                msg.body = bytearray()
-                # a segment is held before its reply is sent: the client's ACK may come at once
-                if rid is not None:
-                    hold = lambda seg, p=peer, r=rid: held_by_id.__setitem__(r, (seg, p))  # noqa: E731
-                else:
-                    hold = lambda seg, p=peer: held.append((seg, p))  # noqa: E731
-                if isinstance(reply, Deferred):
-                    sender = _Sender(self, conn, wlock, peer, offered, hold, nonce, rid, framed)
-                    reply.start(sender.send)
-                else:
-                    with wlock:
-                        self.write_reply(
-                            conn, reply, msg.keep_alive, peer, announce=offered, hold=hold,
-                            nonce=nonce, request_id=rid, frame=framed,
-                        )  # fmt: skip
-                reply = None  # sent: do not pin its buffers while the connection idles
-                if not pipelined:
-                    answered = msg.headers.get(REQUEST_ID_HEADER)
-                if not msg.keep_alive:
-                    return
+                    if went_on.error is not None:
+                        raise went_on.error
         except ProtocolError as exc:
             try:
-                with wlock:
+                with c.wlock:
                     self.write_reply(conn, Reply(400, [str(exc).encode()], "text/plain"), False)
             except OSError:
                 pass
@@ -327,12 +189,34 @@ class RPCServer:
             self._forget(conn)
             conn.close()
 
-    def _refuse(self, conn: socket.socket, why: str, wlock: threading.Lock) -> None:
+    # what a Connection asks of its server ------------------------------------
+    def verify_head(self, msg: Message, length: int) -> tuple:
+        """``RequestVerifier.verify_head`` of a request: (why refused or None, nonce, body
+        digest)."""
+        return self._verifier.verify_head(
+            msg.headers.get(AUTH_HEADER),
+            msg.method,
+            msg.path,
+            msg.headers.get(REQUEST_ID_HEADER, ""),
+            msg.headers.get(IDENTITY_HEADER, ""),
+            length,
+            shm.signed_headers(msg.headers),
+        )
+
+    def body_matches(self, digest: str, body) -> bool:
+        return self._verifier.keys.body_matches(digest, body)
+
+    def delivered(self, request_id: str) -> None:
+        """The client has the whole reply to ``request_id``."""
+        if self._delivered is not None:
+            self._delivered(request_id)
+
+    def refuse(self, conn: socket.socket, why: str, wlock: threading.Lock) -> None:
         text = f"request not authenticated ({why}); sign it with the trial secret"
         with wlock:
             self.write_reply(conn, Reply(401, [text.encode()], "text/plain"), False)
 
-    def _acknowledged(self, method: str, request_id: str, held_by_id: dict) -> None:
+    def acknowledged(self, method: str, request_id: str, held_by_id: dict) -> None:
         """A pipelined client's ``ACK``/``NAK`` for the reply to ``request_id``: ACK proves
         it has the whole reply (and the segment, if any, may be reused); NAK returns the
         segment (the client will ask again with the same id)."""
@@ -397,45 +281,3 @@ class RPCServer:
             )
         send_message(conn, status_line, headers, parts)
         return segment
-
-
-class _Sender:
-    """Writes one deferred reply from the thread that made it; if that fails, the
-    connection is ended (its own thread then sees it)."""
-
-    __slots__ = (
-        "server", "conn", "lock", "peer", "offered", "hold", "nonce", "request_id", "frame"
-    )  # fmt: skip
-
-    def __init__(self, server, conn, lock, peer, offered, hold, nonce, request_id, frame=False):
-        self.server, self.conn, self.lock, self.peer = server, conn, lock, peer
-        self.offered, self.hold, self.nonce, self.request_id = offered, hold, nonce, request_id
-        self.frame = frame
-
-    def send(self, reply: Reply) -> None:
-        try:
-            with self.lock:
-                self.server.write_reply(
-                    self.conn, reply, True, self.peer, announce=self.offered, hold=self.hold,
-                    nonce=self.nonce, request_id=self.request_id, frame=self.frame,
-                )  # fmt: skip
-        except OSError:
-            _shutdown(self.conn)
-
-
-def local_peer(msg: Message) -> int | None:
-    """The client's pid if it offered shared memory and runs on this host, else None."""
-    offer = msg.headers.get(shm.OFFER_HEADER)
-    if not offer:
-        return None
-    token, _, pid = offer.partition(" ")
-    if token != shm.host_token() or not token or not pid.isdigit():
-        return None
-    return int(pid)
-
-
-def _shutdown(conn: socket.socket) -> None:
-    try:
-        conn.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass

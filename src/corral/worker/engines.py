@@ -2,17 +2,17 @@
 
 GPU libraries expect calls in order on one thread, so every synchronous method runs on the
 single engine thread. Coroutine methods run on the worker's event loop thread.
+
+The thread itself, and how it also waits on a connection lent to it: ``worker/engine_thread.py``.
 """
 
 from __future__ import annotations
 
-import _thread
 import importlib
 import os
 import re
 import sys
 import threading
-from _queue import Empty, SimpleQueue  # queue's own classes, without queue.py and heapq
 
 from corral.errors import (
     EngineCallError,
@@ -21,7 +21,10 @@ from corral.errors import (
     EngineNotFoundError,
 )
 from corral.worker import broadcast as _bcast
+from corral.worker.engine_thread import EngineThread
 from corral.worker.env import ENGINE_ALLOW
+
+__all__ = ["EngineHost", "EngineThread"]
 
 TYPE_CHECKING = False  # typing's, without importing typing (a worker's start)
 if TYPE_CHECKING:
@@ -148,88 +151,6 @@ def check_engine_factory(path: str, factory: Any) -> None:
         )
 
 
-class EngineThread:
-    """One long-lived thread that runs calls in order; each caller waits on a plain lock.
-
-    A lighter hand-off than ``ThreadPoolExecutor.submit().result()`` (no Future, no
-    Condition): this hop is on every engine call's path."""
-
-    def __init__(self, name: str = "corral-engine_0"):
-        self.name = name
-        self._queue: SimpleQueue = SimpleQueue()
-        self._thread: threading.Thread | None = None
-        self._start_lock = threading.Lock()
-        self._closed = False
-
-    def _ensure(self) -> threading.Thread:
-        if self._closed:
-            raise RuntimeError("the engine thread is shut down (the worker is stopping)")
-        if self._thread is None:
-            with self._start_lock:
-                if self._thread is None:
-                    thread = threading.Thread(target=self._serve, name=self.name, daemon=True)
-                    thread.start()
-                    self._thread = thread
-        return self._thread
-
-    def run(self, fn, *args, **kwargs) -> Any:
-        """Run ``fn`` on the engine thread and return its result (raise its exception)."""
-        if self._ensure() is threading.current_thread():
-            return fn(*args, **kwargs)  # already there (an engine calling back in)
-        done = _thread.allocate_lock()
-        done.acquire()
-        box: list = [None, None]
-        self._queue.put((fn, args, kwargs, done, box))
-        done.acquire()
-        error = box[1]
-        if error is not None:
-            box.clear()
-            raise error
-        return box[0]
-
-    def submit(self, task: Any) -> None:
-        """Queue ``task.run()`` without waiting; if the thread shuts down before it runs,
-        ``task.cancel()`` is called instead."""
-        self._ensure()
-        self._queue.put(task)
-
-    def _serve(self) -> None:
-        while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            if not isinstance(item, tuple):
-                try:
-                    item.run()
-                except BaseException:  # a task reports its own errors; never end the thread
-                    pass
-                del item
-                continue
-            fn, args, kwargs, done, box = item
-            try:
-                box[0] = fn(*args, **kwargs)
-            except BaseException as exc:  # handed to the caller, raised there
-                box[1] = exc
-            finally:
-                done.release()
-            del item, fn, args, kwargs, done, box
-
-    def close(self) -> None:
-        """Refuse new calls; calls still queued fail; the thread ends after its current one."""
-        self._closed = True
-        while True:
-            try:
-                item = self._queue.get_nowait()
-            except Empty:
-                break
-            if isinstance(item, tuple):
-                item[4][1] = RuntimeError("the engine thread is shut down (the worker is stopping)")
-                item[3].release()
-            elif item is not None:
-                item.cancel()
-        self._queue.put(None)
-
-
 class EngineHost:
     def __init__(self) -> None:
         self.engines: dict[str, Any] = {}
@@ -239,6 +160,14 @@ class EngineHost:
 
     def _on_engine_thread(self, fn, *args, **kwargs) -> Any:
         return self._thread.run(fn, *args, **kwargs)
+
+    def on_engine_thread(self) -> bool:
+        """Is the caller the engine thread (serving a lent connection)?"""
+        return self._thread.on_thread()
+
+    def park(self, fd: int, timeout: float) -> bool:
+        """``EngineThread.park``: the engine thread waits on a lent connection's socket."""
+        return self._thread.park(fd, timeout)
 
     def _await(self, awaitable) -> Any:
         """Run a coroutine on the worker's event loop thread, started on first use."""

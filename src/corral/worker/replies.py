@@ -14,22 +14,35 @@ def uses_refs(payload: dict) -> bool:
 
 
 class EngineCallReply:
-    """A synchronous engine call queued on the engine thread; it replies itself."""
+    """A synchronous engine call queued on the engine thread; it replies itself, then (on a
+    one-request-at-a-time connection) serves that connection's next request there too."""
 
-    __slots__ = ("finish", "request_id", "fn", "send")
+    __slots__ = ("finish", "request_id", "fn", "send", "lease", "park")
 
-    def __init__(self, finish, request_id: str | None, fn, send):
+    def __init__(self, finish, request_id: str | None, fn, send, lease=None, park=None):
         """``finish(request_id, reply)``: the runtime's result cache takes the reply and
-        gives it back; ``send``: the reply goes to the connection."""
+        gives it back; ``send``: the reply goes to the connection. ``lease``: the
+        connection lent to the engine thread (``rpc.connection.Lease``), or None;
+        ``park``: ``EngineHost.park``, how the engine thread waits on it."""
         self.finish, self.request_id, self.fn, self.send = finish, request_id, fn, send
+        self.lease, self.park = lease, park
 
     def run(self) -> None:
         try:
-            reply = ok(self.fn())
-        except Exception as exc:
-            reply = failure(500, exc)
-        self.send(self.finish(self.request_id, reply))
+            try:
+                reply = ok(self.fn())
+            except Exception as exc:
+                reply = failure(500, exc)
+            self.send(self.finish(self.request_id, reply))
+        except BaseException:
+            if self.lease is not None:  # never leave the connection's thread waiting
+                self.lease.give_back()
+            raise
+        if self.lease is not None:
+            self.lease.serve_here(self.park)
 
     def cancel(self) -> None:
         stopping = CorralError("the worker is stopping; the call did not run")
         self.send(self.finish(self.request_id, failure(503, stopping)))
+        if self.lease is not None:
+            self.lease.give_back()

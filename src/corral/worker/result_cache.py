@@ -14,6 +14,7 @@ RESULT_CACHE_ENTRIES = 256
 RESULT_CACHE_BYTES = 128 << 20
 LARGE_REPLY_BYTES = 1 << 20
 DELIVERED_IDS = 4096
+BUSY = object()  # ``begin(..., wait=False)``: the same request id is running now
 
 
 class ResultCache:
@@ -31,8 +32,9 @@ class ResultCache:
         self._bytes = 0
         self._lock = threading.Lock()
 
-    def begin(self, request_id: str) -> Reply | None:
-        """None if the caller should run the request; else the earlier reply."""
+    def begin(self, request_id: str, wait: bool = True) -> Reply | object | None:
+        """None if the caller should run the request; else the earlier reply. A duplicate
+        of a request still running waits for it, or (``wait=False``) gets ``BUSY``."""
         while True:
             with self._lock:
                 if request_id in self._done:
@@ -49,6 +51,8 @@ class ResultCache:
                     # no Event until a duplicate has to wait for it (rare; saves one per call)
                     self._running[request_id] = None
                     return None
+                if not wait:
+                    return BUSY
                 event = self._running[request_id]
                 if event is None:
                     event = self._running[request_id] = threading.Event()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import sys
 import threading
 import time
@@ -26,13 +25,13 @@ from corral.worker.engines import EngineHost
 from corral.worker.env import WorkerSettings, advertise_host, node_name, read_secret
 from corral.worker.group_side import LazyGroupMember
 from corral.worker.latch import StopLatch
+from corral.worker.ports import reserve_ports
 from corral.worker.replies import EngineCallReply, uses_refs
-from corral.worker.result_cache import ResultCache
+from corral.worker.result_cache import BUSY, ResultCache
 
 #: threads for the requests of pipelined connections that are not plain engine calls (as
 #: many as a client used to have connections open to one worker, and then some)
 SLOW_THREADS = 32
-_PR_SET_PDEATHSIG = 1
 
 
 class Route:
@@ -82,6 +81,7 @@ class WorkerRuntime:
                 port=port,
                 identity=f"{settings.worker_id}#{self.generation}",
                 delivered=self.cache.delivered,
+                lendable=self._lendable,
             )
         except OSError as exc:
             raise SystemExit(
@@ -151,7 +151,7 @@ class WorkerRuntime:
             self.data.get()  # engine code may keep values (corral.data.keep)
         for name, path in self.settings.engines.items():
             self.engines.create(name, path, [], {})
-        self.worker_ports = _reserve_ports(max(self.settings.port_count - 1, 1))
+        self.worker_ports = reserve_ports(max(self.settings.port_count - 1, 1))
         self.server.start()
         s = self.settings
         info = {
@@ -233,8 +233,14 @@ class WorkerRuntime:
         if refs:
             payload = {**payload, "_refs": refs}
         request_id = msg.headers.get(REQUEST_ID_HEADER)
+        # on the engine thread (a lent connection) nothing may wait for the engine thread
+        here = self.engines.on_engine_thread()
         if request_id:
-            cached = self.cache.begin(request_id)
+            cached = self.cache.begin(request_id, wait=not here)
+            if cached is BUSY:  # its first attempt is queued behind us: wait elsewhere
+                return Deferred(
+                    lambda send: self._slow.submit(self._answer_later, request_id, send)
+                )
             if cached is not None:
                 return cached
         try:
@@ -242,11 +248,14 @@ class WorkerRuntime:
                 run = None if uses_refs(payload) else self._prepare_call(payload)
                 if run is not None:  # a synchronous method: reply from the engine thread
                     return Deferred(
-                        lambda send: self.engines.submit(
-                            EngineCallReply(self._finish, request_id, run, send)
-                        )
+                        lambda send, lease: self.engines.submit(
+                            EngineCallReply(
+                                self._finish, request_id, run, send, lease, self.engines.park
+                            )
+                        ),
+                        lends=True,
                     )
-            if PIPELINE_HEADER in msg.headers and msg.keep_alive and not route.inline:
+            if (here or PIPELINE_HEADER in msg.headers) and msg.keep_alive and not route.inline:
                 return Deferred(  # the next request must not wait
                     lambda send: self._slow.submit(
                         self._run_and_send, request_id, route.fn, payload, send
@@ -256,6 +265,20 @@ class WorkerRuntime:
         except Exception as exc:
             reply = failure(500, exc)
         return self._finish(request_id, reply)
+
+    def _lendable(self, msg: Message) -> bool:
+        """A request the engine thread may read and handle on a connection lent to it."""
+        route = self._routes.get((msg.method, msg.path))
+        return route is not None and route.engine_call
+
+    def _answer_later(self, request_id: str, send) -> None:
+        """A retry met on the engine thread while its first attempt runs: its reply,
+        waited for on the pool (one forgotten meanwhile is not run again here)."""
+        reply = self.cache.begin(request_id)
+        if reply is None:
+            gone = ProtocolError(f"request {request_id} is gone; send a new request id")
+            reply = self._finish(request_id, failure(410, gone))
+        send(reply)
 
     def _finish(self, request_id: str | None, reply: Reply) -> Reply:
         if request_id:
@@ -359,36 +382,6 @@ class WorkerRuntime:
         self._on_shutdown()
 
 
-def _reserve_ports(count: int) -> list[int]:
-    """Ports picked by the kernel on this host, released for the engines to bind."""
-    socks = []
-    try:
-        for _ in range(count):
-            sock = socket.socket()
-            sock.bind(("", 0))
-            socks.append(sock)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for sock in socks:
-            sock.close()
-
-
-def die_with_parent() -> str | None:
-    """Ask the kernel to SIGTERM this process when its parent dies (Linux only). Returns
-    why the worker must stop now (its parent is already gone), else None."""
-    import ctypes  # here: a worker that is not asked to die with its parent never loads it
-
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-    except (OSError, AttributeError):
-        return None
-    expected = os.environ.get("CORRAL_PARENT_PID")
-    if expected and os.getppid() != int(expected):
-        return f"parent {expected} is already gone"
-    return None
-
-
 def main(argv: list[str] | None = None) -> None:
     """Run a worker. ``argv``: the command-line contract of corral.worker.args (AReaL's
     arguments; ``--port`` picks the port to serve on)."""
@@ -428,7 +421,12 @@ def main(argv: list[str] | None = None) -> None:
 
     runtime.start()
     # after registering (it loads ctypes): a parent that died before is caught by its pid
-    orphaned = die_with_parent() if settings.die_with_parent else None
+    if settings.die_with_parent:
+        from corral.worker.parent_death import die_with_parent
+
+        orphaned = die_with_parent()
+    else:
+        orphaned = None
     if orphaned:
         lost(orphaned)
     threading.Thread(

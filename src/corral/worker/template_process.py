@@ -118,7 +118,7 @@ def template_main() -> None:
     """``python -m corral.worker.fork_template``: import the worker, then serve forks."""
     sock = socket.socket(fileno=int(os.environ.pop("CORRAL_TEMPLATE_FD")))
     import corral.worker.runtime  # noqa: F401  (what every child needs, imported once)
-    from corral.worker.runtime import die_with_parent
+    from corral.worker.parent_death import die_with_parent
 
     orphaned = die_with_parent()  # the template dies with its worker (and so its children)
     if orphaned:

@@ -1,0 +1,312 @@
+"""One authenticated connection of the worker's RPC server: what it remembers between
+requests, what one message does (``Connection.process``), and the lease by which the engine
+thread serves a one-request-at-a-time connection's next engine call itself.
+
+The lease: a synchronous engine call's reply is made on the engine thread
+(``rpc.server.Deferred`` with ``lends``). On a connection that is not pipelined, the client
+sends nothing before it has that reply, so instead of its own thread waiting in ``recv``
+for the next request (and handing it to the engine thread, a wake-up and a GIL hand-over
+per call), the connection is lent to the engine thread: after the reply, while nothing else
+is queued for it, the engine thread waits on the socket (``EngineThread.park``) and reads,
+checks, runs and answers the next ``lendable`` request there. It gives the connection back
+(and the connection's thread reads on) when work is queued from elsewhere, when the next
+message is anything else or not all there yet, after ``PARK_SECONDS`` of quiet, or on any
+error. Engine calls stay on the one engine thread; only the reading moves.
+"""
+
+from __future__ import annotations
+
+import _thread
+import socket
+import threading
+from collections import OrderedDict
+
+from corral.errors import ProtocolError
+from corral.rpc import frames, shm
+from corral.rpc.http import (
+    IDENTITY_HEADER,
+    PIPELINE_HEADER,
+    REQUEST_ID_HEADER,
+    SocketReader,
+    parse_head,
+)
+from corral.rpc.reply import Deferred, Reply
+
+_ACKS = ("ACK", "NAK")
+#: request ids a pipelined connection remembers for their ACK (the client ACKs at once)
+ACKABLE = 4096
+#: how long the engine thread waits on a quiet lent connection before giving it back (at
+#: most the server's ``idle_timeout``)
+PARK_SECONDS = 1.0
+#: the largest body the engine thread reads for a lent connection (larger: its own thread)
+LENT_BODY = 64 * 1024
+_NOT_MINE = object()
+
+
+class Connection:
+    """The state of one connection between its messages. Its thread calls ``process`` for
+    each message it reads; while it is lent, only the engine thread does."""
+
+    def __init__(self, server, sock: socket.socket, head: bytes = b""):
+        """``server``: the ``rpc.server.RPCServer`` it belongs to (its limits, its
+        signature checks, its handler and ``write_reply``)."""
+        self.server = server
+        self.sock = sock
+        self.reader = SocketReader(sock, kernel_timeouts=True)
+        self.reader.pending += head  # the first head, read by the gate
+        self.answered: str | None = None
+        self.held: list = []  # a reply's segment, kept until the client has mapped it
+        self.held_by_id: dict[str, tuple] = {}  # the same on a pipelined connection
+        self.carried: OrderedDict[str, None] = OrderedDict()  # signed requests an ACK may name
+        self.pipelined = False
+        self.framed = False  # the client offered binary frames (``rpc.frames``)
+        self.wlock = threading.Lock()  # one reply at a time on the socket
+        self.peer: int | None = None  # the client's pid once it offered shared memory
+        self.idle = server.head_timeout  # a new connection must send its first head promptly
+        self.first = True
+
+    def process(
+        self, msg, lease: Lease | None = None, frame_nonce: str | None = None
+    ) -> bool | Lease:
+        """One message read from the connection (on its thread, or on the engine thread
+        with the ``lease`` it holds). False: the connection ends; True: it goes on; a
+        ``Lease``: it goes on, lent to the engine thread with the reply's task.
+        ``frame_nonce``: ``msg`` is a binary frame (``rpc.frames``), already verified whole
+        and replay-checked, with this nonce."""
+        server = self.server
+        if self.first and msg.method in _ACKS:  # nothing to acknowledge before a request
+            server.refuse(self.sock, "ACK/NAK before any signed request", self.wlock)
+            return False
+        acked = msg.headers.get(REQUEST_ID_HEADER) if msg.method in _ACKS else None
+        if acked is not None:  # pipelined: the client read (or not) that reply
+            if self.carried.pop(acked, 0) is None:  # only a request this connection carried
+                server.acknowledged(msg.method, acked, self.held_by_id)
+                if msg.method == "NAK":  # it cannot map our segments: stop sending them
+                    self.peer = None
+            return True
+        if msg.method in _ACKS:  # the client mapped (or failed to map) it
+            if msg.method == "ACK" and self.answered:
+                server.delivered(self.answered)  # proof it has the whole reply
+            if msg.method == "NAK":  # it will ask again with the same id
+                for seg, owner in self.held:
+                    shm.POOL.returned([seg.name], owner)
+                self.peer = None  # and it cannot map our segments: stop sending them
+            self.answered = None
+            self.held.clear()
+            return True
+        if self.answered:
+            server.delivered(self.answered)
+            self.answered = None
+        frame = frame_nonce is not None
+        length = len(msg.body) if frame else msg.content_length
+        descriptor = msg.headers.get(shm.SEGMENT_HEADER)
+        if frame:
+            nonce, digest = frame_nonce, ""
+        else:
+            why, nonce, digest = server.verify_head(msg, length)
+            if why is not None:
+                server.refuse(self.sock, why, self.wlock)
+                return False
+        self.first = False
+        self.idle = server.idle_timeout
+        if PIPELINE_HEADER in msg.headers:
+            self.pipelined = True  # from now on no request proves an earlier delivery
+            self.framed = msg.headers[PIPELINE_HEADER] == frames.OFFER
+        rid = msg.headers.get(REQUEST_ID_HEADER) if self.pipelined else None
+        if rid is not None:
+            self.carried[rid] = None
+            if len(self.carried) > ACKABLE:  # small replies are never ACKed: forget them
+                self.carried.popitem(last=False)
+        wanted = msg.headers.get(IDENTITY_HEADER)
+        if wanted and server.identity and wanted != server.identity:
+            text = f"this is {server.identity}, not {wanted}: the address is stale"
+            self.write(409, text, False, nonce, rid)
+            return False
+        if length > server.max_body:
+            self.write(413, f"body over {server.max_body} bytes", False, nonce, rid)
+            return False
+        offered = shm.OFFER_HEADER in msg.headers
+        if offered:
+            self.peer = local_peer(msg)
+        peer = self.peer
+        if peer is not None and shm.RELEASED_HEADER in msg.headers:
+            shm.take_released(msg.headers[shm.RELEASED_HEADER], peer)
+        if descriptor is not None:  # same host, 0600 memfd; the descriptor is signed
+            try:
+                msg.body = shm.open_segment(descriptor, server.max_body)
+            except ProtocolError as exc:
+                self.write(400, str(exc), msg.keep_alive, nonce, rid, refused=True)
+                return True
+        elif not frame:  # a frame's body came (and was checked) with its head
+            if length > len(self.reader.pending):  # else it is here already
+                self.reader.set_timeout(server.body_idle_timeout)
+            msg.body = self.reader.read_body(length)
+            if not server.body_matches(digest, msg.body):
+                server.refuse(self.sock, "body does not match its signed digest", self.wlock)
+                return False
+        msg.peer = peer
+        reply = server.handler(msg)
+        msg.body = bytearray()
+        # a segment is held before its reply is sent: the client's ACK may come at once
+        if rid is not None:
+            hold = lambda seg, p=peer, r=rid: self.held_by_id.__setitem__(r, (seg, p))  # noqa: E731
+        else:
+            hold = lambda seg, p=peer: self.held.append((seg, p))  # noqa: E731
+        lent = None
+        if isinstance(reply, Deferred):
+            sender = _Sender(
+                server, self.sock, self.wlock, peer, offered, hold, nonce, rid, self.framed
+            )
+            if not reply.lends:
+                reply.start(sender.send)
+            else:
+                if rid is None and msg.keep_alive:  # one request at a time: lend it
+                    lent = lease or Lease(self)
+                reply.start(sender.send, lent)
+        else:
+            with self.wlock:
+                server.write_reply(
+                    self.sock, reply, msg.keep_alive, peer, announce=offered, hold=hold,
+                    nonce=nonce, request_id=rid, frame=self.framed,
+                )  # fmt: skip
+        reply = None  # sent: do not pin its buffers while the connection idles
+        if not self.pipelined:
+            self.answered = msg.headers.get(REQUEST_ID_HEADER)
+        return lent or msg.keep_alive
+
+    def write(self, status, text, keep_alive, nonce, rid, refused=False) -> None:
+        reply = Reply(status, [text.encode()], "text/plain")
+        with self.wlock:
+            self.server.write_reply(
+                self.sock, reply, keep_alive, refused=refused, nonce=nonce, request_id=rid
+            )
+
+    # ------------------------------------------------------------ lent to the engine thread
+    def serve_here(self, lease: Lease, park) -> None:
+        """On the engine thread, right after it sent this connection's reply: serve its next
+        lendable requests until the connection must go back to its own thread."""
+        quiet = min(PARK_SECONDS, self.idle)  # the connection's own idle limit still holds
+        try:
+            while not self.server.stopping:
+                msg = self._next_lendable()
+                if msg is _NOT_MINE:
+                    break
+                if msg is None:  # nothing (whole) yet: wait for it, or for other work
+                    if not park(self.sock.fileno(), quiet) or not self._receive():
+                        break
+                    continue
+                went_on = self.process(msg, lease)
+                if not went_on:
+                    lease.give_back(ended=True)
+                    return
+                if went_on is lease:  # its reply is queued on the engine thread: so is the lease
+                    return
+                break
+        except BaseException as exc:  # the connection's thread raises it (and ends it)
+            lease.give_back(error=exc)
+            return
+        lease.give_back()
+
+    def _next_lendable(self):
+        """The next request if it is whole in the buffer and may run here (its head taken
+        from the buffer); None if it is not all there yet; ``_NOT_MINE`` otherwise."""
+        pending = self.reader.pending
+        end = pending.find(b"\r\n\r\n")
+        if end < 0:
+            return None if len(pending) < LENT_BODY else _NOT_MINE
+        try:
+            msg = parse_head(bytes(pending[:end]))
+            length = msg.content_length
+        except ProtocolError:  # its own thread reads it again and answers 400
+            return _NOT_MINE
+        if (
+            PIPELINE_HEADER in msg.headers
+            or not msg.keep_alive
+            or length > LENT_BODY
+            or not self.server.lendable(msg)
+        ):
+            return _NOT_MINE
+        if shm.SEGMENT_HEADER not in msg.headers and len(pending) < end + 4 + length:
+            return None
+        del pending[: end + 4]
+        return msg
+
+    def _receive(self) -> bool:
+        """Take what the socket has (without waiting); False if it is closed or broken."""
+        try:
+            chunk = self.sock.recv(LENT_BODY, socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            return True
+        except OSError:
+            return False
+        if not chunk:
+            return False
+        self.reader.pending += chunk
+        return True
+
+
+class Lease:
+    """A connection lent to the engine thread: its own thread waits in ``wait`` until the
+    engine thread gives it back (exactly once per lease)."""
+
+    __slots__ = ("connection", "ended", "error", "_back")
+
+    def __init__(self, connection: Connection):
+        self.connection = connection
+        self.ended = False
+        self.error: BaseException | None = None
+        self._back = _thread.allocate_lock()
+        self._back.acquire()
+
+    def serve_here(self, park) -> None:
+        """``park(fd, timeout)``: how the engine thread waits (``EngineHost.park``)."""
+        self.connection.serve_here(self, park)
+
+    def give_back(self, ended: bool = False, error: BaseException | None = None) -> None:
+        self.ended, self.error = ended, error
+        self._back.release()
+
+    def wait(self) -> None:
+        self._back.acquire()
+
+
+class _Sender:
+    """Writes one deferred reply from the thread that made it; if that fails, the
+    connection is ended (its own thread then sees it)."""
+
+    __slots__ = (
+        "server", "conn", "lock", "peer", "offered", "hold", "nonce", "request_id", "frame"
+    )  # fmt: skip
+
+    def __init__(self, server, conn, lock, peer, offered, hold, nonce, request_id, frame):
+        self.server, self.conn, self.lock, self.peer = server, conn, lock, peer
+        self.offered, self.hold, self.nonce, self.request_id = offered, hold, nonce, request_id
+        self.frame = frame
+
+    def send(self, reply) -> None:
+        try:
+            with self.lock:
+                self.server.write_reply(
+                    self.conn, reply, True, self.peer, announce=self.offered, hold=self.hold,
+                    nonce=self.nonce, request_id=self.request_id, frame=self.frame,
+                )  # fmt: skip
+        except OSError:
+            shutdown(self.conn)
+
+
+def local_peer(msg) -> int | None:
+    """The client's pid if it offered shared memory and runs on this host, else None."""
+    offer = msg.headers.get(shm.OFFER_HEADER)
+    if not offer:
+        return None
+    token, _, pid = offer.partition(" ")
+    if token != shm.host_token() or not token or not pid.isdigit():
+        return None
+    return int(pid)
+
+
+def shutdown(conn: socket.socket) -> None:
+    try:
+        conn.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
