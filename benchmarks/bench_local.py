@@ -335,7 +335,7 @@ def bench_noop(sched, wid: str, server_port: int, plan: Plan) -> list[Row]:
     for q, targets in (
         (
             50,
-            [Target("abs", "<=", 0.3, "<= 0.3 ms"), Target("ratio", "<=", 5.0, "<= 5x raw")],
+            [Target("abs", "<=", 0.3, "<= 0.3 ms"), Target("ratio", "<=", 2.0, "<= 2x raw")],
         ),
         (99, []),
     ):
