@@ -74,8 +74,9 @@ def stop_process_groups(procs: list[subprocess.Popen], grace: float = 3.0) -> No
 
 def _signal_groups(procs: list[subprocess.Popen], sig: int) -> None:
     for proc in procs:
-        if isinstance(proc, AdoptedProcess):  # only while it is still that process
-            proc.signal_group(sig)
+        signal_group = getattr(proc, "signal_group", None)
+        if signal_group is not None:  # held by a pidfd: only while it is still that process
+            signal_group(sig)
             continue
         try:
             os.killpg(proc.pid, sig)

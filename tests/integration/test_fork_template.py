@@ -19,8 +19,10 @@ from corral.discovery.signed import SignedNameResolve
 from corral.errors import CorralError
 from corral.name_resolve_keys import controller_key
 from corral.paths import replica_log_path
+from corral.procs import spawn
 from corral.rpc.client import RPCClient
 from corral.worker.env import DIE_WITH_PARENT, worker_environment
+from corral.worker.fork_template import Template
 
 SECRET = "s" * 64
 
@@ -183,3 +185,34 @@ def test_a_killed_worker_takes_its_template_and_the_templates_children_along(tmp
         template = _parent_of(child)
     assert _gone(template), "the fork template outlived its worker"
     assert _gone(child), "a forked child outlived its worker and template"
+
+
+def _open_pipes() -> set[str]:
+    """This process's descriptors that are pipes (``pipe:[inode]``)."""
+    found = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("pipe:"):
+            found.add(target)
+    return found
+
+
+def test_a_template_that_answers_too_late_is_stopped_and_nothing_of_the_request_is_left():
+    """A template that does not answer a fork in time (here: stopped with SIGSTOP) fails
+    that fork with TimeoutError and is stopped, so its late answer and late child can never
+    be handed to a later fork; the request's pipe ends are closed."""
+    template = Template(dict(os.environ), spawn)
+    try:
+        before = _open_pipes()
+        os.kill(template.proc.pid, signal.SIGSTOP)
+        with pytest.raises(TimeoutError):
+            template.fork(dict(os.environ), SECRET, 1.0)
+        assert not template.alive
+        assert not template.fits(dict(os.environ))  # the next fork makes a new template
+        assert template.proc.poll() is not None, "the late template lives on"
+        assert _open_pipes() <= before, "the timed-out request left its pipe open"
+    finally:
+        template.stop()

@@ -315,3 +315,34 @@ def test_a_frame_that_arrives_in_pieces_is_read_whole(runtime):  # noqa: F811
     reply = _read_reply_frame(conn.sock, conn.keys, nonce)
     assert wire.decode(reply.body) == {"ok": True, "result": "pieces"}
     conn.close()
+
+
+def test_a_frame_declaring_an_oversized_head_gets_400_before_it_is_read(runtime):  # noqa: F811
+    """A request frame whose head length is over ``MAX_HEAD`` is malformed: 400 and the
+    connection closed at once, without the worker waiting for (or reading) that head."""
+    conn = _Conn(runtime.test_address)
+    fixed = frames.REQUEST + (frames.MAX_HEAD + 1).to_bytes(2, "big") + (10).to_bytes(4, "big")
+    conn.sock.sendall(fixed + bytes(32))  # the head and body it declares never come
+    reader = SocketReader(conn.sock)
+    head = reader.read_head()
+    assert head is not None and head.status == 400, head
+    assert "head of 1025" in bytes(reader.read_body(head.content_length)).decode()
+    assert conn.sock.recv(1) == b""  # closed
+    conn.close()
+
+
+def test_a_request_whose_fields_overflow_a_frame_head_goes_as_text(runtime):  # noqa: F811
+    """A request id too long for a frame head: the client sends it with a text head, and
+    it is answered."""
+    long_id = "r" * frames.MAX_HEAD
+    assert not frames.head_fits("/call", long_id, None)
+    client = AsyncRPCClient(SECRET)
+
+    async def go():
+        await client.request(runtime.test_address, "/call", _call("echo", 0))  # frames on
+        return await client.request(
+            runtime.test_address, "/call", _call("echo", "long"), request_id=long_id
+        )
+
+    assert asyncio.run(go()) == "long"
+    client.close()

@@ -165,7 +165,9 @@ class AsyncRPCClient:
         if pid is not None and shm.has_released(pid):  # they ride on a text head
             return None
         parts = wire.encode(payload)
-        if wire.frame_size(parts) >= frames.MAX_BODY:
+        if wire.frame_size(parts) >= frames.MAX_BODY or not frames.head_fits(
+            path, request_id, identity
+        ):
             return None
         data, nonce = frames.request_frame(
             self._signer, path, request_id, identity or "", b"".join(parts)
@@ -314,7 +316,12 @@ class AsyncRPCClient:
             send = self.shm.prepare(address, extra, parts, not pipe.offered)
             pipe.offered = True
             length = wire.frame_size(send)
-            if pipe.framed and not extra and length < frames.MAX_BODY:  # one MAC (rpc.frames)
+            if (
+                pipe.framed
+                and not extra
+                and length < frames.MAX_BODY
+                and frames.head_fits(path, request_id, identity)
+            ):  # one MAC (rpc.frames)
                 data, nonce = frames.request_frame(
                     self._signer, path, request_id, identity or "", b"".join(send)
                 )

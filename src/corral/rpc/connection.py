@@ -152,6 +152,8 @@ class Connection:
             hold = lambda seg, p=peer, r=rid: self.held_by_id.__setitem__(r, (seg, p))  # noqa: E731
         else:
             hold = lambda seg, p=peer: self.held.append((seg, p))  # noqa: E731
+        if not self.pipelined:  # set before the reply can go: a lent connection's engine
+            self.answered = msg.headers.get(REQUEST_ID_HEADER)  # thread may read on at once
         lent = None
         if isinstance(reply, Deferred):
             sender = _Sender(
@@ -170,8 +172,6 @@ class Connection:
                     nonce=nonce, request_id=rid, frame=self.framed,
                 )  # fmt: skip
         reply = None  # sent: do not pin its buffers while the connection idles
-        if not self.pipelined:
-            self.answered = msg.headers.get(REQUEST_ID_HEADER)
         return lent or msg.keep_alive
 
     def write(self, status, text, keep_alive, nonce, rid, refused=False) -> None:

@@ -44,9 +44,17 @@ REPLY = b"\xc7\x02"
 OFFER = "b1"
 #: a frame's body is below this (larger ones go with a text head)
 MAX_BODY = 64 * 1024
+#: a frame's head is at most this (its fields are short)
+MAX_HEAD = 1024
 _FIXED = struct.Struct("!2sHI")
 #: bytes before the head: kind, lengths, MAC
 HEAD_START = _FIXED.size + 32
+
+
+def head_fits(path: str, request_id: str, identity: str | None) -> bool:
+    """Can a request frame carry these fields (with a nonce and a timestamp) within
+    ``MAX_HEAD``? Else the request goes with a text head."""
+    return len(path) + len(request_id) + len(identity or "") < MAX_HEAD - 128
 
 
 def request_frame(
@@ -56,6 +64,8 @@ def request_frame(
     keys = signer.keys
     nonce = signer.next_nonce()
     head = f"{path}\n{request_id}\n{identity}\n{nonce}\n{time.time():.3f}".encode()
+    if len(head) > MAX_HEAD:  # callers ask ``head_fits`` first
+        raise ProtocolError(f"a request frame's head of {len(head)} bytes (limit {MAX_HEAD})")
     fixed = _FIXED.pack(REQUEST, len(head), len(body))
     mac = keys.mac(keys.frame_request, fixed, head, body)
     return b"".join((fixed, mac, head, body)), nonce
@@ -74,8 +84,11 @@ def read_request(
     kind, head_len, body_len = _FIXED.unpack_from(reader.pending)
     if kind != REQUEST:
         raise ProtocolError(f"a frame of kind {bytes(kind)!r} where a request was due")
-    if body_len >= MAX_BODY:
-        raise ProtocolError(f"a request frame's body of {body_len} bytes (limit {MAX_BODY})")
+    if body_len >= MAX_BODY or head_len > MAX_HEAD:
+        raise ProtocolError(
+            f"a request frame's head of {head_len} and body of {body_len} bytes (limits "
+            f"{MAX_HEAD}, below {MAX_BODY})"
+        )
     start = HEAD_START + head_len
     if len(reader.pending) < start + body_len:
         reader.set_timeout(timeout)
@@ -113,6 +126,8 @@ def send_reply(
     if len(body) >= MAX_BODY:
         return False
     head = f"{reply.status}\n{request_id}\n{reply.content_type}".encode()
+    if len(head) > MAX_HEAD:
+        return False
     fixed = _FIXED.pack(REPLY, len(head), len(body))
     bound = nonce.encode()
     mac = keys.mac(keys.frame_reply, fixed, head, bytes((len(bound),)), bound, body)
@@ -126,8 +141,11 @@ def reply_size(buf: bytearray) -> int:
     kind, head_len, body_len = _FIXED.unpack_from(buf)
     if kind != REPLY:
         raise ProtocolError(f"a frame of kind {bytes(kind)!r} where a reply was due")
-    if body_len >= MAX_BODY:
-        raise ProtocolError(f"a reply frame's body of {body_len} bytes (limit {MAX_BODY})")
+    if body_len >= MAX_BODY or head_len > MAX_HEAD:
+        raise ProtocolError(
+            f"a reply frame's head of {head_len} and body of {body_len} bytes (limits "
+            f"{MAX_HEAD}, below {MAX_BODY})"
+        )
     return HEAD_START + head_len + body_len
 
 

@@ -73,6 +73,10 @@ class StopWatchdog:
 def kill_process_groups_now(procs: list) -> None:
     """SIGKILL each child's process group (children are group leaders), without waiting."""
     for proc in procs:
+        signal_group = getattr(proc, "signal_group", None)
+        if signal_group is not None:  # held by a pidfd: only while it is still that process
+            signal_group(signal.SIGKILL)
+            continue
         for kill in (lambda p=proc: os.killpg(p.pid, signal.SIGKILL), lambda p=proc: p.kill()):
             try:
                 kill()

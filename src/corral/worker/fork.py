@@ -185,8 +185,8 @@ class ForkManager:
                 try:
                     return template.fork(child_env, self._secret, timeout)
                 except OSError as exc:
-                    if attempt == 0 and not template.alive:
-                        continue
+                    if attempt == 0 and not template.alive and not isinstance(exc, TimeoutError):
+                        continue  # found dead on the way (a hung one was given its time)
                     warn("corral: fork template failed (%s); starting a fresh process", exc)
             return None
 

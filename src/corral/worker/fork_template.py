@@ -8,10 +8,13 @@ that worker (the first included) with ``os.fork()``: a child costs a fork, its s
 its bind and its registration.
 
 Between the worker and its template: one ``SOCK_SEQPACKET`` socket pair (private to the
-two processes; one message per datagram). The worker sends ``{"env", "secret"}`` with the
-child's log pipe attached; the template answers ``{"pid"}`` with the child's pidfd attached
-(opened before the template can reap it, so it always names that child), or
-``{"error"}``. When a child exits, the template reaps it and sends ``{"exited", "code"}``.
+two processes; one message per datagram). The worker sends ``{"seq", "env", "secret"}``
+with the child's log pipe attached; the template answers ``{"seq", "pid"}`` with the
+child's pidfd attached (opened before the template can reap it, so it always names that
+child), or ``{"seq", "error"}``. When a child exits, the template reaps it and sends
+``{"exited", "code"}``. A reply is taken only for the request whose ``seq`` it names, and
+a template that does not answer in time is stopped (its late child dies with it) and
+replaced on the next fork.
 
 Only children of corral's own worker module whose interpreter-start variables
 (``INTERPRETER_VARS``) equal the template's use it; others are spawned as before."""
@@ -57,8 +60,19 @@ class TemplateChild:
 
     def kill(self) -> None:
         """SIGKILL, through the pidfd (never another process that took its pid)."""
-        if self.poll() is None:
-            signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+        self.signal_group(signal.SIGKILL)
+
+    def signal_group(self, sig: int) -> None:
+        """``sig`` to the child and its process group (its session), only while the
+        pidfd's process lives: the template reaps it at once, so afterwards its pid (and
+        group id) may name another process."""
+        if self.poll() is not None:
+            return
+        try:
+            signal.pidfd_send_signal(self._pidfd, sig)
+            os.killpg(self.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
 
     def __del__(self) -> None:  # open until then: a waiter may be polling it
         os.close(self._pidfd)
@@ -96,7 +110,8 @@ class Template:
         self._sock = mine
         self._request_lock = threading.Lock()
         self._state = threading.Condition()
-        self._replies: list[tuple[dict, list[int]]] = []
+        self._replies: dict[int, tuple[dict, list[int]]] = {}
+        self._seq = 0
         self._codes: dict[int, int] = {}
         self.alive = True
         threading.Thread(target=self._read, name="corral-fork-template", daemon=True).start()
@@ -107,18 +122,25 @@ class Template:
 
     def fork(self, env: dict[str, str], secret: str, timeout: float) -> TemplateChild:
         """One child with environment ``env``; raises OSError if the template cannot."""
-        message = json.dumps({"env": env, "secret": secret}).encode()
-        if len(message) > MAX_MESSAGE:
-            raise OSError(f"fork request of {len(message)} bytes is too large for the template")
         read_end, write_end = os.pipe()
         try:
             with self._request_lock:
+                self._seq += 1
+                seq = self._seq
+                message = json.dumps({"seq": seq, "env": env, "secret": secret}).encode()
+                if len(message) > MAX_MESSAGE:
+                    raise OSError(
+                        f"fork request of {len(message)} bytes is too large for the template"
+                    )
                 try:
                     socket.send_fds(self._sock, [message], [write_end])
                 except OSError:
                     self.alive = False  # gone before its reader saw it
                     raise
-                reply, fds = self._reply(timeout)
+                reply, fds = self._reply(seq, timeout)
+        except BaseException:
+            os.close(read_end)
+            raise
         finally:
             os.close(write_end)
         if "pid" not in reply or not fds:
@@ -134,13 +156,17 @@ class Template:
             self._state.wait_for(lambda: pid in self._codes or not self.alive, timeout)
             return self._codes.pop(pid, -1)
 
-    def _reply(self, timeout: float) -> tuple[dict, list[int]]:
+    def _reply(self, seq: int, timeout: float) -> tuple[dict, list[int]]:
+        """The reply to request ``seq``. A template that does not answer in time is
+        stopped: a late answer (and its child) must not outlive the request."""
         with self._state:
-            if not self._state.wait_for(lambda: self._replies or not self.alive, timeout):
-                raise OSError(f"the fork template did not answer within {timeout}s")
-            if not self._replies:
-                raise OSError("the fork template has exited")
-            return self._replies.pop(0)
+            answered = self._state.wait_for(lambda: seq in self._replies or not self.alive, timeout)
+            if answered and seq in self._replies:
+                return self._replies.pop(seq)
+        if not answered:
+            self.stop()
+            raise TimeoutError(f"the fork template did not answer within {timeout}s; stopped it")
+        raise OSError("the fork template has exited")
 
     def _read(self) -> None:
         while True:
@@ -150,15 +176,24 @@ class Template:
                 data, fds = b"", []
             if not data:
                 break
+            for fd in fds:  # recv_fds leaves them inheritable: no exec'd process gets one
+                os.set_inheritable(fd, False)
             message = json.loads(data)
             with self._state:
                 if "exited" in message:
                     self._codes[message["exited"]] = message["code"]
+                elif self._seq == message.get("seq"):  # else a request that gave up on it
+                    self._replies[message["seq"]] = (message, fds)
                 else:
-                    self._replies.append((message, fds))
+                    for fd in fds:
+                        os.close(fd)
                 self._state.notify_all()
         with self._state:
             self.alive = False
+            for _, fds in self._replies.values():
+                for fd in fds:
+                    os.close(fd)
+            self._replies.clear()
             self._state.notify_all()
 
     def stop(self) -> None:

@@ -54,7 +54,8 @@ def _answer(sock: socket.socket, request: dict, fds: list[int], own: tuple[int, 
     if len(fds) != 1:
         for fd in fds:
             os.close(fd)
-        sock.send(json.dumps({"error": "a fork request carries one log pipe"}).encode())
+        reply = {"seq": request.get("seq"), "error": "a fork request carries one log pipe"}
+        sock.send(json.dumps(reply).encode())
         return
     sys.stdout.flush()
     sys.stderr.flush()
@@ -62,14 +63,16 @@ def _answer(sock: socket.socket, request: dict, fds: list[int], own: tuple[int, 
         pid = os.fork()
     except OSError as exc:
         os.close(fds[0])
-        sock.send(json.dumps({"error": f"fork: {exc}"}).encode())
+        sock.send(json.dumps({"seq": request.get("seq"), "error": f"fork: {exc}"}).encode())
         return
     if pid == 0:
         _become_worker(sock, request, fds[0], own)  # never returns
     os.close(fds[0])
     pidfd = os.pidfd_open(pid)  # before any waitpid here: the pid is still this child's
     try:
-        socket.send_fds(sock, [json.dumps({"pid": pid}).encode()], [pidfd])
+        socket.send_fds(
+            sock, [json.dumps({"seq": request.get("seq"), "pid": pid}).encode()], [pidfd]
+        )
     finally:
         os.close(pidfd)
 
