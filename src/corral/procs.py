@@ -121,18 +121,23 @@ class AdoptedProcess:
     def signal_group(self, sig: int) -> None:
         """``sig`` to its process group (its session: the worker and what it started),
         only while the pidfd's process lives (so the group id is still its own)."""
-        if self.poll() is not None:
-            return
-        try:
-            signal.pidfd_send_signal(self._pidfd, sig)
-            os.killpg(self.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
+        if self.poll() is None:
+            signal_group_by_pidfd(self._pidfd, self.pid, sig)
 
     def __del__(self) -> None:
         if self._pidfd is not None:
             os.close(self._pidfd)
             self._pidfd = None
+
+
+def signal_group_by_pidfd(pidfd: int, pid: int, sig: int) -> None:
+    """``sig`` to a session leader held by ``pidfd`` (so to that process, never one that
+    took its pid), then to its process group; the caller checked it is alive."""
+    try:
+        signal.pidfd_send_signal(pidfd, sig)
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def _exited(pidfd: int, timeout: float | None) -> bool:

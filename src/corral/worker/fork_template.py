@@ -30,6 +30,8 @@ import subprocess
 import sys
 import threading
 
+from corral.procs import signal_group_by_pidfd
+
 # variables read when an interpreter starts (or its libraries load): a child whose value
 # differs from the template's must be a fresh process
 INTERPRETER_VARS = ("PYTHON", "LD_", "MALLOC_", "GLIBC_TUNABLES")
@@ -66,13 +68,8 @@ class TemplateChild:
         """``sig`` to the child and its process group (its session), only while the
         pidfd's process lives: the template reaps it at once, so afterwards its pid (and
         group id) may name another process."""
-        if self.poll() is not None:
-            return
-        try:
-            signal.pidfd_send_signal(self._pidfd, sig)
-            os.killpg(self.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
+        if self.poll() is None:
+            signal_group_by_pidfd(self._pidfd, self.pid, sig)
 
     def __del__(self) -> None:  # open until then: a waiter may be polling it
         os.close(self._pidfd)
