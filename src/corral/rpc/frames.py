@@ -81,14 +81,7 @@ def read_request(
         reader.set_timeout(timeout)
         fixed = bytes(reader.read_body(_FIXED.size))
         reader.pending[:0] = fixed  # put back: the frame is taken whole below
-    kind, head_len, body_len = _FIXED.unpack_from(reader.pending)
-    if kind != REQUEST:
-        raise ProtocolError(f"a frame of kind {bytes(kind)!r} where a request was due")
-    if body_len >= MAX_BODY or head_len > MAX_HEAD:
-        raise ProtocolError(
-            f"a request frame's head of {head_len} and body of {body_len} bytes (limits "
-            f"{MAX_HEAD}, below {MAX_BODY})"
-        )
+    head_len, body_len = _lengths(reader.pending, REQUEST, "request")
     start = HEAD_START + head_len
     if len(reader.pending) < start + body_len:
         reader.set_timeout(timeout)
@@ -135,17 +128,24 @@ def send_reply(
     return True
 
 
+def _lengths(buf: bytearray, kind: bytes, what: str) -> tuple[int, int]:
+    """The head and body lengths of the frame at the start of ``buf``, which must be of
+    ``kind`` and within the limits; ProtocolError otherwise."""
+    found, head_len, body_len = _FIXED.unpack_from(buf)
+    if found != kind:
+        raise ProtocolError(f"a frame of kind {bytes(found)!r} where a {what} was due")
+    if body_len >= MAX_BODY or head_len > MAX_HEAD:
+        raise ProtocolError(
+            f"a {what} frame's head of {head_len} and body of {body_len} bytes (limits "
+            f"{MAX_HEAD}, below {MAX_BODY})"
+        )
+    return head_len, body_len
+
+
 def reply_size(buf: bytearray) -> int:
     """Bytes of the reply frame at the start of ``buf`` (``HEAD_START`` of them at least
     are there); ProtocolError if it is not one."""
-    kind, head_len, body_len = _FIXED.unpack_from(buf)
-    if kind != REPLY:
-        raise ProtocolError(f"a frame of kind {bytes(kind)!r} where a reply was due")
-    if body_len >= MAX_BODY or head_len > MAX_HEAD:
-        raise ProtocolError(
-            f"a reply frame's head of {head_len} and body of {body_len} bytes (limits "
-            f"{MAX_HEAD}, below {MAX_BODY})"
-        )
+    head_len, body_len = _lengths(buf, REPLY, "reply")
     return HEAD_START + head_len + body_len
 
 

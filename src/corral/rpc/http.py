@@ -134,10 +134,7 @@ class SocketReader:
                     if left <= 0:
                         raise TimeoutError(f"HTTP head not complete within {head_timeout}s")
                     self.set_timeout(left)
-            try:
-                chunk = self.sock.recv(_SMALL)
-            except BlockingIOError:  # the kernel's receive timeout ran out
-                raise TimeoutError("no data within the connection's timeout") from None
+            chunk = self._recv()
             if not chunk:
                 if self.pending:
                     raise ConnectionResetError("peer closed the connection mid-message")
@@ -152,14 +149,18 @@ class SocketReader:
         if the peer closed (a binary frame and an HTTP head differ in their first byte)."""
         if not self.pending:
             self.set_timeout(idle_timeout)
-            try:
-                chunk = self.sock.recv(_SMALL)
-            except BlockingIOError:  # the kernel's receive timeout ran out
-                raise TimeoutError("no data within the connection's timeout") from None
+            chunk = self._recv()
             if not chunk:
                 return None
             self.pending += chunk
         return self.pending[0]
+
+    def _recv(self) -> bytes:
+        """What the socket has (b"": the peer closed); TimeoutError at its timeout."""
+        try:
+            return self.sock.recv(_SMALL)
+        except BlockingIOError:  # the kernel's receive timeout ran out
+            raise TimeoutError("no data within the connection's timeout") from None
 
     def set_timeout(self, timeout: float | None) -> None:
         """The socket's timeout; unchanged values make no system call (``settimeout``
