@@ -19,14 +19,12 @@ proved the sender holds the trial secret, so importing is never offered to stran
 
 from __future__ import annotations
 
-import enum
-import importlib
-import json
 import math
-import re
 import struct
 import sys
 
+from corral.cjson import dumps_compact as _JSON_ENCODE  # finite floats: _Encoder tags others
+from corral.cjson import loads as _JSON_DECODE
 from corral.errors import ProtocolError
 from corral.rpc.ref import WIRE_TAG as _REF_TAG
 from corral.rpc.ref import Ref
@@ -43,26 +41,6 @@ MAX_HEADER_BYTES = 16 * 1024 * 1024
 MAX_BUFFERS = 1 << 16
 TAG = "$t"
 _TAG_BYTES = TAG.encode()
-_JSON = json.JSONEncoder(separators=(",", ":"), allow_nan=False)  # made once, not per frame
-
-
-def _json_encoder():
-    """``_JSON.encode`` without its per-call set-up: the C encoder ``JSONEncoder.encode``
-    builds on every call, built once. No circular-reference markers: the tree comes from
-    ``_Encoder``, which fails on a cycle (RecursionError) before JSON sees it. Falls back
-    to ``_JSON.encode`` where the C accelerator is missing."""
-    make = getattr(json.encoder, "c_make_encoder", None)
-    if make is None:
-        return _JSON.encode
-    c_encode = make(
-        None, _JSON.default, json.encoder.encode_basestring_ascii, None, ":", ",",
-        False, False, False,
-    )  # fmt: skip
-    return lambda tree: "".join(c_encode(tree, 0))
-
-
-_JSON_ENCODE = _json_encoder()
-_JSON_DECODE = json.JSONDecoder().decode
 _NUMPY_KINDS = set("biufc?mM")
 _PLAIN = (type(None), bool, int, str)
 _MODULE_PATH = r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$"  # compiled (and cached) by re on first use
@@ -108,7 +86,8 @@ class _Encoder:
                 return out
         elif kind is list:
             return [self.encode(x) for x in obj]
-        if isinstance(obj, enum.Enum):
+        enum = sys.modules.get("enum")  # an Enum exists only where enum is loaded
+        if enum is not None and isinstance(obj, enum.Enum):
             cls = type(obj)
             return {
                 TAG: "enum",
@@ -278,7 +257,9 @@ class _Decoder:
         importable under the policy, or no such attribute)."""
         module_name, _, qualname = str(path).partition(":")
         module: Any = sys.modules.get(module_name)
-        if module is None and self.import_types and re.fullmatch(_MODULE_PATH, module_name):
+        if module is None and self.import_types and _is_module_path(module_name):
+            import importlib
+
             try:
                 module = importlib.import_module(module_name)
             except Exception as exc:
@@ -374,7 +355,8 @@ class _Decoder:
     def enum(self, node: dict) -> Any:
         value = self.decode(node["v"])
         cls = self.find_class(node["c"])
-        if cls is None or not issubclass(cls, enum.Enum):
+        enum = sys.modules.get("enum")  # loaded wherever an Enum class is
+        if cls is None or enum is None or not issubclass(cls, enum.Enum):
             return value
         try:
             return cls(value)
@@ -388,6 +370,13 @@ class _Decoder:
         import torch
 
         return getattr(torch, name)
+
+
+def _is_module_path(name: str) -> bool:
+    """A dotted module path (``_MODULE_PATH``); ``re`` is loaded by the first one."""
+    import re
+
+    return re.fullmatch(_MODULE_PATH, name) is not None
 
 
 def _float(_d: _Decoder, node: dict) -> float:

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import socket
 import time
 
-from corral import name_resolve_keys
+from corral import cjson, name_resolve_keys
 from corral.liveness import pid_alive
 
 TYPE_CHECKING = False  # typing's, without importing typing (a worker's start)
@@ -65,7 +64,7 @@ def _unreadable(exc: Exception, seconds: float) -> str:
 def _lease_fields(raw: str) -> tuple[str, float]:
     """The run id and the re-attach grace period written in a controller lease."""
     try:
-        value = json.loads(raw)
+        value = cjson.loads(raw)
     except ValueError:
         return "", 0.0
     if not isinstance(value, dict):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib
 import os
-import re
 import sys
 import threading
 
@@ -36,6 +35,8 @@ _IMPORT_PATH = r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*([:.][A-Za-z_][\w]*(\.[A-Za-z
 
 def resolve_import_path(path: str) -> Any:
     """``pkg.mod.Class`` or ``pkg.mod:Class.Inner`` -> the object. Raises EngineImportError."""
+    import re  # the first engine's: not a worker's start
+
     if not isinstance(path, str) or not re.fullmatch(_IMPORT_PATH, path):
         raise EngineImportError(
             f"engine import path {path!r} is not of the form 'pkg.module.Class'"

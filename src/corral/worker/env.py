@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 from collections import namedtuple
+
+from corral import cjson  # json's C codec without json and re (a worker's start)
 
 EXPERIMENT = "CORRAL_EXPERIMENT"
 TRIAL = "CORRAL_TRIAL"
@@ -64,7 +65,7 @@ def worker_environment(
         TRIAL: trial,
         ROLE: role,
         INDEX: str(index),
-        NAME_RESOLVE: json.dumps(name_resolve),
+        NAME_RESOLVE: cjson.dumps(name_resolve),
         LOG_DIR: log_dir,
         PORT_COUNT: str(port_count),
         LEASE_TIMEOUT: str(lease_timeout),
@@ -80,7 +81,7 @@ def worker_environment(
     if secret_file is not None:  # else the launcher hands the secret over (never in env)
         env[SECRET_FILE] = secret_file
     if engines:
-        env[ENGINES] = json.dumps(engines)
+        env[ENGINES] = cjson.dumps(engines)
     # AReaL's variables: PYTHONPATH, caches, thread counts, torch_memory_saver
     from corral import envvars  # the controller's side only: a worker never needs it
 
@@ -195,7 +196,7 @@ class WorkerSettings(
             trial=env[TRIAL],
             role=env[ROLE],
             index=index,
-            name_resolve=json.loads(env[NAME_RESOLVE]),
+            name_resolve=cjson.loads(env[NAME_RESOLVE]),
             log_dir=env.get(LOG_DIR) or None,
             port_count=int(env.get(PORT_COUNT, "1")),
             lease_timeout=float(env.get(LEASE_TIMEOUT, DEFAULT_LEASE_TIMEOUT)),
@@ -205,7 +206,7 @@ class WorkerSettings(
             bind_host=env.get(BIND_HOST, ""),
             backend_id=env.get(BACKEND_ID) or None,
             forked=env.get(FORKED) == "1",
-            engines=json.loads(env.get(ENGINES) or "{}"),
+            engines=cjson.loads(env.get(ENGINES) or "{}"),
             run_id=env.get(RUN_ID, ""),
             outlive=float(env.get(OUTLIVE) or 0.0),
         )

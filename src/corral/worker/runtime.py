@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
 import threading
 import time
 
-from corral import name_resolve_keys
+from corral import cjson, name_resolve_keys
 from corral.discovery import make_name_resolve
 from corral.discovery.signed import SignedNameResolve
 from corral.errors import ProtocolError
@@ -166,7 +165,7 @@ class WorkerRuntime:
         }
         self.name_resolve.add(
             name_resolve_keys.worker_info_key(s.experiment, s.trial, s.role, s.index),
-            json.dumps(info),
+            cjson.dumps(info),
             replace=True,
         )
         self.name_resolve.add(
@@ -311,7 +310,7 @@ class WorkerRuntime:
             "engines": sorted(self.engines.engines),
             "forked_children": sorted(self._forks.children if self._forks else ()),
         }
-        return Reply(200, [json.dumps(body).encode()], "application/json")
+        return Reply(200, [cjson.dumps(body).encode()], "application/json")
 
     def _create_engine(self, p: dict) -> None:
         name = p.get("engine_name") or self.settings.worker_id

@@ -18,12 +18,11 @@ workers started at once on a few cores would each pay it while the others still 
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 import time
 
-from corral import name_resolve_keys
+from corral import cjson, name_resolve_keys
 
 USAGE_EVERY = 5.0  # seconds between reports
 FIRST_WINDOW = 1.0  # the first CPU% is over this long (it needs two readings)
@@ -88,7 +87,7 @@ def report_usage(runtime: Any) -> None:
         record = {"generation": runtime.generation, "pid": os.getpid(), "t": time.time()}
         try:
             if not runtime.stopped.is_set():
-                runtime.name_resolve.add(key, json.dumps({**record, **figures}), replace=True)
+                runtime.name_resolve.add(key, cjson.dumps({**record, **figures}), replace=True)
         except Exception:  # the store is down for a moment: the next report will do
             pass
 
