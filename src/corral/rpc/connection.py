@@ -16,8 +16,8 @@ error. Engine calls stay on the one engine thread; only the reading moves.
 
 from __future__ import annotations
 
+import _socket  # socket's C module: socket.py loads enum (a worker's start)
 import _thread
-import socket
 import threading
 from collections import OrderedDict
 
@@ -47,7 +47,7 @@ class Connection:
     """The state of one connection between its messages. Its thread calls ``process`` for
     each message it reads; while it is lent, only the engine thread does."""
 
-    def __init__(self, server, sock: socket.socket, head: bytes = b""):
+    def __init__(self, server, sock: _socket.socket, head: bytes = b""):
         """``server``: the ``rpc.server.RPCServer`` it belongs to (its limits, its
         signature checks, its handler and ``write_reply``)."""
         self.server = server
@@ -234,7 +234,7 @@ class Connection:
     def _receive(self) -> bool:
         """Take what the socket has (without waiting); False if it is closed or broken."""
         try:
-            chunk = self.sock.recv(LENT_BODY, socket.MSG_DONTWAIT)
+            chunk = self.sock.recv(LENT_BODY, _socket.MSG_DONTWAIT)
         except (BlockingIOError, InterruptedError):
             return True
         except OSError:
@@ -305,8 +305,8 @@ def local_peer(msg) -> int | None:
     return int(pid)
 
 
-def shutdown(conn: socket.socket) -> None:
+def shutdown(conn: _socket.socket) -> None:
     try:
-        conn.shutdown(socket.SHUT_RDWR)
+        conn.shutdown(_socket.SHUT_RDWR)
     except OSError:
         pass

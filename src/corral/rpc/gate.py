@@ -20,9 +20,9 @@ Prometheus endpoint and the dashboard (``corral.observe.http_guard``).
 
 from __future__ import annotations
 
+import _socket  # socket's C module: socket.py loads enum (a worker's start)
 import errno
 import selectors
-import socket
 import sys
 import threading
 import time
@@ -54,10 +54,10 @@ _FD_ERRORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 _END = b"\r\n\r\n"
 
 #: ``dispatch(conn, head_bytes, peer_address)``: must not block (start a thread, or refuse)
-Dispatch = Callable[[socket.socket, bytes, str], None]
+Dispatch = Callable[[_socket.socket, bytes, str], None]
 
 
-def _peer_of(conn: socket.socket, address: object) -> str:
+def _peer_of(conn: _socket.socket, address: object) -> str:
     """Who a cap "per peer" counts: the client's user on a loopback connection (every
     local user shares 127.0.0.1), else its address."""
     host = address[0] if isinstance(address, tuple) else str(address)
@@ -71,7 +71,7 @@ def _peer_of(conn: socket.socket, address: object) -> str:
 class _Waiting:
     __slots__ = ("conn", "peer", "deadline", "data")
 
-    def __init__(self, conn: socket.socket, peer: str, deadline: float):
+    def __init__(self, conn: _socket.socket, peer: str, deadline: float):
         self.conn, self.peer, self.deadline, self.data = conn, peer, deadline, bytearray()
 
 
@@ -80,7 +80,7 @@ class HeadGate:
 
     def __init__(
         self,
-        sock: socket.socket,
+        sock: _socket.socket,
         dispatch: Dispatch,
         *,
         name: str,
@@ -101,7 +101,7 @@ class HeadGate:
         self._per_peer: dict[str, int] = {}
         self._closed = False
         self._selector = selectors.DefaultSelector()
-        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r, self._wake_w = _socket.socketpair()
         sock.setblocking(False)
         self._selector.register(sock, selectors.EVENT_READ, None)
         self._selector.register(self._wake_r, selectors.EVENT_READ, None)
@@ -185,7 +185,7 @@ class HeadGate:
             self._backoff = 0.0
             self._admit(conn, _peer_of(conn, address))
 
-    def _admit(self, conn: socket.socket, peer: str) -> None:
+    def _admit(self, conn: _socket.socket, peer: str) -> None:
         if self._per_peer.get(peer, 0) >= self.max_waiting_per_peer:
             self._drop_oldest(peer)
         if len(self._waiting) >= self.max_waiting:

@@ -6,7 +6,7 @@ preallocated buffer and sent from the caller's buffers without joining them.
 
 from __future__ import annotations
 
-import socket
+import _socket  # socket's C module: socket.py loads enum (a worker's start)
 import struct
 import sys
 import time
@@ -95,7 +95,7 @@ def render_head(start_line: str, headers: dict[str, str], length: int) -> bytes:
 class SocketReader:
     """Reads HTTP heads and exact-size bodies from a socket, keeping any surplus bytes."""
 
-    def __init__(self, sock: socket.socket, kernel_timeouts: bool = False):
+    def __init__(self, sock: _socket.socket, kernel_timeouts: bool = False):
         """``kernel_timeouts`` (the server): the socket stays in blocking mode and
         ``set_timeout`` sets the kernel's receive and send timeouts (``SO_RCVTIMEO``,
         ``SO_SNDTIMEO``) instead of Python's: Python polls before every receive and send of
@@ -175,8 +175,8 @@ class SocketReader:
             # 0 means "no timeout" to the kernel: a positive timeout is at least 1 us
             micro = max(int((seconds - whole) * 1e6), 1 if timeout and not whole else 0)
             value = struct.pack("@ll", whole, micro)
-            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, value)
-            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, value)
+            self.sock.setsockopt(_socket.SOL_SOCKET, _socket.SO_RCVTIMEO, value)
+            self.sock.setsockopt(_socket.SOL_SOCKET, _socket.SO_SNDTIMEO, value)
             self._kernel_timeout = timeout
 
     def read_body(self, length: int) -> bytearray | memoryview:
@@ -216,7 +216,7 @@ class SocketReader:
 
 
 def send_message(
-    sock: socket.socket, start_line: str, headers: dict[str, str], parts: list
+    sock: _socket.socket, start_line: str, headers: dict[str, str], parts: list
 ) -> None:
     """Send a head and body parts; small messages go out in one syscall."""
     length = frame_size(parts)
@@ -234,5 +234,5 @@ def send_message(
         sock.sendall(part)
 
 
-def tune_socket(sock: socket.socket) -> None:
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+def tune_socket(sock: _socket.socket) -> None:
+    sock.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)

@@ -8,7 +8,7 @@ for exactly that socket. Linux only; None when the answer is not available.
 
 from __future__ import annotations
 
-import socket
+import _socket  # socket's C module: socket.py loads enum (a worker's start)
 import struct
 
 NETLINK_SOCK_DIAG = 4
@@ -25,11 +25,11 @@ _MSG_UID = struct.Struct("=IIII")  # expires, rqueue, wqueue, uid (after family.
 
 def _address(text: str, family: int) -> bytes:
     # inet_pton, not ipaddress: this module is on a worker's start path (issue 29)
-    packed = socket.inet_pton(family, text.partition("%")[0])
-    return packed.ljust(16, b"\0") if family == socket.AF_INET else packed
+    packed = _socket.inet_pton(family, text.partition("%")[0])
+    return packed.ljust(16, b"\0") if family == _socket.AF_INET else packed
 
 
-def peer_uid(conn: socket.socket) -> int | None:
+def peer_uid(conn: _socket.socket) -> int | None:
     """The uid owning the client end of ``conn`` (a connection this process accepted on
     a loopback address), or None."""
     try:
@@ -38,12 +38,15 @@ def peer_uid(conn: socket.socket) -> int | None:
         sockid = _SOCKID.pack(
             peer[1], local[1], _address(peer[0], family), _address(local[0], family)
         ) + struct.pack("=III", 0, _NO_COOKIE, _NO_COOKIE)
-        body = _REQ.pack(family, socket.IPPROTO_TCP, 0, 0, _ALL_STATES) + sockid
+        body = _REQ.pack(family, _socket.IPPROTO_TCP, 0, 0, _ALL_STATES) + sockid
         message = _HEAD.pack(_HEAD.size + len(body), SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST, 1, 0)
-        with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_SOCK_DIAG) as nl:
+        nl = _socket.socket(_socket.AF_NETLINK, _socket.SOCK_DGRAM, NETLINK_SOCK_DIAG)
+        try:
             nl.settimeout(0.5)
             nl.sendto(message + body, (0, 0))
             reply = nl.recv(8192)
+        finally:
+            nl.close()
     except (OSError, ValueError, IndexError):
         return None
     if len(reply) < _HEAD.size:

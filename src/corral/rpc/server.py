@@ -22,8 +22,8 @@ to the engine thread between engine calls: ``corral.rpc.connection``.
 
 from __future__ import annotations
 
+import _socket  # socket's C module: socket.py loads enum (a worker's start)
 import os
-import socket
 import threading
 from collections.abc import Callable
 
@@ -60,6 +60,37 @@ def _never(_msg: Message) -> bool:
     return False
 
 
+class Listener(_socket.socket):
+    """A listening socket of ``_socket``, socket.py's C module, with socket.py's
+    ``accept``: a worker's start does not load ``socket.py`` and with it ``enum``
+    (issue 29). The connections it accepts are ``_socket.socket`` objects."""
+
+    __slots__ = ()
+
+    def accept(self) -> tuple[_socket.socket, object]:
+        fd, address = self._accept()
+        return _socket.socket(self.family, self.type, self.proto, fileno=fd), address
+
+
+def listen(host: str, port: int) -> Listener:
+    """A listening TCP socket on ``host:port``, as ``socket.create_server((host, port),
+    backlog=512)`` makes it (IPv4, ``SO_REUSEADDR``; the same error on a failed bind)."""
+    sock = Listener(_socket.AF_INET, _socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(_socket.SOL_SOCKET, _socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:  # create_server's words: which address could not be bound
+            raise OSError(
+                exc.errno, f"{exc.strerror} (while attempting to bind on address {(host, port)!r})"
+            ) from None
+        sock.listen(512)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
 class RPCServer:
     """Serves ``handler`` on ``host`` (the advertised address) and a port the kernel picks."""
 
@@ -94,10 +125,10 @@ class RPCServer:
         self.idle_timeout = idle_timeout
         self.max_connections = max_connections
         self.max_unauthenticated = max_unauthenticated
-        self._sock = socket.create_server((host, port), backlog=512, reuse_port=False)
+        self._sock = listen(host, port)
         self.port: int = self._sock.getsockname()[1]
         self.stopping = False
-        self._conns: set[socket.socket] = set()
+        self._conns: set[_socket.socket] = set()
         self._lock = threading.Lock()
         # connections wait in the gate (no thread) until they have sent a whole head
         self.gate = HeadGate(
@@ -119,7 +150,7 @@ class RPCServer:
         self.stopping = True
         self.gate.close()
         try:
-            self._sock.shutdown(socket.SHUT_RDWR)
+            self._sock.shutdown(_socket.SHUT_RDWR)
         except OSError:
             pass
         self._sock.close()
@@ -128,7 +159,7 @@ class RPCServer:
                 shutdown(conn)
 
     # -------------------------------------------------------------- accepting
-    def _admit(self, conn: socket.socket, head: bytes, _peer: str) -> None:
+    def _admit(self, conn: _socket.socket, head: bytes, _peer: str) -> None:
         """Called by the gate with a connection that has sent a whole first head."""
         with self._lock:
             over = len(self._conns) >= self.max_connections
@@ -147,11 +178,11 @@ class RPCServer:
             self._forget(conn)
             conn.close()
 
-    def _forget(self, conn: socket.socket) -> None:
+    def _forget(self, conn: _socket.socket) -> None:
         with self._lock:
             self._conns.discard(conn)
 
-    def _serve(self, conn: socket.socket, head: bytes = b"") -> None:
+    def _serve(self, conn: _socket.socket, head: bytes = b"") -> None:
         c = Connection(self, conn, head)
         try:
             while not self.stopping:
@@ -211,7 +242,7 @@ class RPCServer:
         if self._delivered is not None:
             self._delivered(request_id)
 
-    def refuse(self, conn: socket.socket, why: str, wlock: threading.Lock) -> None:
+    def refuse(self, conn: _socket.socket, why: str, wlock: threading.Lock) -> None:
         text = f"request not authenticated ({why}); sign it with the trial secret"
         with wlock:
             self.write_reply(conn, Reply(401, [text.encode()], "text/plain"), False)
@@ -229,7 +260,7 @@ class RPCServer:
 
     def write_reply(
         self,
-        conn: socket.socket,
+        conn: _socket.socket,
         reply: Reply,
         keep_alive: bool,
         local: int | None = None,

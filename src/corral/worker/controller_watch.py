@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import socket
+import _socket  # socket's C module: socket.py loads enum (a worker's start)
 import time
 
 from corral import cjson, name_resolve_keys
@@ -24,7 +24,7 @@ class ControllerWatch:
 
     def run(self) -> None:
         s = self.runtime.settings
-        same_host = s.controller_pid and s.controller_host == socket.gethostname()
+        same_host = s.controller_pid and s.controller_host == _socket.gethostname()
         last_value, last_change = None, time.monotonic()
         # workers asked to outlive their controller (corral.controller.adoption) wait for its lease only
         outlive = getattr(s, "outlive", 0.0)

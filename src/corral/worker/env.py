@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import _socket  # socket's C module: socket.py loads enum (a worker's start)
 import os
-import socket
 from collections import namedtuple
 
 from corral import cjson  # json's C codec without json and re (a worker's start)
@@ -70,7 +70,7 @@ def worker_environment(
         PORT_COUNT: str(port_count),
         LEASE_TIMEOUT: str(lease_timeout),
         CONTROLLER_PID: str(os.getpid()),
-        CONTROLLER_HOST: socket.gethostname(),
+        CONTROLLER_HOST: _socket.gethostname(),
         RUN_ID: run_id,
         "PYTHONUNBUFFERED": "1",
     }
@@ -121,11 +121,11 @@ def advertise_host() -> str:
     explicit = os.environ.get(ADVERTISE_HOST)
     if explicit:
         return explicit
-    name = socket.gethostname()
+    name = _socket.gethostname()
     try:
         # an ASCII name as bytes: a str would load the idna codec (with stringprep and
         # unicodedata), a large part of a worker's start
-        return socket.gethostbyname(name.encode() if name.isascii() else name)
+        return _socket.gethostbyname(name.encode() if name.isascii() else name)
     except OSError:
         return "127.0.0.1"
 
@@ -135,7 +135,7 @@ def node_name() -> str:
     node): ``CORRAL_NODE`` (the Ray backend sets the Ray node id, Slurm's task script the
     node's name), or the hostname. Several Ray or Slurm nodes may share one host (a test
     cluster)."""
-    return os.environ.get(NODE) or socket.gethostname()
+    return os.environ.get(NODE) or _socket.gethostname()
 
 
 class WorkerSettings(

@@ -3,7 +3,7 @@ the engines to bind (AReaL's ``worker_ports`` after the RPC port)."""
 
 from __future__ import annotations
 
-import socket
+import _socket  # socket's C module: socket.py loads enum (a worker's start)
 
 
 def reserve_ports(count: int) -> list[int]:
@@ -11,7 +11,7 @@ def reserve_ports(count: int) -> list[int]:
     socks = []
     try:
         for _ in range(count):
-            sock = socket.socket()
+            sock = _socket.socket()  # AF_INET, SOCK_STREAM, as socket.socket()
             sock.bind(("", 0))
             socks.append(sock)
         return [s.getsockname()[1] for s in socks]

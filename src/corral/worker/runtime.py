@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import _signal  # signal's C module: signal.py loads enum (a worker's start)
 import os
-import signal
 import sys
 import threading
 import time
@@ -56,7 +56,7 @@ class WorkerRuntime:
         an in-process host such as a Ray actor passes its own stop). ``port``: the port
         to serve on (0: one the kernel picks)."""
         self.settings = settings
-        self._on_shutdown = on_shutdown or (lambda: os.kill(os.getpid(), signal.SIGTERM))
+        self._on_shutdown = on_shutdown or (lambda: os.kill(os.getpid(), _signal.SIGTERM))
         self.name_resolve = SignedNameResolve(make_name_resolve(settings.name_resolve), secret)
         self.engines = EngineHost()
         self._secret = secret
@@ -399,11 +399,11 @@ def main(argv: list[str] | None = None) -> None:
     stop = StopLatch()  # not a threading.Event: set from signal handlers (see latch.py)
     lost = stop.set
 
-    signal.signal(signal.SIGTERM, lambda *_: lost("SIGTERM"))
-    signal.signal(signal.SIGINT, lambda *_: lost("SIGINT"))
+    _signal.signal(_signal.SIGTERM, lambda *_: lost("SIGTERM"))
+    _signal.signal(_signal.SIGINT, lambda *_: lost("SIGINT"))
     # a warning before preemption or the time limit (sbatch --signal=USR1@N)
-    signal.signal(
-        signal.SIGUSR1,
+    _signal.signal(
+        _signal.SIGUSR1,
         lambda *_: threading.Thread(target=preempted, args=("SIGUSR1",), daemon=True).start(),
     )
 
@@ -435,7 +435,7 @@ def main(argv: list[str] | None = None) -> None:
     from corral.worker.ending import arm_stop_watchdog
 
     outside = why == "SIGTERM" and not runtime.shutdown_requested
-    arm_stop_watchdog(runtime, 128 + signal.SIGTERM if outside else 0, why)
+    arm_stop_watchdog(runtime, 128 + _signal.SIGTERM if outside else 0, why)
     if outside:
         preempted("SIGTERM")  # preemption, requeue, time limit or an outside scancel
     try:
@@ -444,4 +444,4 @@ def main(argv: list[str] | None = None) -> None:
         pass  # the output pipe's reader went with the same signal
     runtime.stop()
     if outside:  # say how it ended, as a process killed by SIGTERM would
-        sys.exit(128 + signal.SIGTERM)
+        sys.exit(128 + _signal.SIGTERM)
