@@ -25,8 +25,6 @@ sliding window below it, so memory stays bounded however many requests are made.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import itertools
 import os
 import threading
@@ -45,10 +43,19 @@ _MEMO_BYTES = 4096
 _GCM_IV = 12
 
 
-try:  # OpenSSL's HMAC object (already loaded by hmac): copy, update and hexdigest in C
+try:  # OpenSSL's functions, the very ones hashlib and hmac hand out (``hashlib.sha256`` is
+    # ``openssl_sha256``, ``hmac.compare_digest`` is this one), without those two modules'
+    # import (~1 ms of a worker's start: hashlib's table of algorithms with _blake2, hmac's
+    # warnings); and OpenSSL's HMAC object: copy, update and hexdigest in C
+    from _hashlib import compare_digest
+    from _hashlib import hmac_digest as _openssl_hmac_digest
     from _hashlib import hmac_new as _openssl_hmac
+    from _hashlib import openssl_sha256 as sha256
 except ImportError:  # a Python built without OpenSSL
-    _openssl_hmac = None
+    from hashlib import sha256
+    from hmac import compare_digest
+
+    _openssl_hmac = _openssl_hmac_digest = None
 
 
 def _keyed_hmac(key: bytes):
@@ -60,11 +67,26 @@ def _keyed_hmac(key: bytes):
             return _openssl_hmac(key, digestmod="sha256")
         except ValueError:  # OpenSSL refused the digest: the portable object below
             pass
-    return hmac.new(key, digestmod=hashlib.sha256)
+    import hmac
+
+    return hmac.new(key, digestmod=sha256)
+
+
+def hmac_sha256(key: bytes, message: bytes) -> bytes:
+    """``hmac.digest(key, message, "sha256")``: OpenSSL's one-shot HMAC where there is
+    one, else the hmac module's."""
+    if _openssl_hmac_digest is not None:
+        try:
+            return _openssl_hmac_digest(key, message, "sha256")
+        except ValueError:  # OpenSSL refused the digest: the portable HMAC below
+            pass
+    import hmac
+
+    return hmac.digest(key, message, sha256)
 
 
 def _derive(secret: bytes, label: bytes) -> bytes:
-    return hmac.new(secret, b"corral/" + label, hashlib.sha256).digest()
+    return hmac_sha256(secret, b"corral/" + label)
 
 
 class TrialKeys:
@@ -113,10 +135,10 @@ class TrialKeys:
                 signed = self._signed  # the last small one-part body digested, by identity
                 if signed[0] is single:
                     return signed[1]
-                digest = "sha256=" + hashlib.sha256(single).hexdigest()
+                digest = "sha256=" + sha256(single).hexdigest()
                 self._signed = (single, digest)
                 return digest
-            h = hashlib.sha256()
+            h = sha256()
             for part in parts:
                 h.update(part)
             return "sha256=" + h.hexdigest()
@@ -131,8 +153,8 @@ class TrialKeys:
                 seen = self._matched  # the last small body that matched, and its digest
                 if seen[1] == digest and seen[0] == body:
                     return True
-            want = "sha256=" + hashlib.sha256(body).hexdigest()
-            if not hmac.compare_digest(digest, want):
+            want = "sha256=" + sha256(body).hexdigest()
+            if not compare_digest(digest, want):
                 return False
             if length <= _MEMO_BYTES:
                 self._matched = (bytes(body), digest)
@@ -145,7 +167,7 @@ class TrialKeys:
             return False
         if algo != "gmac" or len(iv) != _GCM_IV or len(tag) != 16:
             return False
-        return hmac.compare_digest(self._gmac(iv, [body]), tag)
+        return compare_digest(self._gmac(iv, [body]), tag)
 
     def mac(self, key: bytes, *chunks) -> bytes:
         """HMAC-SHA256 under ``key`` (one of this object's) of the chunks, concatenated."""
@@ -158,7 +180,7 @@ class TrialKeys:
         """Hex HMAC-SHA256 of the fields, one per line, under ``key``."""
         keyed = self._keyed.get(key)
         if keyed is None:
-            return hmac.digest(key, "\n".join(fields).encode("utf-8"), "sha256").hex()
+            return hmac_sha256(key, "\n".join(fields).encode("utf-8")).hex()
         mac = keyed.copy()
         mac.update("\n".join(fields).encode("utf-8"))
         return mac.hexdigest()
@@ -218,7 +240,7 @@ class RequestSigner:
         if len(parts) == 3 and parts[0] == VERSION:
             digest, sig = parts[1], parts[2]
             fields = _reply_fields(status, nonce, content_type, length, digest, segment)
-            if hmac.compare_digest(self.keys.sign(self.keys.reply, fields), sig):
+            if compare_digest(self.keys.sign(self.keys.reply, fields), sig):
                 return digest
         raise AuthenticationError(
             f"the peer at {address} did not prove that it holds the trial secret (its reply "
@@ -309,7 +331,7 @@ class RequestVerifier:
         fields = _request_fields(
             method, path, request_id, identity, length, nonce, ts, digest, segment
         )
-        if not hmac.compare_digest(self.keys.sign(self.keys.request, fields), sig):
+        if not compare_digest(self.keys.sign(self.keys.request, fields), sig):
             return "wrong signature (another trial's secret, or an altered request)", "", ""
         why = self.guard.check(nonce, ts)
         return why, nonce, digest
@@ -347,7 +369,7 @@ def open_record(keys: TrialKeys, key: str, stored: str) -> str | None:
     if not stored.startswith(RECORD_PREFIX):
         return None
     sig, _, value = stored[len(RECORD_PREFIX) :].partition(" ")
-    if hmac.compare_digest(keys.sign(keys.record, ["record", key, value]), sig):
+    if compare_digest(keys.sign(keys.record, ["record", key, value]), sig):
         return value
     return None
 

@@ -27,11 +27,10 @@ shared-memory header, a large body, a refusal) goes as a text head on the same c
 
 from __future__ import annotations
 
-import hmac
 import struct
 import time
 
-from corral.auth import RequestSigner, RequestVerifier, TrialKeys
+from corral.auth import RequestSigner, RequestVerifier, TrialKeys, compare_digest
 from corral.errors import AuthenticationError, ProtocolError
 from corral.rpc import shm
 from corral.rpc.http import IDENTITY_HEADER, PIPELINE_HEADER, REQUEST_ID_HEADER, Message
@@ -88,7 +87,7 @@ def read_request(
     frame = reader.read_body(start + body_len)  # usually all here already: one copy
     head, body = bytes(frame[HEAD_START:start]), frame[start:]
     keys = verifier.keys
-    if not hmac.compare_digest(
+    if not compare_digest(
         keys.mac(keys.frame_request, frame[: _FIXED.size], head, body),
         frame[_FIXED.size : HEAD_START],
     ):
@@ -173,7 +172,7 @@ def check_reply(keys: TrialKeys, address: str, frame: bytearray, nonce: str) -> 
         keys.frame_reply, frame[: _FIXED.size], frame[HEAD_START:start], bytes((len(bound),)),
         bound, frame[start:],
     )  # fmt: skip
-    if not hmac.compare_digest(want, frame[_FIXED.size : HEAD_START]):
+    if not compare_digest(want, frame[_FIXED.size : HEAD_START]):
         raise AuthenticationError(
             f"the peer at {address} sent a reply frame whose MAC is wrong: it is not this "
             "trial's worker, the frame was altered on the way, or it answers another request"

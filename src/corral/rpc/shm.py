@@ -19,7 +19,6 @@ large requests and replies on that address go through segments. ``CORRAL_SHM=0``
 from __future__ import annotations
 
 import functools
-import hashlib
 import mmap
 import os
 import threading
@@ -27,6 +26,7 @@ import time
 import weakref
 from collections import OrderedDict
 
+from corral.auth import sha256
 from corral.errors import ProtocolError
 from corral.rpc.wire import frame_size
 
@@ -64,7 +64,7 @@ def host_token() -> str:
     except OSError:
         return ""
     node = os.uname().nodename
-    return hashlib.sha256(f"{boot}|{pidns}|{node}".encode()).hexdigest()[:24]
+    return sha256(f"{boot}|{pidns}|{node}".encode()).hexdigest()[:24]
 
 
 def signed_headers(headers) -> str:

@@ -8,7 +8,6 @@ The thread itself, and how it also waits on a connection lent to it: ``worker/en
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 import threading
@@ -35,6 +34,7 @@ _IMPORT_PATH = r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*([:.][A-Za-z_][\w]*(\.[A-Za-z
 
 def resolve_import_path(path: str) -> Any:
     """``pkg.mod.Class`` or ``pkg.mod:Class.Inner`` -> the object. Raises EngineImportError."""
+    import importlib  # with warnings
     import re  # the first engine's: not a worker's start
 
     if not isinstance(path, str) or not re.fullmatch(_IMPORT_PATH, path):
