@@ -46,6 +46,11 @@ STDLIB_LAZY = (
     "concurrent.futures", "tempfile", "shutil", "ctypes", "traceback", "encodings.idna",
     "ipaddress",  # rpc.peer_uid packs addresses with socket.inet_pton (issue 29)
     "queue", "heapq",  # worker.engines takes SimpleQueue from _queue (issue 29)
+    # JSON through corral.cjson (json's C codec: json.decoder compiles patterns with re,
+    # re loads enum); sockets and signal handlers through _socket and _signal (socket.py
+    # and signal.py turn their constants into enums); OpenSSL's functions straight from
+    # _hashlib (hashlib's table of algorithms with _blake2, hmac's warnings): issue 29
+    "json", "re", "enum", "socket", "signal", "hashlib", "hmac", "_blake2", "array",
 )  # fmt: skip
 
 
