@@ -3,8 +3,8 @@ dies (``prctl(PR_SET_PDEATHSIG)``), and stops at once if that parent is already 
 
 from __future__ import annotations
 
+import _signal  # signal's C module: signal.py loads enum (see worker/runtime.py)
 import os
-import signal
 
 _PR_SET_PDEATHSIG = 1
 
@@ -16,7 +16,7 @@ def die_with_parent() -> str | None:
 
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        libc.prctl(_PR_SET_PDEATHSIG, _signal.SIGTERM)
     except (OSError, AttributeError):
         return None
     expected = os.environ.get("CORRAL_PARENT_PID")
