@@ -419,11 +419,11 @@ def main(argv: list[str] | None = None) -> None:
             pass
 
     runtime.start()
-    # after registering (it loads ctypes): a parent that died before is caught by its pid
+    # after registering: a parent that died before is caught by its pid
     if settings.die_with_parent:
-        from corral.worker.parent_death import die_with_parent
+        from corral.worker.parent_death import watch_parent
 
-        orphaned = die_with_parent()
+        orphaned = watch_parent()
     else:
         orphaned = None
     if orphaned:
