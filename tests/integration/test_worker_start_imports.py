@@ -51,6 +51,7 @@ STDLIB_LAZY = (
     # and signal.py turn their constants into enums); OpenSSL's functions straight from
     # _hashlib (hashlib's table of algorithms with _blake2, hmac's warnings): issue 29
     "json", "re", "enum", "socket", "signal", "hashlib", "hmac", "_blake2", "array",
+    "selectors", "math",  # the gate polls with select.poll; wire has no math at start
 )  # fmt: skip
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import _socket  # socket's C module: socket.py loads enum (a worker's start)
 import errno
-import selectors
+import select
 import sys
 import threading
 import time
@@ -100,11 +100,15 @@ class HeadGate:
         self._waiting: OrderedDict[int, _Waiting] = OrderedDict()  # by fd, oldest first
         self._per_peer: dict[str, int] = {}
         self._closed = False
-        self._selector = selectors.DefaultSelector()
+        # select.poll, not selectors' DefaultSelector: the same readiness for ~70
+        # descriptors without selectors.py (a worker's start, issue 29). A descriptor is
+        # unregistered before it is closed or handed on (poll keeps closed ones: POLLNVAL)
+        self._poll = select.poll()
         self._wake_r, self._wake_w = _socket.socketpair()
         sock.setblocking(False)
-        self._selector.register(sock, selectors.EVENT_READ, None)
-        self._selector.register(self._wake_r, selectors.EVENT_READ, None)
+        self._listening, self._wake = sock.fileno(), self._wake_r.fileno()
+        self._poll.register(self._listening, select.POLLIN)
+        self._poll.register(self._wake, select.POLLIN)
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
 
     @property
@@ -132,23 +136,19 @@ class HeadGate:
                 if self._paused:  # out of descriptors with nothing to drop: wait, then retry
                     left = self._resume - time.monotonic()
                     if left <= 0:
-                        self._selector.register(self.sock, selectors.EVENT_READ, None)
+                        self._poll.register(self._listening, select.POLLIN)
                         self._paused = False
                     else:
                         timeout = min(timeout, left)
-                events = self._selector.select(timeout)
-                for key, _ in events:
-                    if key.fileobj is self.sock:
+                for fd, _ in self._poll.poll(timeout * 1000):  # ms, rounded up
+                    if fd == self._listening:
                         self._accept()
-                    elif key.fileobj is self._wake_r:
-                        continue
-                    else:
-                        self._read(key.fileobj.fileno())
+                    elif fd != self._wake:
+                        self._read(fd)
                 self._expire(time.monotonic())
         finally:
             for fd in list(self._waiting):
                 self._drop(fd)
-            self._selector.close()
             self._wake_r.close()
             self._wake_w.close()
 
@@ -179,7 +179,7 @@ class HeadGate:
                 # nothing of ours to drop: back off (10 ms doubling to 1 s), keep the rest
                 self._backoff = min(max(self._backoff * 2, 0.01), 1.0)
                 self._resume = time.monotonic() + self._backoff
-                self._selector.unregister(self.sock)
+                self._poll.unregister(self._listening)
                 self._paused = True
                 return
             self._backoff = 0.0
@@ -195,7 +195,7 @@ class HeadGate:
         fd = conn.fileno()
         self._waiting[fd] = entry
         self._per_peer[peer] = self._per_peer.get(peer, 0) + 1
-        self._selector.register(conn, selectors.EVENT_READ, None)
+        self._poll.register(fd, select.POLLIN)
         self._read(fd)  # a client that sent its request with the connection is served now
 
     def _read(self, fd: int) -> None:
@@ -261,8 +261,8 @@ class HeadGate:
         else:
             self._per_peer.pop(entry.peer, None)
         try:
-            self._selector.unregister(entry.conn)
-        except (KeyError, ValueError):
+            self._poll.unregister(fd)
+        except KeyError:
             pass
         return entry
 

@@ -19,7 +19,6 @@ proved the sender holds the trial secret, so importing is never offered to stran
 
 from __future__ import annotations
 
-import math
 import struct
 import sys
 
@@ -43,6 +42,7 @@ TAG = "$t"
 _TAG_BYTES = TAG.encode()
 _NUMPY_KINDS = set("biufc?mM")
 _PLAIN = (type(None), bool, int, str)
+_INF = float("inf")  # math.isfinite(x) is -_INF < x < _INF: no math module at start
 _MODULE_PATH = r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$"  # compiled (and cached) by re on first use
 _TORCH_DTYPES = {
     "float32", "float64", "float16", "bfloat16", "int8", "int16", "int32", "int64",
@@ -97,7 +97,7 @@ class _Encoder:
         if isinstance(obj, bool | int | str):
             return obj
         if isinstance(obj, float):
-            return obj if math.isfinite(obj) else {TAG: "float", "v": repr(obj)}
+            return obj if -_INF < obj < _INF else {TAG: "float", "v": repr(obj)}
         if isinstance(obj, list):
             return [self.encode(x) for x in obj]
         if isinstance(obj, tuple):
@@ -313,7 +313,7 @@ class _Decoder:
             raise ProtocolError(f"refusing numpy dtype {node['d']!r}")
         shape = self.shape(node)
         buf = self.buffer(node)
-        if math.prod(shape) * dtype.itemsize != buf.nbytes:
+        if _count(shape) * dtype.itemsize != buf.nbytes:
             raise ProtocolError(f"array of shape {shape} {dtype} does not fit {buf.nbytes} bytes")
         return np.frombuffer(buf, dtype=dtype).reshape(shape)
 
@@ -327,7 +327,7 @@ class _Decoder:
         shape = self.shape(node)
         buf = self.buffer(node)
         itemsize = torch.empty((), dtype=dtype).element_size()
-        if math.prod(shape) * itemsize != buf.nbytes:
+        if _count(shape) * itemsize != buf.nbytes:
             raise ProtocolError(f"tensor of shape {shape} {name} does not fit {buf.nbytes} bytes")
         if buf.nbytes == 0:
             return torch.empty(shape, dtype=dtype)
@@ -370,6 +370,14 @@ class _Decoder:
         import torch
 
         return getattr(torch, name)
+
+
+def _count(shape: tuple[int, ...]) -> int:
+    """Elements in an array of ``shape``: ``math.prod``, without math at a worker's start."""
+    count = 1
+    for size in shape:
+        count *= size
+    return count
 
 
 def _is_module_path(name: str) -> bool:
