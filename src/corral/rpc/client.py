@@ -44,6 +44,9 @@ __all__ = [
 ]  # fmt: skip
 
 
+_RECEIVE = 64 * 1024  # what one receive takes at most (a small reply whole)
+
+
 class _Conn:
     offered = False  # has this connection carried the shared-memory offer yet?
     framed = False  # has a verified reply frame come back (the worker reads frames)?
@@ -190,22 +193,25 @@ class RPCClient:
     ) -> tuple[Message, memoryview | None]:
         """The verified reply (a frame or a text head and its body), and its body when it
         came in a shared-memory segment."""
-        first = conn.reader.peek(timeout)
-        if first is None:
-            raise ConnectionResetError("worker closed the connection")
-        if first == frames.FRAME_BYTE:  # only ever sent to a client that offered frames
-            frame = frames.read_reply(conn.reader)
+        reader = conn.reader
+        if not reader.pending:  # the socket's timeout is the request's (set above)
+            chunk = conn.sock.recv(_RECEIVE)
+            if not chunk:
+                raise ConnectionResetError("worker closed the connection")
+            reader.pending += chunk
+        if reader.pending[0] == frames.FRAME_BYTE:  # only sent to a client that offered frames
+            frame = frames.read_reply(reader)
             reply = frames.open_reply(self._signer.keys, address, frame, nonce)
             conn.framed = True
             self.bytes_received += len(reply.body)
             return reply, None
-        reply = conn.reader.read_head()
+        reply = reader.read_head()
         if reply is None:
             raise ConnectionResetError("worker closed the connection")
         digest = check_reply_head(self._signer, address, reply, nonce, self.max_reply)
         body = self.shm.receive(address, reply)
         if body is None:
-            reply.body = conn.reader.read_body(reply.content_length)
+            reply.body = reader.read_body(reply.content_length)
             check_reply_body(self._signer, address, digest, reply.body)
             self.bytes_received += reply.content_length
         else:

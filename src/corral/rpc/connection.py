@@ -42,7 +42,6 @@ PARK_SECONDS = 1.0
 #: the largest body the engine thread reads for a lent connection (larger: its own thread)
 LENT_BODY = 64 * 1024
 _NOT_MINE = object()
-_NO_HEADERS: dict = {}
 
 
 class Connection:
@@ -66,6 +65,8 @@ class Connection:
         self.peer: int | None = None  # the client's pid once it offered shared memory
         self.idle = server.head_timeout  # a new connection must send its first head promptly
         self.first = True
+        self.probe = Message("FRAME", {})  # a lent request frame's path, to ask ``lendable``
+        self.probe.method = "POST"
 
     def process(
         self, msg, lease: Lease | None = None, frame_nonce: str | None = None
@@ -262,8 +263,8 @@ class Connection:
             return _NOT_MINE
         if len(pending) < size:
             return None
-        probe = Message("FRAME", _NO_HEADERS)  # which thread: by its path (checked later)
-        probe.method, probe.path = "POST", frames.request_path(pending)
+        probe = self.probe  # which thread: by its path (checked later)
+        probe.path = frames.request_path(pending)
         if not self.server.lendable(probe):
             return _NOT_MINE
         frame = pending[:size]
