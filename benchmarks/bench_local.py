@@ -270,36 +270,58 @@ def noop_sizes() -> tuple[int, int]:
 
 
 def measured_noop_sizes(sched, wid: str) -> tuple[int, int]:
-    """Bytes of one real noop request and reply (head + frame), seen on the client side.
+    """Bytes of one real noop request and reply as the blocking client sends and reads
+    them (a text head and its frame, or a binary frame once the connection has switched
+    to frames: ``rpc.frames``), seen on the client side after a few calls.
 
     Falls back to ``noop_sizes()`` if the client's internals have moved.
     """
-    from corral.rpc import client, http, wire
+    from corral.rpc import client, frames, http, wire
 
     seen: dict[str, int] = {}
     send, interpret = (
         getattr(client, "send_message", None),
         getattr(client, "interpret_reply", None),
     )
-    if send is None or interpret is None:
+    request_frame, read_reply = (
+        getattr(frames, "request_frame", None),
+        getattr(frames, "read_reply", None),
+    )
+    if send is None or interpret is None or request_frame is None or read_reply is None:
         return noop_sizes()
 
     def spy_send(sock, start_line, headers, parts):
         size = wire.frame_size(parts)
         seen["request"] = len(http.render_head(start_line, headers, size)) + size
+        seen.pop("framed", None)
         return send(sock, start_line, headers, parts)
+
+    def spy_request_frame(*args):
+        data, nonce = request_frame(*args)
+        seen["request"] = len(data)
+        return data, nonce
+
+    def spy_read_reply(reader):
+        frame = read_reply(reader)
+        seen["framed"] = len(frame)
+        return frame
 
     def spy_interpret(address, msg):
         headers = {k: v for k, v in msg.headers.items() if k != "content-length"}
         body = len(msg.body)
-        seen["reply"] = len(http.render_head(msg.start_line, headers, body)) + body
+        text = len(http.render_head(msg.start_line, headers, body)) + body
+        seen["reply"] = seen.pop("framed", text)
         return interpret(address, msg)
 
     client.send_message, client.interpret_reply = spy_send, spy_interpret
+    frames.request_frame, frames.read_reply = spy_request_frame, spy_read_reply
     try:
-        sched.call_engine(wid, "noop")
+        for _ in range(3):  # a connection's first replies are text heads, then frames
+            seen.clear()
+            sched.call_engine(wid, "noop")
     finally:
         client.send_message, client.interpret_reply = send, interpret
+        frames.request_frame, frames.read_reply = request_frame, read_reply
     if "request" not in seen or "reply" not in seen:
         return noop_sizes()
     return seen["request"], seen["reply"]

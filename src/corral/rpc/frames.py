@@ -23,6 +23,13 @@ offering them, and checks the nonce and timestamp with the same replay guard as 
 heads. The frame's body is read before its MAC is checked: it is at most ``SMALL_BODY``
 bytes, on a connection that already proved the secret. Anything a frame cannot carry (a
 shared-memory header, a large body, a refusal) goes as a text head on the same connection.
+
+A one-request-at-a-time connection (the blocking client, ``rpc.client``) offers frames with
+``x-corral-frames: b1`` (``OFFER_HEADER``) instead: it stays one request at a time (the next
+request still proves the last reply's delivery, and the worker may lend it to its engine
+thread), but its small requests and replies go as the same frames, with the same keys,
+MAC, replay guard and fallbacks. The client sends frames only once a verified reply frame
+has come back on that connection.
 """
 
 from __future__ import annotations
@@ -42,6 +49,9 @@ REQUEST = b"\xc7\x01"
 REPLY = b"\xc7\x02"
 #: the ``x-corral-pipeline`` value of a client that sends and reads frames
 OFFER = "b1"
+#: on a one-request-at-a-time connection's text requests: the client reads reply frames
+#: (value ``OFFER``), and sends frames once one came back
+OFFER_HEADER = "x-corral-frames"
 #: a frame's body is below this (larger ones go with a text head)
 MAX_BODY = 64 * 1024
 #: a frame's head is at most this (its fields are short)
@@ -86,6 +96,29 @@ def read_request(
     if len(reader.pending) < start + body_len:
         reader.set_timeout(timeout)
     frame = reader.read_body(start + body_len)  # usually all here already: one copy
+    return open_request(frame, verifier)
+
+
+def request_size(buf: bytearray) -> int:
+    """Bytes of the request frame at the start of ``buf`` (``HEAD_START`` of them at least
+    are there); ProtocolError if it is not one."""
+    head_len, body_len = _lengths(buf, REQUEST, "request")
+    return HEAD_START + head_len + body_len
+
+
+def request_path(frame: bytearray) -> str:
+    """The path a whole request frame names, NOT verified: only to choose which thread
+    serves it (``open_request`` then checks it)."""
+    start = HEAD_START + _FIXED.unpack_from(frame)[1]
+    return frame[HEAD_START:start].decode("utf-8", "replace").partition("\n")[0]
+
+
+def open_request(
+    frame: bytearray | memoryview, verifier: RequestVerifier
+) -> tuple[Message | None, str | None, str]:
+    """A whole request frame, verified (MAC, then nonce and timestamp by the replay guard):
+    ``(message, None, nonce)``, or ``(None, why refused, "")``."""
+    start = HEAD_START + _FIXED.unpack_from(frame)[1]
     head, body = bytes(frame[HEAD_START:start]), frame[start:]
     keys = verifier.keys
     if not hmac.compare_digest(
@@ -178,6 +211,15 @@ def check_reply(keys: TrialKeys, address: str, frame: bytearray, nonce: str) -> 
             f"the peer at {address} sent a reply frame whose MAC is wrong: it is not this "
             "trial's worker, the frame was altered on the way, or it answers another request"
         )
+
+
+def read_reply(reader) -> bytearray:
+    """The next reply frame, whole, from a blocking ``SocketReader`` whose next byte is
+    ``FRAME_BYTE`` (the socket's own timeout applies); NOT yet verified."""
+    if len(reader.pending) < HEAD_START:
+        reader.pending[:0] = bytes(reader.read_body(HEAD_START))  # put back: taken whole below
+    frame = reader.read_body(reply_size(reader.pending))
+    return frame if type(frame) is bytearray else bytearray(frame)
 
 
 def open_reply(keys: TrialKeys, address: str, frame: bytearray, nonce: str) -> Message:

@@ -203,6 +203,11 @@ class RPCServer:
             shm.signed_headers(msg.headers),
         )
 
+    def open_frame(self, frame: bytearray) -> tuple:
+        """``frames.open_request`` of a whole request frame: (message or None, why refused
+        or None, nonce)."""
+        return frames.open_request(frame, self._verifier)
+
     def body_matches(self, digest: str, body) -> bool:
         return self._verifier.keys.body_matches(digest, body)
 

@@ -62,7 +62,7 @@ def _json_encoder():
 
 
 _JSON_ENCODE = _json_encoder()
-_JSON_DECODE = json.JSONDecoder().decode
+_JSON_DECODE = json.JSONDecoder().raw_decode  # no whitespace around it: the encoder writes none
 _NUMPY_KINDS = set("biufc?mM")
 _PLAIN = (type(None), bool, int, str)
 _MODULE_PATH = r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$"  # compiled (and cached) by re on first use
@@ -248,7 +248,10 @@ def decode(
     if pos != view.nbytes:
         raise ProtocolError(f"frame has {view.nbytes - pos} trailing bytes")
     try:
-        tree = _JSON_DECODE(header.decode("utf-8"))  # what json.loads does, without its checks
+        text = header.decode("utf-8")
+        tree, end = _JSON_DECODE(text)  # json.loads without its whitespace matching
+        if end != len(text):
+            raise ValueError(f"{len(text) - end} bytes after the JSON value")
     except (ValueError, RecursionError) as exc:
         raise ProtocolError(f"frame header is not valid JSON: {exc}") from None
     if not buffers and _TAG_BYTES not in header:
