@@ -112,6 +112,17 @@ def send_reply(
     """Send ``reply`` (an ``rpc.server.Reply``) as a frame if one can carry it: no
     segment, a body below ``MAX_BODY``, no released segments to tell a local peer about.
     False: nothing was sent, the caller sends a text head."""
+    out: list = []
+    if not reply_frame(out, keys, reply, nonce, request_id, local):
+        return False
+    conn.sendall(out[0])
+    return True
+
+
+def reply_frame(
+    out: list, keys: TrialKeys, reply, nonce: str, request_id: str, local: int | None
+) -> bool:
+    """``send_reply``, appending the frame to ``out`` instead of sending it."""
     if reply.segment is not None or (local is not None and shm.has_released(local)):
         return False
     parts = reply.parts
@@ -124,7 +135,7 @@ def send_reply(
     fixed = _FIXED.pack(REPLY, len(head), len(body))
     bound = nonce.encode()
     mac = keys.mac(keys.frame_reply, fixed, head, bytes((len(bound),)), bound, body)
-    conn.sendall(b"".join((fixed, mac, head, body)))
+    out.append(b"".join((fixed, mac, head, body)))
     return True
 
 
@@ -140,6 +151,15 @@ def _lengths(buf: bytearray, kind: bytes, what: str) -> tuple[int, int]:
             f"{MAX_HEAD}, below {MAX_BODY})"
         )
     return head_len, body_len
+
+
+def request_ready(buf: bytearray) -> bool:
+    """Is a whole request frame at the start of ``buf``? ProtocolError if something there
+    claims to be a frame and is not a request within the limits."""
+    if len(buf) < HEAD_START or buf[0] != FRAME_BYTE:
+        return False
+    head_len, body_len = _lengths(buf, REQUEST, "request")
+    return len(buf) >= HEAD_START + head_len + body_len
 
 
 def reply_size(buf: bytearray) -> int:

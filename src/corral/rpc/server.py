@@ -78,6 +78,7 @@ class RPCServer:
         max_connections: int = MAX_CONNECTIONS,
         max_unauthenticated: int = MAX_UNAUTHENTICATED,
         lendable: Callable[[Message], bool] | None = None,
+        batches=None,
     ):
         """``delivered(request_id)`` is called when the client sends its next request on
         the same connection: proof that it read the whole reply to that one.
@@ -90,6 +91,7 @@ class RPCServer:
         self.max_body = max_body
         self.body_idle_timeout = BODY_IDLE_TIMEOUT
         self.lendable = lendable or _never
+        self.batches = batches
         self.head_timeout = head_timeout
         self.idle_timeout = idle_timeout
         self.max_connections = max_connections
@@ -157,6 +159,10 @@ class RPCServer:
             while not self.stopping:
                 nonce = None
                 if c.framed and c.reader.peek(c.idle) == frames.FRAME_BYTE:
+                    if self.batches is not None and frames.request_ready(c.reader.pending):
+                        if not self._serve_frames(c):
+                            return
+                        continue
                     # verified whole (one MAC over head and body) and replay-checked
                     msg, why, nonce = frames.read_request(
                         c.reader, self._verifier, self.head_timeout
@@ -189,6 +195,27 @@ class RPCServer:
             self._forget(conn)
             conn.close()
 
+    def _serve_frames(self, c: Connection) -> bool:
+        """Every whole request frame already received, in order, as one batch: the engine
+        calls among them reach the engine thread together (one wake-up). Each frame is
+        verified and replay-checked on its own; one refused ends the connection (those
+        before it were verified and run, as if they had come alone). False: it ends."""
+        reader, batches = c.reader, self.batches
+        batches.hold()
+        out = c.out = []
+        try:
+            while frames.request_ready(reader.pending):
+                msg, why, nonce = frames.read_request(reader, self._verifier, self.head_timeout)
+                if why is not None:
+                    self.refuse(c.sock, why, c.wlock)
+                    return False
+                if c.process(msg, frame_nonce=nonce) is not True:
+                    return False
+            return True
+        finally:
+            c.out = None
+            batches.release(lambda: c.flush(out))
+
     # what a Connection asks of its server ------------------------------------
     def verify_head(self, msg: Message, length: int) -> tuple:
         """``RequestVerifier.verify_head`` of a request: (why refused or None, nonce, body
@@ -202,6 +229,10 @@ class RPCServer:
             length,
             shm.signed_headers(msg.headers),
         )
+
+    @property
+    def keys(self) -> TrialKeys:
+        return self._verifier.keys
 
     def body_matches(self, digest: str, body) -> bool:
         return self._verifier.keys.body_matches(digest, body)
