@@ -158,7 +158,15 @@ class Connection:
         lent = None
         if isinstance(reply, Deferred):
             sender = _Sender(
-                server, self.sock, self.wlock, peer, offered, hold, nonce, rid, self.framed,
+                server,
+                self.sock,
+                self.wlock,
+                peer,
+                offered,
+                hold,
+                nonce,
+                rid,
+                self.framed,
                 self.out if reply.lends else None,
             )
             if not reply.lends:

@@ -169,25 +169,35 @@ def reply_size(buf: bytearray) -> int:
     return HEAD_START + head_len + body_len
 
 
-def reply_message(frame: bytearray) -> Message:
-    """A whole reply frame as a Message, NOT yet verified (``check_reply`` does): its
-    request id says which request's nonce to check it with."""
-    head_len = _FIXED.unpack_from(frame)[1]
-    start = HEAD_START + head_len
+def reply_head(frame: bytearray) -> tuple[int, str, str, int]:
+    """``(status, request id, content type, where the body starts)`` of a whole reply
+    frame, NOT yet verified (``check_reply`` does): its request id says which request's
+    nonce to check it with."""
+    start = HEAD_START + _FIXED.unpack_from(frame)[1]
     fields = frame[HEAD_START:start].decode("utf-8", "replace").split("\n")
     if len(fields) != 3:
         raise ProtocolError("malformed reply frame head")
     status, request_id, content_type = fields
+    return (int(status) if status.isdigit() else 0), request_id, content_type, start
+
+
+def reply_message(frame: bytearray) -> Message:
+    """A whole reply frame as a Message, NOT yet verified (``check_reply`` does)."""
+    status, request_id, content_type, start = reply_head(frame)
     msg = Message("FRAME", {"content-type": content_type, REQUEST_ID_HEADER: request_id})
-    msg.status = int(status) if status.isdigit() else 0
+    msg.status = status
     msg.body = frame[start:]
     return msg
 
 
-def check_reply(keys: TrialKeys, address: str, frame: bytearray, nonce: str) -> None:
+def check_reply(
+    keys: TrialKeys, address: str, frame: bytearray, nonce: str, start: int | None = None
+) -> None:
     """Raise AuthenticationError unless the reply frame's MAC proves it was made by the
-    trial's worker for the request that carried ``nonce``."""
-    start = HEAD_START + _FIXED.unpack_from(frame)[1]
+    trial's worker for the request that carried ``nonce``. ``start``: where its body
+    starts, if known (``reply_head``)."""
+    if start is None:
+        start = HEAD_START + _FIXED.unpack_from(frame)[1]
     bound = nonce.encode()
     want = keys.mac(
         keys.frame_reply, frame[: _FIXED.size], frame[HEAD_START:start], bytes((len(bound),)),

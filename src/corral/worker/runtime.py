@@ -252,7 +252,12 @@ class WorkerRuntime:
                     return Deferred(
                         lambda send, lease: self.engines.submit(
                             EngineCallReply(
-                                self._finish, request_id, run, send, lease, self.engines.park,
+                                self._finish,
+                                request_id,
+                                run,
+                                send,
+                                lease,
+                                self.engines.park,
                                 (payload.get("engine_name"), payload["method"]),
                             )
                         ),
