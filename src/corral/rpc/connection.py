@@ -158,17 +158,9 @@ class Connection:
         lent = None
         if isinstance(reply, Deferred):
             sender = _Sender(
-                server,
-                self.sock,
-                self.wlock,
-                peer,
-                offered,
-                hold,
-                nonce,
-                rid,
-                self.framed,
-                self.out if reply.lends else None,
-            )
+                server, self.sock, self.wlock, peer, offered, hold, nonce, rid, self.framed,
+                self.out if reply.lends else None,  # a batch's: its replies leave together
+            )  # fmt: skip
             if not reply.lends:
                 reply.start(sender.send)
             else:
