@@ -108,7 +108,11 @@ class EngineThread:
         ``after()`` runs on this thread once they have run (even if none was held)."""
         held = self._held.pop(_thread.get_ident(), None)
         if held or (after is not None and self._thread is not None):
-            self._put(Batch(held or [], after))
+            batch = Batch(held or [], after)
+            if self._closed:  # shut down meanwhile: nothing would run it
+                batch.cancel()
+            else:
+                self._put(batch)
 
     def on_thread(self) -> bool:
         """Is the caller the engine thread?"""
