@@ -75,23 +75,38 @@ def read_request(
     reader, verifier: RequestVerifier, timeout: float
 ) -> tuple[Message | None, str | None, str]:
     """The next request frame from a ``SocketReader`` (its first byte is ``FRAME_BYTE``):
-    ``(message, None, nonce)``, or ``(None, why refused, "")``. Waits at most ``timeout``
-    for each part that is not here yet; ProtocolError for a malformed frame."""
+    ``take_request`` once it is all here. Waits at most ``timeout`` for each part that is
+    not here yet; ProtocolError for a malformed frame."""
     if len(reader.pending) < _FIXED.size:
         reader.set_timeout(timeout)
         fixed = bytes(reader.read_body(_FIXED.size))
         reader.pending[:0] = fixed  # put back: the frame is taken whole below
     head_len, body_len = _lengths(reader.pending, REQUEST, "request")
-    start = HEAD_START + head_len
-    if len(reader.pending) < start + body_len:
+    size = HEAD_START + head_len + body_len
+    if len(reader.pending) < size:
         reader.set_timeout(timeout)
-    frame = reader.read_body(start + body_len)  # usually all here already: one copy
-    head, body = bytes(frame[HEAD_START:start]), frame[start:]
+        whole = reader.read_body(size)
+        reader.pending[:0] = whole  # put back whole
+    return take_request(reader.pending, verifier)
+
+
+def take_request(
+    buf: bytearray, verifier: RequestVerifier
+) -> tuple[Message | None, str | None, str]:
+    """The request frame at the start of ``buf``, all of it there (``request_ready``),
+    taken from ``buf`` and checked: ``(message, None, nonce)``, or ``(None, why refused,
+    "")`` for a wrong MAC, a malformed head, a stale timestamp or a nonce seen before.
+    ProtocolError for a frame over the limits."""
+    head_len, body_len = _lengths(buf, REQUEST, "request")
+    start = HEAD_START + head_len
+    end = start + body_len
     keys = verifier.keys
-    if not hmac.compare_digest(
-        keys.mac(keys.frame_request, frame[: _FIXED.size], head, body),
-        frame[_FIXED.size : HEAD_START],
-    ):
+    # the MAC covers the fixed bytes, then head and body (which follow each other)
+    mac = keys.mac(keys.frame_request, buf[: _FIXED.size], buf[HEAD_START:end])
+    valid = hmac.compare_digest(mac, buf[_FIXED.size : HEAD_START])
+    head, body = buf[HEAD_START:start], buf[start:end]
+    del buf[:end]
+    if not valid:
         return None, "wrong frame MAC (another trial's secret, or an altered frame)", ""
     fields = head.decode("utf-8", "replace").split("\n")
     if len(fields) != 5:

@@ -205,7 +205,7 @@ class RPCServer:
         out = c.out = []
         try:
             while frames.request_ready(reader.pending):
-                msg, why, nonce = frames.read_request(reader, self._verifier, self.head_timeout)
+                msg, why, nonce = frames.take_request(reader.pending, self._verifier)
                 if why is not None:
                     self.refuse(c.sock, why, c.wlock)
                     return False
