@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from corral.worker import engine_thread
 from corral.worker.engine_thread import Batch
 from corral.worker.engines import EngineThread
 
@@ -66,10 +67,12 @@ def test_tasks_queued_at_shutdown_are_cancelled_and_later_calls_refused():
         engine.run(lambda: 1)
 
 
-def test_tasks_held_back_run_after_release_in_order_then_after_once():
+def test_tasks_held_back_run_after_release_in_order_then_after_once(monkeypatch):
     """``hold``/``release`` (the RPC server's batch of pipelined calls): what the holding
     thread submits waits for its release (another thread's calls do not), then runs in
-    order on the engine thread, and ``after`` runs once, after them."""
+    order on the engine thread, and ``after`` runs once, after them (no task takes
+    ``FLUSH_SECONDS`` here: it is set out of reach of a loaded machine's pauses)."""
+    monkeypatch.setattr(engine_thread, "FLUSH_SECONDS", 60.0)
     engine = EngineThread()
     log: list = []
     tasks = [QuickTask(log, f"t{i}") for i in range(5)]
@@ -102,10 +105,20 @@ def test_waiting_for_the_engine_thread_while_holding_runs_the_held_tasks_first()
     engine.close()
 
 
-def test_a_batch_sends_before_a_task_not_known_to_be_quick():
+def test_a_batch_sends_before_a_task_not_known_to_be_quick(monkeypatch):
     """``Batch``: ``after`` (a batch's replies leave) runs before each task that is not
     known to be quick, so a long call does not hold back the replies before it."""
+    monkeypatch.setattr(engine_thread, "FLUSH_SECONDS", 60.0)
     log: list = []
     tasks = [QuickTask(log, "q1"), QuickTask(log, "q2"), Task(log, "?"), QuickTask(log, "q3")]
     Batch(tasks, lambda: log.append(("flush", None, None))).run()
     assert [e[1] or e[0] for e in log] == ["q1", "q2", "flush", "?", "q3", "flush"]
+
+
+def test_a_batch_sends_once_flush_seconds_have_passed(monkeypatch):
+    """``Batch``: replies wait at most ``FLUSH_SECONDS`` for the quick tasks after them
+    (here 0: ``after`` runs after every task)."""
+    monkeypatch.setattr(engine_thread, "FLUSH_SECONDS", 0.0)
+    log: list = []
+    Batch([QuickTask(log, "q1"), QuickTask(log, "q2")], lambda: log.append(("f", 0, 0))).run()
+    assert [e[1] or e[0] for e in log] == ["q1", "f", "q2", "f", "f"]
