@@ -17,7 +17,10 @@ authenticated connection may idle ``idle_timeout`` between requests), and when t
 runs out of file descriptors the gate backs off and keeps accepting.
 
 What one message on a connection does, and how a one-request-at-a-time connection is lent
-to the engine thread between engine calls: ``corral.rpc.connection``.
+to the engine thread between engine calls: ``corral.rpc.connection``. The binary request
+frames one receive brings on a pipelined connection are handled as one batch
+(``_serve_frames``): each checked on its own, the handler's work handed on together, the
+replies sent together.
 """
 
 from __future__ import annotations

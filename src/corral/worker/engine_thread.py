@@ -4,6 +4,9 @@ When it has nothing queued, it may wait on a connection's socket as well (``park
 RPC server lends it a one-request-at-a-time connection after an engine call, and the next
 call on it is read, run and answered there, with no hand-off between threads
 (``rpc/connection.py``). Anything queued meanwhile wakes it (a pipe it also polls).
+
+A thread may ``hold`` what it submits and ``release`` it as one ``Batch``: the RPC server
+does so for the pipelined calls of one receive (one wake-up, replies sent together).
 """
 
 from __future__ import annotations
