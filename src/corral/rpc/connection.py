@@ -65,6 +65,7 @@ class Connection:
         self.peer: int | None = None  # the client's pid once it offered shared memory
         self.idle = server.head_timeout  # a new connection must send its first head promptly
         self.first = True
+        self.out: list | None = None  # replies of a batch (``RPCServer._serve_frames``)
         self.probe = Message("FRAME", {})  # a lent request frame's path, to ask ``lendable``
         self.probe.method = "POST"
 
@@ -167,8 +168,9 @@ class Connection:
         lent = None
         if isinstance(reply, Deferred):
             sender = _Sender(
-                server, self.sock, self.wlock, peer, offered, hold, nonce, reply_id, self.framed
-            )
+                server, self.sock, self.wlock, peer, offered, hold, nonce, reply_id, self.framed,
+                self.out if reply.lends else None,  # a batch's: its replies leave together
+            )  # fmt: skip
             if not reply.lends:
                 reply.start(sender.send)
             else:
@@ -183,6 +185,17 @@ class Connection:
                 )  # fmt: skip
         reply = None  # sent: do not pin its buffers while the connection idles
         return lent or msg.keep_alive
+
+    def flush(self, out: list) -> None:
+        """Send the replies a batch gathered, in one write."""
+        if out:
+            data = b"".join(out)
+            out.clear()
+            try:
+                with self.wlock:
+                    self.sock.sendall(data)
+            except OSError:
+                shutdown(self.sock)
 
     def write(self, status, text, keep_alive, nonce, rid, refused=False) -> None:
         reply = Reply(status, [text.encode()], "text/plain")
@@ -315,15 +328,21 @@ class _Sender:
     connection is ended (its own thread then sees it)."""
 
     __slots__ = (
-        "server", "conn", "lock", "peer", "offered", "hold", "nonce", "request_id", "frame"
+        "server", "conn", "lock", "peer", "offered", "hold", "nonce", "request_id", "frame",
+        "out",
     )  # fmt: skip
 
-    def __init__(self, server, conn, lock, peer, offered, hold, nonce, request_id, frame):
+    def __init__(self, server, conn, lock, peer, offered, hold, nonce, request_id, frame, out):
         self.server, self.conn, self.lock, self.peer = server, conn, lock, peer
         self.offered, self.hold, self.nonce, self.request_id = offered, hold, nonce, request_id
-        self.frame = frame
+        self.frame, self.out = frame, out
 
     def send(self, reply) -> None:
+        out = self.out
+        if out is not None and frames.reply_frame(
+            out, self.server.keys, reply, self.nonce, self.request_id, self.peer
+        ):
+            return
         try:
             with self.lock:
                 self.server.write_reply(

@@ -85,18 +85,19 @@ def read_request(
     reader, verifier: RequestVerifier, timeout: float
 ) -> tuple[Message | None, str | None, str]:
     """The next request frame from a ``SocketReader`` (its first byte is ``FRAME_BYTE``):
-    ``(message, None, nonce)``, or ``(None, why refused, "")``. Waits at most ``timeout``
-    for each part that is not here yet; ProtocolError for a malformed frame."""
+    ``take_request`` once it is all here. Waits at most ``timeout`` for each part that is
+    not here yet; ProtocolError for a malformed frame."""
     if len(reader.pending) < _FIXED.size:
         reader.set_timeout(timeout)
         fixed = bytes(reader.read_body(_FIXED.size))
         reader.pending[:0] = fixed  # put back: the frame is taken whole below
     head_len, body_len = _lengths(reader.pending, REQUEST, "request")
-    start = HEAD_START + head_len
-    if len(reader.pending) < start + body_len:
+    size = HEAD_START + head_len + body_len
+    if len(reader.pending) < size:
         reader.set_timeout(timeout)
-    frame = reader.read_body(start + body_len)  # usually all here already: one copy
-    return open_request(frame, verifier)
+        whole = reader.read_body(size)
+        reader.pending[:0] = whole  # put back whole
+    return take_request(reader.pending, verifier)
 
 
 def request_size(buf: bytearray) -> int:
@@ -116,15 +117,28 @@ def request_path(frame: bytearray) -> str:
 def open_request(
     frame: bytearray | memoryview, verifier: RequestVerifier
 ) -> tuple[Message | None, str | None, str]:
-    """A whole request frame, verified (MAC, then nonce and timestamp by the replay guard):
-    ``(message, None, nonce)``, or ``(None, why refused, "")``."""
-    start = HEAD_START + _FIXED.unpack_from(frame)[1]
-    head, body = bytes(frame[HEAD_START:start]), frame[start:]
+    """A whole request frame on its own (a lent connection's), checked as ``take_request``
+    checks one."""
+    return take_request(frame if type(frame) is bytearray else bytearray(frame), verifier)
+
+
+def take_request(
+    buf: bytearray, verifier: RequestVerifier
+) -> tuple[Message | None, str | None, str]:
+    """The request frame at the start of ``buf``, all of it there (``request_ready``),
+    taken from ``buf`` and checked: ``(message, None, nonce)``, or ``(None, why refused,
+    "")`` for a wrong MAC, a malformed head, a stale timestamp or a nonce seen before.
+    ProtocolError for a frame over the limits."""
+    head_len, body_len = _lengths(buf, REQUEST, "request")
+    start = HEAD_START + head_len
+    end = start + body_len
     keys = verifier.keys
-    if not hmac.compare_digest(
-        keys.mac(keys.frame_request, frame[: _FIXED.size], head, body),
-        frame[_FIXED.size : HEAD_START],
-    ):
+    # the MAC covers the fixed bytes, then head and body (which follow each other)
+    mac = keys.mac(keys.frame_request, buf[: _FIXED.size], buf[HEAD_START:end])
+    valid = hmac.compare_digest(mac, buf[_FIXED.size : HEAD_START])
+    head, body = buf[HEAD_START:start], buf[start:end]
+    del buf[:end]
+    if not valid:
         return None, "wrong frame MAC (another trial's secret, or an altered frame)", ""
     fields = head.decode("utf-8", "replace").split("\n")
     if len(fields) != 5:
@@ -145,6 +159,17 @@ def send_reply(
     """Send ``reply`` (an ``rpc.server.Reply``) as a frame if one can carry it: no
     segment, a body below ``MAX_BODY``, no released segments to tell a local peer about.
     False: nothing was sent, the caller sends a text head."""
+    out: list = []
+    if not reply_frame(out, keys, reply, nonce, request_id, local):
+        return False
+    conn.sendall(out[0])
+    return True
+
+
+def reply_frame(
+    out: list, keys: TrialKeys, reply, nonce: str, request_id: str, local: int | None
+) -> bool:
+    """``send_reply``, appending the frame to ``out`` instead of sending it."""
     if reply.segment is not None or (local is not None and shm.has_released(local)):
         return False
     parts = reply.parts
@@ -157,7 +182,7 @@ def send_reply(
     fixed = _FIXED.pack(REPLY, len(head), len(body))
     bound = nonce.encode()
     mac = keys.mac(keys.frame_reply, fixed, head, bytes((len(bound),)), bound, body)
-    conn.sendall(b"".join((fixed, mac, head, body)))
+    out.append(b"".join((fixed, mac, head, body)))
     return True
 
 
@@ -175,6 +200,15 @@ def _lengths(buf: bytearray, kind: bytes, what: str) -> tuple[int, int]:
     return head_len, body_len
 
 
+def request_ready(buf: bytearray) -> bool:
+    """Is a whole request frame at the start of ``buf``? ProtocolError if something there
+    claims to be a frame and is not a request within the limits."""
+    if len(buf) < HEAD_START or buf[0] != FRAME_BYTE:
+        return False
+    head_len, body_len = _lengths(buf, REQUEST, "request")
+    return len(buf) >= HEAD_START + head_len + body_len
+
+
 def reply_size(buf: bytearray) -> int:
     """Bytes of the reply frame at the start of ``buf`` (``HEAD_START`` of them at least
     are there); ProtocolError if it is not one."""
@@ -182,25 +216,35 @@ def reply_size(buf: bytearray) -> int:
     return HEAD_START + head_len + body_len
 
 
-def reply_message(frame: bytearray) -> Message:
-    """A whole reply frame as a Message, NOT yet verified (``check_reply`` does): its
-    request id says which request's nonce to check it with."""
-    head_len = _FIXED.unpack_from(frame)[1]
-    start = HEAD_START + head_len
+def reply_head(frame: bytearray) -> tuple[int, str, str, int]:
+    """``(status, request id, content type, where the body starts)`` of a whole reply
+    frame, NOT yet verified (``check_reply`` does): its request id says which request's
+    nonce to check it with."""
+    start = HEAD_START + _FIXED.unpack_from(frame)[1]
     fields = frame[HEAD_START:start].decode("utf-8", "replace").split("\n")
     if len(fields) != 3:
         raise ProtocolError("malformed reply frame head")
     status, request_id, content_type = fields
+    return (int(status) if status.isdigit() else 0), request_id, content_type, start
+
+
+def reply_message(frame: bytearray) -> Message:
+    """A whole reply frame as a Message, NOT yet verified (``check_reply`` does)."""
+    status, request_id, content_type, start = reply_head(frame)
     msg = Message("FRAME", {"content-type": content_type, REQUEST_ID_HEADER: request_id})
-    msg.status = int(status) if status.isdigit() else 0
+    msg.status = status
     msg.body = frame[start:]
     return msg
 
 
-def check_reply(keys: TrialKeys, address: str, frame: bytearray, nonce: str) -> None:
+def check_reply(
+    keys: TrialKeys, address: str, frame: bytearray, nonce: str, start: int | None = None
+) -> None:
     """Raise AuthenticationError unless the reply frame's MAC proves it was made by the
-    trial's worker for the request that carried ``nonce``."""
-    start = HEAD_START + _FIXED.unpack_from(frame)[1]
+    trial's worker for the request that carried ``nonce``. ``start``: where its body
+    starts, if known (``reply_head``)."""
+    if start is None:
+        start = HEAD_START + _FIXED.unpack_from(frame)[1]
     bound = nonce.encode()
     want = keys.mac(
         keys.frame_reply, frame[: _FIXED.size], frame[HEAD_START:start], bytes((len(bound),)),
@@ -213,6 +257,12 @@ def check_reply(keys: TrialKeys, address: str, frame: bytearray, nonce: str) -> 
         )
 
 
+def open_reply(keys: TrialKeys, address: str, frame: bytearray, nonce: str) -> Message:
+    """``check_reply``, then ``reply_message``."""
+    check_reply(keys, address, frame, nonce)
+    return reply_message(frame)
+
+
 def read_reply(reader) -> bytearray:
     """The next reply frame, whole, from a blocking ``SocketReader`` whose next byte is
     ``FRAME_BYTE`` (the socket's own timeout applies); NOT yet verified."""
@@ -220,9 +270,3 @@ def read_reply(reader) -> bytearray:
         reader.pending[:0] = bytes(reader.read_body(HEAD_START))  # put back: taken whole below
     frame = reader.read_body(reply_size(reader.pending))
     return frame if type(frame) is bytearray else bytearray(frame)
-
-
-def open_reply(keys: TrialKeys, address: str, frame: bytearray, nonce: str) -> Message:
-    """``check_reply``, then ``reply_message``."""
-    check_reply(keys, address, frame, nonce)
-    return reply_message(frame)
