@@ -7,7 +7,8 @@ Rows (keys):
 * ``local.cold_start.n{1,8,32}``  create_workers of N replicas until all are ready
   vs N bare ``python -c pass`` started in parallel
 * ``local.noop.p50`` / ``.p99``   call_engine(EchoEngine.noop) vs a raw-socket ping-pong
-  of the same request/reply sizes
+  of the same request/reply sizes, both with client and server pinned to two CPUs
+  (``.p50.one_cpu``: both on one CPU)
 * ``local.fanout.rate``           async_call_engine x N with asyncio.gather over 8 workers
   vs an asyncio client with one raw connection to each of 8 echo servers
 * ``local.payload.<kind>``        call_engine(echo, array) round trip in GB/s (bytes sent +
@@ -26,6 +27,7 @@ from typing import Any
 
 import baselines
 import numpy as np
+import placement
 import stats_overhead
 import view_overhead
 import worker_start
@@ -270,79 +272,121 @@ def noop_sizes() -> tuple[int, int]:
 
 
 def measured_noop_sizes(sched, wid: str) -> tuple[int, int]:
-    """Bytes of one real noop request and reply (head + frame), seen on the client side.
+    """Bytes of one real noop request and reply as the blocking client sends and reads
+    them (a text head and its frame, or a binary frame once the connection has switched
+    to frames: ``rpc.frames``), seen on the client side after a few calls.
 
     Falls back to ``noop_sizes()`` if the client's internals have moved.
     """
-    from corral.rpc import client, http, wire
+    from corral.rpc import client, frames, http, wire
 
     seen: dict[str, int] = {}
     send, interpret = (
         getattr(client, "send_message", None),
         getattr(client, "interpret_reply", None),
     )
-    if send is None or interpret is None:
+    request_frame, read_reply = (
+        getattr(frames, "request_frame", None),
+        getattr(frames, "read_reply", None),
+    )
+    if send is None or interpret is None or request_frame is None or read_reply is None:
         return noop_sizes()
 
     def spy_send(sock, start_line, headers, parts):
         size = wire.frame_size(parts)
         seen["request"] = len(http.render_head(start_line, headers, size)) + size
+        seen.pop("framed", None)
         return send(sock, start_line, headers, parts)
+
+    def spy_request_frame(*args):
+        data, nonce = request_frame(*args)
+        seen["request"] = len(data)
+        return data, nonce
+
+    def spy_read_reply(reader):
+        frame = read_reply(reader)
+        seen["framed"] = len(frame)
+        return frame
 
     def spy_interpret(address, msg):
         headers = {k: v for k, v in msg.headers.items() if k != "content-length"}
         body = len(msg.body)
-        seen["reply"] = len(http.render_head(msg.start_line, headers, body)) + body
+        text = len(http.render_head(msg.start_line, headers, body)) + body
+        seen["reply"] = seen.pop("framed", text)
         return interpret(address, msg)
 
     client.send_message, client.interpret_reply = spy_send, spy_interpret
+    frames.request_frame, frames.read_reply = spy_request_frame, spy_read_reply
     try:
-        sched.call_engine(wid, "noop")
+        for _ in range(3):  # a connection's first replies are text heads, then frames
+            seen.clear()
+            sched.call_engine(wid, "noop")
     finally:
         client.send_message, client.interpret_reply = send, interpret
+        frames.request_frame, frames.read_reply = request_frame, read_reply
     if "request" not in seen or "reply" not in seen:
         return noop_sizes()
     return seen["request"], seen["reply"]
 
 
-def bench_noop(sched, wid: str, server_port: int, plan: Plan) -> list[Row]:
+def bench_noop(sched, wid: str, server: baselines.EchoServer, plan: Plan) -> list[Row]:
+    """Raw ping-pong and corral calls in alternating blocks, each block once with the
+    client and the server on two CPUs (the rows with targets: a controller and its
+    worker do not share a CPU) and once on one CPU (``.one_cpu``, for scale); see
+    ``placement`` for why the two are pinned alike."""
     request_bytes, reply_bytes = measured_noop_sizes(sched, wid)
     for _ in range(plan.noop_warmup):
         sched.call_engine(wid, "noop")
-    lat: list[float] = []
-    raw_all: list[float] = []
+    role = wid.rsplit("/", 1)[0]
+    servers = [server.proc.pid, *(w.pid for w in sched.get_workers(role) if w.id == wid)]
+    lat: dict[str, list[float]] = {p: [] for p in placement.PLACEMENTS}
+    raw: dict[str, list[float]] = {p: [] for p in placement.PLACEMENTS}
+    pinned = placement.cpus_for("two_cpus") is not None
     per_block = plan.noop_calls // plan.noop_blocks
-    for _ in range(plan.noop_blocks):  # interleaved blocks: both see the same noise
-        raw_all += baselines.pingpong(server_port, request_bytes, reply_bytes, 20, per_block)
-        for _ in range(per_block):
-            started = time.perf_counter()
-            sched.call_engine(wid, "noop")
-            lat.append(time.perf_counter() - started)
-    ms = [x * 1e3 for x in lat]
-    raw_ms = [x * 1e3 for x in raw_all]
-    log(
-        f"noop: p50 {percentile(ms, 50):.3f} ms p99 {percentile(ms, 99):.3f} ms; "
-        f"raw ping-pong p50 {percentile(raw_ms, 50):.4f} ms"
-    )
+    for _ in range(plan.noop_blocks):
+        for where in placement.PLACEMENTS:
+            with placement.placed(where, servers):
+                raw[where] += baselines.pingpong(
+                    server.port, request_bytes, reply_bytes, 20, per_block
+                )
+                for _ in range(20):
+                    sched.call_engine(wid, "noop")
+                for _ in range(per_block):
+                    started = time.perf_counter()
+                    sched.call_engine(wid, "noop")
+                    lat[where].append(time.perf_counter() - started)
     extra = {
         "calls": plan.noop_calls,
         "request_bytes": request_bytes,
         "reply_bytes": reply_bytes,
         "blocks": plan.noop_blocks,
-        "baseline_note": "raw ping-pong and corral calls in alternating blocks",
+        "baseline_note": "raw ping-pong and corral calls in alternating blocks, both pinned "
+        "alike (client and server on two CPUs; .one_cpu: on one)"
+        if pinned
+        else "raw ping-pong and corral calls in alternating blocks (fewer than 2 CPUs: not pinned)",
     }
     rows = []
-    for q, targets in (
+    for where, q, suffix, targets in (
         (
+            "two_cpus",
             50,
+            "p50",
             [Target("abs", "<=", 0.3, "<= 0.3 ms"), Target("ratio", "<=", 2.0, "<= 2x raw")],
         ),
-        (99, []),
+        ("two_cpus", 99, "p99", []),
+        ("one_cpu", 50, "p50.one_cpu", []),
     ):
+        ms = [x * 1e3 for x in lat[where]]
+        raw_ms = [x * 1e3 for x in raw[where]]
+        log(
+            f"noop ({where}): p{q} {percentile(ms, q):.3f} ms; "
+            f"raw ping-pong p{q} {percentile(raw_ms, q):.4f} ms"
+        )
+        on = "client and worker on one CPU" if where == "one_cpu" else "on two CPUs"
         row = Row(
-            key=f"local.noop.p{q}",
+            key=f"local.noop.{suffix}",
             backend=NAME,
-            label=f"noop call_engine p{q}",
+            label=f"noop call_engine p{q}" + (f" ({on})" if pinned else ""),
             unit="ms",
             value=percentile(ms, q),
             baseline=percentile(raw_ms, q),
@@ -351,7 +395,7 @@ def bench_noop(sched, wid: str, server_port: int, plan: Plan) -> list[Row]:
             samples={"corral": rounded(ms, 4), "baseline": rounded(raw_ms, 4)} if q == 50 else {},
             extra=dict(extra),
         )
-        rows.append(_peer(row, f"noop.p{q}"))
+        rows.append(_peer(row, f"noop.p{q}") if where == "two_cpus" else row)
     return rows
 
 
@@ -592,7 +636,7 @@ def run(ctx: Context) -> list[Row]:
     log(f"starting {plan.workers} workers with an {ENGINE.rsplit('.', 1)[1]} each")
     ids = sched.create_workers(_job(role, plan.workers))
     asyncio.run(_create_engines(sched, ids))
-    rows += bench_noop(sched, ids[0], ports[0], plan)
+    rows += bench_noop(sched, ids[0], servers[0], plan)
     rows += stats_overhead.bench(sched, ids, ctx.quick)
     rows += view_overhead.bench(sched, ids, ctx.quick)
     rows += bench_fanout(sched, ids, ports, plan)

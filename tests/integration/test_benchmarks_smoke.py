@@ -24,6 +24,7 @@ EXPECTED_KEYS = [
     "local.cold_start.n8",
     "local.noop.p50",
     "local.noop.p99",
+    "local.noop.p50.one_cpu",
     "local.fanout.rate",
     "local.payload.f32_1MiB",
     "local.payload.f32_1MiB.memcpy",

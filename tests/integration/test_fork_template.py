@@ -6,6 +6,7 @@ controller asks it (``POST /fork``)."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -17,7 +18,7 @@ import pytest
 from corral.discovery.files import FileNameResolve
 from corral.discovery.signed import SignedNameResolve
 from corral.errors import CorralError
-from corral.name_resolve_keys import controller_key
+from corral.name_resolve_keys import controller_key, worker_health_key
 from corral.paths import replica_log_path
 from corral.procs import spawn
 from corral.rpc.client import RPCClient
@@ -153,7 +154,10 @@ def test_a_template_child_that_dies_before_registering_is_reported_with_its_code
 
 def test_a_killed_template_is_replaced_on_the_next_fork(tmp_path):
     """The template killed from outside: the next fork still succeeds (a new template),
-    and the children of the killed one stop with it (their parent-death signal)."""
+    and the children of the killed one stop with it (their parent-death signal). Their
+    death record says their exit code is unknown (no parent was left to read it), not a
+    made-up signal."""
+    records = SignedNameResolve(FileNameResolve(str(tmp_path / "records")), SECRET)
     with _worker(tmp_path) as (worker_pid, address):
         first = _fork(address, "a")
         template = _parent_of(first["pid"])
@@ -161,6 +165,20 @@ def test_a_killed_template_is_replaced_on_the_next_fork(tmp_path):
         second = _fork(address, "b")
         assert _parent_of(second["pid"]) not in (template, worker_pid)
         assert _parent_of(_parent_of(second["pid"])) == worker_pid
+        death = _wait_for_record(records, worker_health_key("tmpl", "t0", "a", 0))
+    assert json.loads(death)["reason"] == (
+        "forked worker ended after its fork template exited (exit code unknown)"
+    ), death
+
+
+def _wait_for_record(records, key: str) -> str:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        value = records.get(key)
+        if value is not None:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"no record at {key} within 60 s")
 
 
 def _gone(pid: int) -> bool:

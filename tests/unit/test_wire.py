@@ -560,3 +560,23 @@ def test_malformed_http_head_gets_400(server, head: bytes) -> None:
         sock.sendall(head)
         assert _read_reply(sock).status == 400
     assert server.calls == []
+
+
+@pytest.mark.parametrize(
+    "header, expected",
+    [
+        (b'{"a":[1,2.5,null,true],"b":"x"}', {"a": [1, 2.5, None, True], "b": "x"}),
+        (b' {"a": 1} ', {"a": 1}),  # whitespace around the value: still read
+        (b"[1,\n 2]", [1, 2]),
+    ],
+)
+def test_a_frame_header_is_read_as_json_wherever_its_whitespace_is(header, expected):
+    frame = wire._PREFIX.pack(wire.MAGIC, len(header), 0) + header
+    assert wire.decode(frame) == expected
+
+
+@pytest.mark.parametrize("header", [b'{"a":1}x', b'{"a":1', b"", b" ", b'{"a":1}{"b":2}'])
+def test_a_frame_header_that_is_not_one_json_value_is_refused(header):
+    frame = wire._PREFIX.pack(wire.MAGIC, len(header), 0) + header
+    with pytest.raises(ProtocolError, match="not valid JSON"):
+        wire.decode(frame)

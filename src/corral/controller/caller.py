@@ -221,13 +221,22 @@ class Caller:
                 stats.end(worker, started, ok, method)
 
     def call_engine(self, worker: Worker, method: str, payload: dict, call: CallOptions) -> Any:
-        """An engine method (``/call``); its error names the worker and the method."""
+        """An engine method (``/call``); its error names the worker and the method. What
+        ``call`` does for a ``/call``, without its layer (every blocking engine call)."""
+        stats = self.stats
+        started = stats.begin(worker) if stats is not None else 0.0
+        ok = False
         try:
-            return self.call(
-                worker, "/call", payload, call.timeout, call.retries, call.retry_delay, method
+            result = self._call(
+                worker, "/call", payload, call.timeout, call.retries, call.retry_delay
             )
+            ok = True
+            return result
         except EngineCallError as exc:
             raise _tag(exc, worker.id, method) from None
+        finally:
+            if stats is not None:
+                stats.end(worker, started, ok, method)
 
     def acall_engine(
         self, worker: Worker, method: str, payload: dict, call: CallOptions

@@ -28,6 +28,7 @@ from corral.rpc.protocol import (
     check_reply_head,
     interpret_reply,
     new_request_id,
+    reply_value,
     sign_headers,
     split_address,
 )
@@ -176,10 +177,10 @@ class AsyncRPCClient:
         pipe.send(data)
         return future
 
-    def _received_frame(self, address: str, msg) -> Any:
+    def _received_frame(self, address: str, status: int, content_type: str, body) -> Any:
         """A reply frame's result (a frame carries no shared-memory header, no large body)."""
-        self.bytes_received += len(msg.body)
-        return interpret_reply(address, msg)
+        self.bytes_received += len(body)
+        return reply_value(address, status, content_type, body)
 
     def _received(self, address: str, pipe: Pipe, request_id: str, msg) -> Any:
         """A pipelined reply's result: its body taken from a segment (ACK/NAK sent) or the
@@ -367,9 +368,9 @@ class AsyncRPCClient:
                 lambda msg, nonce: check_reply_head(signer, address, msg, nonce, limit),
                 lambda digest, body: check_reply_body(signer, address, digest, body),
                 limit,
-                lambda frame, nonce: frames.check_reply(keys, address, frame, nonce),
+                lambda frame, nonce, start: frames.check_reply(keys, address, frame, nonce, start),
                 lambda pipe, request_id, msg: self._received(address, pipe, request_id, msg),
-                lambda msg: self._received_frame(address, msg),
+                lambda status, kind, body: self._received_frame(address, status, kind, body),
             )
 
         transport, pipe = await asyncio.wait_for(

@@ -3,7 +3,9 @@
 
 Connections are kept alive and reused per address. Every call carries a request id, so a
 call retried after a dropped connection is answered from the worker's result cache instead
-of running the method twice.
+of running the method twice. A connection's text requests offer binary frames
+(``rpc.frames``); once a verified reply frame has come back, its small requests go as
+frames too (one MAC over head and body instead of a signed head and a body digest).
 """
 
 from __future__ import annotations
@@ -14,9 +16,9 @@ from typing import Any
 
 from corral.auth import RequestSigner, TrialKeys
 from corral.errors import AuthenticationError, ProtocolError
-from corral.rpc import shm, wire
+from corral.rpc import frames, shm, wire
 from corral.rpc.async_client import AsyncRPCClient
-from corral.rpc.http import SocketReader, send_message, tune_socket
+from corral.rpc.http import Message, SocketReader, send_message, tune_socket
 from corral.rpc.peers import SharedMemoryPeers
 from corral.rpc.protocol import (
     CONNECT_TIMEOUT,
@@ -42,8 +44,12 @@ __all__ = [
 ]  # fmt: skip
 
 
+_RECEIVE = 64 * 1024  # what one receive takes at most (a small reply whole)
+
+
 class _Conn:
     offered = False  # has this connection carried the shared-memory offer yet?
+    framed = False  # has a verified reply frame come back (the worker reads frames)?
 
     def __init__(self, address: str):
         host, port = split_address(address)
@@ -115,7 +121,7 @@ class RPCClient:
         """
         request_id = request_id or new_request_id()
         parts = wire.encode(payload) if method == "POST" else []
-        headers = _request_headers(request_id, identity)
+        headers: dict[str, str] = {}
         retried = False
         while True:
             try:
@@ -124,30 +130,29 @@ class RPCClient:
                 raise
             except OSError as exc:
                 raise WorkerUnreachableError(address, exc) from None
-            send = self.shm.prepare(address, headers, parts, not conn.offered)
-            conn.offered = True
-            length = wire.frame_size(send) if send else 0
-            nonce = sign_headers(
-                self._signer, headers, method, path, request_id, identity, send, length
-            )
+            data = None
+            if conn.framed and method == "POST":
+                data = self._frame(address, path, request_id, identity, parts)
+            if data is not None:
+                data, nonce = data
+            else:
+                if not headers:
+                    headers = _request_headers(request_id, identity)
+                    headers[frames.OFFER_HEADER] = frames.OFFER
+                send = self.shm.prepare(address, headers, parts, not conn.offered)
+                conn.offered = True
+                length = wire.frame_size(send) if send else 0
+                nonce = sign_headers(
+                    self._signer, headers, method, path, request_id, identity, send, length
+                )
             try:
                 if conn.sock.gettimeout() != timeout:  # settimeout is a system call
                     conn.sock.settimeout(timeout)
-                send_message(conn.sock, f"{method} {path} HTTP/1.1", headers, send)
-                reply = conn.reader.read_head()
-                if reply is None:
-                    raise ConnectionResetError("worker closed the connection")
-                digest = check_reply_head(self._signer, address, reply, nonce, self.max_reply)
-                body = self.shm.receive(address, reply)
-                if body is None:
-                    reply.body = conn.reader.read_body(reply.content_length)
-                    check_reply_body(self._signer, address, digest, reply.body)
-                    self.bytes_received += reply.content_length
+                if data is not None:
+                    conn.sock.sendall(data)
                 else:
-                    reply.body = body
-                    self.bytes_received += body.nbytes
-                if shm.SEGMENT_HEADER in reply.headers:
-                    conn.sock.sendall(shm.ACK if body is not None else shm.NAK)
+                    send_message(conn.sock, f"{method} {path} HTTP/1.1", headers, send)
+                reply, body = self._read_reply(conn, address, nonce, timeout)
             except TimeoutError:
                 conn.close()
                 raise TimeoutError(f"no reply from {address}{path} within {timeout}s") from None
@@ -167,3 +172,51 @@ class RPCClient:
             if self.shm.refused(address, reply, body):
                 continue
             return interpret_reply(address, reply)
+
+    def _frame(
+        self, address: str, path: str, request_id: str, identity: str | None, parts: list
+    ) -> tuple[bytes, str] | None:
+        """A signed request frame and its nonce, or None where a frame cannot carry the
+        request (a large body, long fields, released segments to tell the worker about)."""
+        if wire.frame_size(parts) >= frames.MAX_BODY or not frames.head_fits(
+            path, request_id, identity
+        ):
+            return None
+        pid = self.shm.local.get(address)
+        if pid is not None and shm.has_released(pid):
+            return None
+        body = parts[0] + parts[1] if len(parts) == 2 else b"".join(parts)
+        return frames.request_frame(self._signer, path, request_id, identity or "", body)
+
+    def _read_reply(
+        self, conn: _Conn, address: str, nonce: str, timeout: float | None
+    ) -> tuple[Message, memoryview | None]:
+        """The verified reply (a frame or a text head and its body), and its body when it
+        came in a shared-memory segment."""
+        reader = conn.reader
+        if not reader.pending:  # the socket's timeout is the request's (set above)
+            chunk = conn.sock.recv(_RECEIVE)
+            if not chunk:
+                raise ConnectionResetError("worker closed the connection")
+            reader.pending += chunk
+        if reader.pending[0] == frames.FRAME_BYTE:  # only sent to a client that offered frames
+            frame = frames.read_reply(reader)
+            reply = frames.open_reply(self._signer.keys, address, frame, nonce)
+            conn.framed = True
+            self.bytes_received += len(reply.body)
+            return reply, None
+        reply = reader.read_head()
+        if reply is None:
+            raise ConnectionResetError("worker closed the connection")
+        digest = check_reply_head(self._signer, address, reply, nonce, self.max_reply)
+        body = self.shm.receive(address, reply)
+        if body is None:
+            reply.body = reader.read_body(reply.content_length)
+            check_reply_body(self._signer, address, digest, reply.body)
+            self.bytes_received += reply.content_length
+        else:
+            reply.body = body
+            self.bytes_received += body.nbytes
+        if shm.SEGMENT_HEADER in reply.headers:
+            conn.sock.sendall(shm.ACK if body is not None else shm.NAK)
+        return reply, body

@@ -27,6 +27,7 @@ from corral.rpc.http import (
     IDENTITY_HEADER,
     PIPELINE_HEADER,
     REQUEST_ID_HEADER,
+    Message,
     SocketReader,
     parse_head,
 )
@@ -64,6 +65,9 @@ class Connection:
         self.peer: int | None = None  # the client's pid once it offered shared memory
         self.idle = server.head_timeout  # a new connection must send its first head promptly
         self.first = True
+        self.out: list | None = None  # replies of a batch (``RPCServer._serve_frames``)
+        self.probe = Message("FRAME", {})  # a lent request frame's path, to ask ``lendable``
+        self.probe.method = "POST"
 
     def process(
         self, msg, lease: Lease | None = None, frame_nonce: str | None = None
@@ -102,6 +106,8 @@ class Connection:
         descriptor = msg.headers.get(shm.SEGMENT_HEADER)
         if frame:
             nonce, digest = frame_nonce, ""
+            if not self.pipelined:  # a frame of a one-request-at-a-time connection
+                del msg.headers[PIPELINE_HEADER]
         else:
             why, nonce, digest = server.verify_head(msg, length)
             if why is not None:
@@ -112,11 +118,16 @@ class Connection:
         if PIPELINE_HEADER in msg.headers:
             self.pipelined = True  # from now on no request proves an earlier delivery
             self.framed = msg.headers[PIPELINE_HEADER] == frames.OFFER
+        elif not self.framed and msg.headers.get(frames.OFFER_HEADER) == frames.OFFER:
+            self.framed = True  # one request at a time, with frames (``rpc.frames``)
         rid = msg.headers.get(REQUEST_ID_HEADER) if self.pipelined else None
         if rid is not None:
             self.carried[rid] = None
             if len(self.carried) > ACKABLE:  # small replies are never ACKed: forget them
                 self.carried.popitem(last=False)
+            reply_id = rid
+        else:  # a reply frame names its request (a text reply needs no id here)
+            reply_id = msg.headers.get(REQUEST_ID_HEADER, "") if self.framed else None
         wanted = msg.headers.get(IDENTITY_HEADER)
         if wanted and server.identity and wanted != server.identity:
             text = f"this is {server.identity}, not {wanted}: the address is stale"
@@ -157,8 +168,9 @@ class Connection:
         lent = None
         if isinstance(reply, Deferred):
             sender = _Sender(
-                server, self.sock, self.wlock, peer, offered, hold, nonce, rid, self.framed
-            )
+                server, self.sock, self.wlock, peer, offered, hold, nonce, reply_id, self.framed,
+                self.out if reply.lends else None,  # a batch's: its replies leave together
+            )  # fmt: skip
             if not reply.lends:
                 reply.start(sender.send)
             else:
@@ -169,10 +181,21 @@ class Connection:
             with self.wlock:
                 server.write_reply(
                     self.sock, reply, msg.keep_alive, peer, announce=offered, hold=hold,
-                    nonce=nonce, request_id=rid, frame=self.framed,
+                    nonce=nonce, request_id=reply_id, frame=self.framed,
                 )  # fmt: skip
         reply = None  # sent: do not pin its buffers while the connection idles
         return lent or msg.keep_alive
+
+    def flush(self, out: list) -> None:
+        """Send the replies a batch gathered, in one write."""
+        if out:
+            data = b"".join(out)
+            out.clear()
+            try:
+                with self.wlock:
+                    self.sock.sendall(data)
+            except OSError:
+                shutdown(self.sock)
 
     def write(self, status, text, keep_alive, nonce, rid, refused=False) -> None:
         reply = Reply(status, [text.encode()], "text/plain")
@@ -195,7 +218,14 @@ class Connection:
                     if not park(self.sock.fileno(), quiet) or not self._receive():
                         break
                     continue
-                went_on = self.process(msg, lease)
+                nonce = None
+                if type(msg) is bytearray:  # a whole request frame: verified here
+                    msg, why, nonce = self.server.open_frame(msg)
+                    if why is not None:
+                        self.server.refuse(self.sock, why, self.wlock)
+                        lease.give_back(ended=True)
+                        return
+                went_on = self.process(msg, lease, nonce)
                 if not went_on:
                     lease.give_back(ended=True)
                     return
@@ -209,8 +239,11 @@ class Connection:
 
     def _next_lendable(self):
         """The next request if it is whole in the buffer and may run here (its head taken
-        from the buffer); None if it is not all there yet; ``_NOT_MINE`` otherwise."""
+        from the buffer; a request frame is taken whole, as a bytearray, not yet
+        verified); None if it is not all there yet; ``_NOT_MINE`` otherwise."""
         pending = self.reader.pending
+        if pending and pending[0] == frames.FRAME_BYTE:
+            return self._next_frame(pending)
         end = pending.find(b"\r\n\r\n")
         if end < 0:
             return None if len(pending) < LENT_BODY else _NOT_MINE
@@ -230,6 +263,26 @@ class Connection:
             return None
         del pending[: end + 4]
         return msg
+
+    def _next_frame(self, pending: bytearray):
+        """``_next_lendable`` for a request frame (on a connection that offered frames)."""
+        if not self.framed:  # its own thread reads it and answers 400
+            return _NOT_MINE
+        if len(pending) < frames.HEAD_START:
+            return None
+        try:
+            size = frames.request_size(pending)
+        except ProtocolError:
+            return _NOT_MINE
+        if len(pending) < size:
+            return None
+        probe = self.probe  # which thread: by its path (checked later)
+        probe.path = frames.request_path(pending)
+        if not self.server.lendable(probe):
+            return _NOT_MINE
+        frame = pending[:size]
+        del pending[:size]
+        return frame
 
     def _receive(self) -> bool:
         """Take what the socket has (without waiting); False if it is closed or broken."""
@@ -275,15 +328,21 @@ class _Sender:
     connection is ended (its own thread then sees it)."""
 
     __slots__ = (
-        "server", "conn", "lock", "peer", "offered", "hold", "nonce", "request_id", "frame"
+        "server", "conn", "lock", "peer", "offered", "hold", "nonce", "request_id", "frame",
+        "out",
     )  # fmt: skip
 
-    def __init__(self, server, conn, lock, peer, offered, hold, nonce, request_id, frame):
+    def __init__(self, server, conn, lock, peer, offered, hold, nonce, request_id, frame, out):
         self.server, self.conn, self.lock, self.peer = server, conn, lock, peer
         self.offered, self.hold, self.nonce, self.request_id = offered, hold, nonce, request_id
-        self.frame = frame
+        self.frame, self.out = frame, out
 
     def send(self, reply) -> None:
+        out = self.out
+        if out is not None and frames.reply_frame(
+            out, self.server.keys, reply, self.nonce, self.request_id, self.peer
+        ):
+            return
         try:
             with self.lock:
                 self.server.write_reply(

@@ -23,6 +23,13 @@ offering them, and checks the nonce and timestamp with the same replay guard as 
 heads. The frame's body is read before its MAC is checked: it is at most ``SMALL_BODY``
 bytes, on a connection that already proved the secret. Anything a frame cannot carry (a
 shared-memory header, a large body, a refusal) goes as a text head on the same connection.
+
+A one-request-at-a-time connection (the blocking client, ``rpc.client``) offers frames with
+``x-corral-frames: b1`` (``OFFER_HEADER``) instead: it stays one request at a time (the next
+request still proves the last reply's delivery, and the worker may lend it to its engine
+thread), but its small requests and replies go as the same frames, with the same keys,
+MAC, replay guard and fallbacks. The client sends frames only once a verified reply frame
+has come back on that connection.
 """
 
 from __future__ import annotations
@@ -41,6 +48,9 @@ REQUEST = b"\xc7\x01"
 REPLY = b"\xc7\x02"
 #: the ``x-corral-pipeline`` value of a client that sends and reads frames
 OFFER = "b1"
+#: on a one-request-at-a-time connection's text requests: the client reads reply frames
+#: (value ``OFFER``), and sends frames once one came back
+OFFER_HEADER = "x-corral-frames"
 #: a frame's body is below this (larger ones go with a text head)
 MAX_BODY = 64 * 1024
 #: a frame's head is at most this (its fields are short)
@@ -74,23 +84,60 @@ def read_request(
     reader, verifier: RequestVerifier, timeout: float
 ) -> tuple[Message | None, str | None, str]:
     """The next request frame from a ``SocketReader`` (its first byte is ``FRAME_BYTE``):
-    ``(message, None, nonce)``, or ``(None, why refused, "")``. Waits at most ``timeout``
-    for each part that is not here yet; ProtocolError for a malformed frame."""
+    ``take_request`` once it is all here. Waits at most ``timeout`` for each part that is
+    not here yet; ProtocolError for a malformed frame."""
     if len(reader.pending) < _FIXED.size:
         reader.set_timeout(timeout)
         fixed = bytes(reader.read_body(_FIXED.size))
         reader.pending[:0] = fixed  # put back: the frame is taken whole below
     head_len, body_len = _lengths(reader.pending, REQUEST, "request")
-    start = HEAD_START + head_len
-    if len(reader.pending) < start + body_len:
+    size = HEAD_START + head_len + body_len
+    if len(reader.pending) < size:
         reader.set_timeout(timeout)
-    frame = reader.read_body(start + body_len)  # usually all here already: one copy
-    head, body = bytes(frame[HEAD_START:start]), frame[start:]
+        whole = reader.read_body(size)
+        reader.pending[:0] = whole  # put back whole
+    return take_request(reader.pending, verifier)
+
+
+def request_size(buf: bytearray) -> int:
+    """Bytes of the request frame at the start of ``buf`` (``HEAD_START`` of them at least
+    are there); ProtocolError if it is not one."""
+    head_len, body_len = _lengths(buf, REQUEST, "request")
+    return HEAD_START + head_len + body_len
+
+
+def request_path(frame: bytearray) -> str:
+    """The path a whole request frame names, NOT verified: only to choose which thread
+    serves it (``open_request`` then checks it)."""
+    start = HEAD_START + _FIXED.unpack_from(frame)[1]
+    return frame[HEAD_START:start].decode("utf-8", "replace").partition("\n")[0]
+
+
+def open_request(
+    frame: bytearray | memoryview, verifier: RequestVerifier
+) -> tuple[Message | None, str | None, str]:
+    """A whole request frame on its own (a lent connection's), checked as ``take_request``
+    checks one."""
+    return take_request(frame if type(frame) is bytearray else bytearray(frame), verifier)
+
+
+def take_request(
+    buf: bytearray, verifier: RequestVerifier
+) -> tuple[Message | None, str | None, str]:
+    """The request frame at the start of ``buf``, all of it there (``request_ready``),
+    taken from ``buf`` and checked: ``(message, None, nonce)``, or ``(None, why refused,
+    "")`` for a wrong MAC, a malformed head, a stale timestamp or a nonce seen before.
+    ProtocolError for a frame over the limits."""
+    head_len, body_len = _lengths(buf, REQUEST, "request")
+    start = HEAD_START + head_len
+    end = start + body_len
     keys = verifier.keys
-    if not compare_digest(
-        keys.mac(keys.frame_request, frame[: _FIXED.size], head, body),
-        frame[_FIXED.size : HEAD_START],
-    ):
+    # the MAC covers the fixed bytes, then head and body (which follow each other)
+    mac = keys.mac(keys.frame_request, buf[: _FIXED.size], buf[HEAD_START:end])
+    valid = compare_digest(mac, buf[_FIXED.size : HEAD_START])
+    head, body = buf[HEAD_START:start], buf[start:end]
+    del buf[:end]
+    if not valid:
         return None, "wrong frame MAC (another trial's secret, or an altered frame)", ""
     fields = head.decode("utf-8", "replace").split("\n")
     if len(fields) != 5:
@@ -111,6 +158,17 @@ def send_reply(
     """Send ``reply`` (an ``rpc.server.Reply``) as a frame if one can carry it: no
     segment, a body below ``MAX_BODY``, no released segments to tell a local peer about.
     False: nothing was sent, the caller sends a text head."""
+    out: list = []
+    if not reply_frame(out, keys, reply, nonce, request_id, local):
+        return False
+    conn.sendall(out[0])
+    return True
+
+
+def reply_frame(
+    out: list, keys: TrialKeys, reply, nonce: str, request_id: str, local: int | None
+) -> bool:
+    """``send_reply``, appending the frame to ``out`` instead of sending it."""
     if reply.segment is not None or (local is not None and shm.has_released(local)):
         return False
     parts = reply.parts
@@ -123,7 +181,7 @@ def send_reply(
     fixed = _FIXED.pack(REPLY, len(head), len(body))
     bound = nonce.encode()
     mac = keys.mac(keys.frame_reply, fixed, head, bytes((len(bound),)), bound, body)
-    conn.sendall(b"".join((fixed, mac, head, body)))
+    out.append(b"".join((fixed, mac, head, body)))
     return True
 
 
@@ -141,6 +199,15 @@ def _lengths(buf: bytearray, kind: bytes, what: str) -> tuple[int, int]:
     return head_len, body_len
 
 
+def request_ready(buf: bytearray) -> bool:
+    """Is a whole request frame at the start of ``buf``? ProtocolError if something there
+    claims to be a frame and is not a request within the limits."""
+    if len(buf) < HEAD_START or buf[0] != FRAME_BYTE:
+        return False
+    head_len, body_len = _lengths(buf, REQUEST, "request")
+    return len(buf) >= HEAD_START + head_len + body_len
+
+
 def reply_size(buf: bytearray) -> int:
     """Bytes of the reply frame at the start of ``buf`` (``HEAD_START`` of them at least
     are there); ProtocolError if it is not one."""
@@ -148,25 +215,35 @@ def reply_size(buf: bytearray) -> int:
     return HEAD_START + head_len + body_len
 
 
-def reply_message(frame: bytearray) -> Message:
-    """A whole reply frame as a Message, NOT yet verified (``check_reply`` does): its
-    request id says which request's nonce to check it with."""
-    head_len = _FIXED.unpack_from(frame)[1]
-    start = HEAD_START + head_len
+def reply_head(frame: bytearray) -> tuple[int, str, str, int]:
+    """``(status, request id, content type, where the body starts)`` of a whole reply
+    frame, NOT yet verified (``check_reply`` does): its request id says which request's
+    nonce to check it with."""
+    start = HEAD_START + _FIXED.unpack_from(frame)[1]
     fields = frame[HEAD_START:start].decode("utf-8", "replace").split("\n")
     if len(fields) != 3:
         raise ProtocolError("malformed reply frame head")
     status, request_id, content_type = fields
+    return (int(status) if status.isdigit() else 0), request_id, content_type, start
+
+
+def reply_message(frame: bytearray) -> Message:
+    """A whole reply frame as a Message, NOT yet verified (``check_reply`` does)."""
+    status, request_id, content_type, start = reply_head(frame)
     msg = Message("FRAME", {"content-type": content_type, REQUEST_ID_HEADER: request_id})
-    msg.status = int(status) if status.isdigit() else 0
+    msg.status = status
     msg.body = frame[start:]
     return msg
 
 
-def check_reply(keys: TrialKeys, address: str, frame: bytearray, nonce: str) -> None:
+def check_reply(
+    keys: TrialKeys, address: str, frame: bytearray, nonce: str, start: int | None = None
+) -> None:
     """Raise AuthenticationError unless the reply frame's MAC proves it was made by the
-    trial's worker for the request that carried ``nonce``."""
-    start = HEAD_START + _FIXED.unpack_from(frame)[1]
+    trial's worker for the request that carried ``nonce``. ``start``: where its body
+    starts, if known (``reply_head``)."""
+    if start is None:
+        start = HEAD_START + _FIXED.unpack_from(frame)[1]
     bound = nonce.encode()
     want = keys.mac(
         keys.frame_reply, frame[: _FIXED.size], frame[HEAD_START:start], bytes((len(bound),)),
@@ -183,3 +260,12 @@ def open_reply(keys: TrialKeys, address: str, frame: bytearray, nonce: str) -> M
     """``check_reply``, then ``reply_message``."""
     check_reply(keys, address, frame, nonce)
     return reply_message(frame)
+
+
+def read_reply(reader) -> bytearray:
+    """The next reply frame, whole, from a blocking ``SocketReader`` whose next byte is
+    ``FRAME_BYTE`` (the socket's own timeout applies); NOT yet verified."""
+    if len(reader.pending) < HEAD_START:
+        reader.pending[:0] = bytes(reader.read_body(HEAD_START))  # put back: taken whole below
+    frame = reader.read_body(reply_size(reader.pending))
+    return frame if type(frame) is bytearray else bytearray(frame)

@@ -48,10 +48,12 @@ class Pipe(asyncio.Protocol):
     the body is read; it returns the body digest, or raises to refuse the reply (the
     connection is then closed and every other call on it fails with ConnectionError, to
     be retried). ``check_body(digest, body)`` raises if the body is not the one signed.
-    ``check_frame(frame, nonce)`` is ``rpc.frames.check_reply`` for this connection's keys.
+    ``check_frame(frame, nonce, start)`` is ``rpc.frames.check_reply`` for this
+    connection's keys.
     ``finish(pipe, request_id, msg)`` turns the reply of a call expected with ``finish=True``
-    into its result (its future gets that result, or what it raised); ``finish_frame(msg)``
-    does the same for a reply that came as a frame (no shared memory, no ACK)."""
+    into its result (its future gets that result, or what it raised); ``finish_frame(status,
+    content_type, body)`` does the same for a reply that came as a frame (no shared
+    memory, no ACK)."""
 
     def __init__(
         self, loop: asyncio.AbstractEventLoop, check, check_body, max_reply: int, check_frame,
@@ -167,13 +169,14 @@ class Pipe(asyncio.Protocol):
 
     def _framed_reply(self, frame: bytearray) -> bool:
         """A whole reply frame: to its call once verified (False: the connection failed)."""
-        msg = frames.reply_message(frame)  # checked below, before anything of it is used
-        entry = self.pending.pop(msg.headers[REQUEST_ID_HEADER], None)
+        # checked below, before anything of it but the request id is used
+        status, request_id, content_type, start = frames.reply_head(frame)
+        entry = self.pending.pop(request_id, None)
         if entry is None:  # a reply to a call given up: drop it
             return True
         future, nonce, finish = entry
         try:
-            self._check_frame(frame, nonce)
+            self._check_frame(frame, nonce, start)
         except BaseException as exc:  # not made by the worker for this request
             if not future.done():
                 future.set_exception(exc)
@@ -183,10 +186,10 @@ class Pipe(asyncio.Protocol):
         if future.done():
             return True
         if not finish:
-            future.set_result(msg)
+            future.set_result(frames.reply_message(frame))
             return True
         try:
-            result = self._finish_frame(msg)
+            result = self._finish_frame(status, content_type, frame[start:])
         except BaseException as exc:  # the remote error
             future.set_exception(exc)
         else:

@@ -93,17 +93,22 @@ _OK_NONE = b"".join(wire.encode({"ok": True, "result": None}))
 
 
 def interpret_reply(address: str, msg: Message) -> Any:
-    if msg.body == _OK_NONE and msg.status == 200 and msg.headers.get("content-type") == FRAME_TYPE:
+    return reply_value(address, msg.status, msg.headers.get("content-type"), msg.body)
+
+
+def reply_value(address: str, status: int, content_type: str | None, body) -> Any:
+    """A reply's result, or the remote error raised (``interpret_reply`` of its parts)."""
+    if body == _OK_NONE and status == 200 and content_type == FRAME_TYPE:
         return None
-    if msg.status == 409:
-        text = bytes(msg.body[:300]).decode("utf-8", "replace")
+    if status == 409:
+        text = bytes(body[:300]).decode("utf-8", "replace")
         raise WorkerUnreachableError(address, ConnectionRefusedError(text))
-    if msg.headers.get("content-type") != FRAME_TYPE:
-        text = bytes(msg.body[:500]).decode("utf-8", "replace")
-        if msg.status == 200:
+    if content_type != FRAME_TYPE:
+        text = bytes(body[:500]).decode("utf-8", "replace")
+        if status == 200:
             return json.loads(text) if text else None
-        raise ProtocolError(f"worker at {address} answered {msg.status}: {text}")
-    envelope = wire.decode(msg.body)
+        raise ProtocolError(f"worker at {address} answered {status}: {text}")
+    envelope = wire.decode(body)
     if not isinstance(envelope, dict) or "ok" not in envelope:
         raise ProtocolError(f"worker at {address} sent a reply without an envelope")
     if not envelope["ok"]:

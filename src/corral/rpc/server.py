@@ -17,7 +17,10 @@ authenticated connection may idle ``idle_timeout`` between requests), and when t
 runs out of file descriptors the gate backs off and keeps accepting.
 
 What one message on a connection does, and how a one-request-at-a-time connection is lent
-to the engine thread between engine calls: ``corral.rpc.connection``.
+to the engine thread between engine calls: ``corral.rpc.connection``. The binary request
+frames one receive brings on a pipelined connection are handled as one batch
+(``_serve_frames``): each checked on its own, the handler's work handed on together, the
+replies sent together.
 """
 
 from __future__ import annotations
@@ -109,6 +112,7 @@ class RPCServer:
         max_connections: int = MAX_CONNECTIONS,
         max_unauthenticated: int = MAX_UNAUTHENTICATED,
         lendable: Callable[[Message], bool] | None = None,
+        batches=None,
     ):
         """``delivered(request_id)`` is called when the client sends its next request on
         the same connection: proof that it read the whole reply to that one.
@@ -121,6 +125,7 @@ class RPCServer:
         self.max_body = max_body
         self.body_idle_timeout = BODY_IDLE_TIMEOUT
         self.lendable = lendable or _never
+        self.batches = batches
         self.head_timeout = head_timeout
         self.idle_timeout = idle_timeout
         self.max_connections = max_connections
@@ -188,6 +193,11 @@ class RPCServer:
             while not self.stopping:
                 nonce = None
                 if c.framed and c.reader.peek(c.idle) == frames.FRAME_BYTE:
+                    batch = c.pipelined and self.batches is not None  # one at a time: lendable
+                    if batch and frames.request_ready(c.reader.pending):
+                        if not self._serve_frames(c):
+                            return
+                        continue
                     # verified whole (one MAC over head and body) and replay-checked
                     msg, why, nonce = frames.read_request(
                         c.reader, self._verifier, self.head_timeout
@@ -220,6 +230,27 @@ class RPCServer:
             self._forget(conn)
             conn.close()
 
+    def _serve_frames(self, c: Connection) -> bool:
+        """Every whole request frame already received, in order, as one batch: the engine
+        calls among them reach the engine thread together (one wake-up). Each frame is
+        verified and replay-checked on its own; one refused ends the connection (those
+        before it were verified and run, as if they had come alone). False: it ends."""
+        reader, batches = c.reader, self.batches
+        batches.hold()
+        out = c.out = []
+        try:
+            while frames.request_ready(reader.pending):
+                msg, why, nonce = frames.take_request(reader.pending, self._verifier)
+                if why is not None:
+                    self.refuse(c.sock, why, c.wlock)
+                    return False
+                if c.process(msg, frame_nonce=nonce) is not True:
+                    return False
+            return True
+        finally:
+            c.out = None
+            batches.release(lambda: c.flush(out))
+
     # what a Connection asks of its server ------------------------------------
     def verify_head(self, msg: Message, length: int) -> tuple:
         """``RequestVerifier.verify_head`` of a request: (why refused or None, nonce, body
@@ -233,6 +264,15 @@ class RPCServer:
             length,
             shm.signed_headers(msg.headers),
         )
+
+    def open_frame(self, frame: bytearray) -> tuple:
+        """``frames.open_request`` of a whole request frame: (message or None, why refused
+        or None, nonce)."""
+        return frames.open_request(frame, self._verifier)
+
+    @property
+    def keys(self) -> TrialKeys:
+        return self._verifier.keys
 
     def body_matches(self, digest: str, body) -> bool:
         return self._verifier.keys.body_matches(digest, body)

@@ -227,7 +227,7 @@ def decode(
     if pos != view.nbytes:
         raise ProtocolError(f"frame has {view.nbytes - pos} trailing bytes")
     try:
-        tree = _JSON_DECODE(header.decode("utf-8"))  # what json.loads does, without its checks
+        tree = _JSON_DECODE(header.decode("utf-8"))  # json.loads, by the C scanner (cjson)
     except (ValueError, RecursionError) as exc:
         raise ProtocolError(f"frame header is not valid JSON: {exc}") from None
     if not buffers and _TAG_BYTES not in header:

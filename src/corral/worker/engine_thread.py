@@ -4,6 +4,9 @@ When it has nothing queued, it may wait on a connection's socket as well (``park
 RPC server lends it a one-request-at-a-time connection after an engine call, and the next
 call on it is read, run and answered there, with no hand-off between threads
 (``rpc/connection.py``). Anything queued meanwhile wakes it (a pipe it also polls).
+
+A thread may ``hold`` what it submits and ``release`` it as one ``Batch``: the RPC server
+does so for the pipelined calls of one receive (one wake-up, replies sent together).
 """
 
 from __future__ import annotations
@@ -13,10 +16,15 @@ import os
 import select
 import threading
 from _queue import Empty, SimpleQueue  # queue's own classes, without queue.py and heapq
+from time import perf_counter
 
 TYPE_CHECKING = False  # typing's, without importing typing (a worker's start)
 if TYPE_CHECKING:
     from typing import Any
+
+
+#: a batch's replies wait at most this long for the tasks after them (``Batch``)
+FLUSH_SECONDS = 0.001
 
 
 class EngineThread:
@@ -36,6 +44,7 @@ class EngineThread:
         self._wake_fds: tuple[int, int] | None = None  # made by the first park
         self._poll = None
         self._polled_fd = -1
+        self._held: dict[int, list] = {}  # thread id -> its tasks held back (``hold``)
 
     def _ensure(self) -> threading.Thread:
         if self._closed:
@@ -52,6 +61,11 @@ class EngineThread:
         """Run ``fn`` on the engine thread and return its result (raise its exception)."""
         if self._ensure() is threading.current_thread():
             return fn(*args, **kwargs)  # already there (an engine calling back in)
+        if self._held:  # the caller's held tasks go first (it would wait for them forever)
+            held = self._held.get(_thread.get_ident())
+            if held:
+                self._held[_thread.get_ident()] = []
+                self._put(Batch(held))
         done = _thread.allocate_lock()
         done.acquire()
         box: list = [None, None]
@@ -67,11 +81,41 @@ class EngineThread:
 
     def submit(self, task: Any) -> None:
         """Queue ``task.run()`` without waiting; if the thread shuts down before it runs,
-        ``task.cancel()`` is called instead."""
+        ``task.cancel()`` is called instead. Between ``hold`` and ``release`` on the calling
+        thread, the task is held back and queued with the others in one batch."""
         self._ensure()
-        self._queue.put(task)
+        if self._held:
+            held = self._held.get(_thread.get_ident())
+            if held is not None:
+                held.append(task)
+                return
+        self._put(task)
+
+    def _put(self, item) -> None:
+        self._queue.put(item)
         if self._parked:
             self._wake()
+
+    def hold(self) -> None:
+        """Hold back what the calling thread submits until its ``release``: tasks read
+        from one receive (pipelined calls, ``rpc.server``) then wake this thread once, not
+        once each, and run in the order they were submitted."""
+        self._held[_thread.get_ident()] = []
+
+    def holding(self) -> bool:
+        """Does the calling thread hold tasks back (so it must not wait for this thread)?"""
+        return bool(self._held) and _thread.get_ident() in self._held
+
+    def release(self, after=None) -> None:
+        """Queue what the calling thread held back since ``hold``, as one item;
+        ``after()`` runs on this thread once they have run (even if none was held)."""
+        held = self._held.pop(_thread.get_ident(), None)
+        if held or (after is not None and self._thread is not None):
+            batch = Batch(held or [], after)
+            if self._closed:  # shut down meanwhile: nothing would run it
+                batch.cancel()
+            else:
+                self._put(batch)
 
     def on_thread(self) -> bool:
         """Is the caller the engine thread?"""
@@ -152,3 +196,47 @@ class EngineThread:
         self._queue.put(None)
         if self._parked:
             self._wake()
+
+
+class Batch:
+    """Tasks queued as one item (``EngineThread.release``): run in order, each as if
+    queued alone (one that raises does not stop the others).
+
+    ``after``: sends the replies the tasks gathered (``rpc.server``): called at the end,
+    and on the way whenever a reply would otherwise wait long: before a task not known
+    to be quick (its ``quick`` attribute: ``worker.replies.EngineCallReply``), and after
+    a task once ``FLUSH_SECONDS`` have passed since the last call."""
+
+    __slots__ = ("tasks", "after")
+
+    def __init__(self, tasks: list, after=None):
+        self.tasks = tasks
+        self.after = after
+
+    def run(self) -> None:
+        tasks, self.tasks = self.tasks, []
+        flush = self.after
+        flushed = perf_counter()
+        for i, task in enumerate(tasks):
+            if flush is not None and i and not getattr(task, "quick", False):
+                flush()  # it may take long: the replies before it go now
+                flushed = perf_counter()
+            try:
+                task.run()
+            except BaseException:  # a task reports its own errors
+                pass
+            tasks[i] = None  # done: do not pin its reply while the rest run
+            if flush is not None:
+                now = perf_counter()
+                if now - flushed >= FLUSH_SECONDS:
+                    flush()
+                    flushed = now
+        if flush is not None:
+            flush()
+
+    def cancel(self) -> None:
+        tasks, self.tasks = self.tasks, []
+        for task in tasks:
+            task.cancel()
+        if self.after is not None:
+            self.after()

@@ -256,6 +256,17 @@ class EngineHost:
         """Queue ``task.run()`` on the engine thread (``task.cancel()`` if it stops first)."""
         self._thread.submit(task)
 
+    def hold(self) -> None:
+        """``EngineThread.hold``: the calling thread's submits wait for ``release``, then
+        go to the engine thread together (the RPC server's batch of pipelined calls)."""
+        self._thread.hold()
+
+    def release(self, after=None) -> None:
+        self._thread.release(after)
+
+    def holding(self) -> bool:
+        return self._thread.holding()
+
     def call(
         self, name: str, method: str, args: list, kwargs: dict, broadcast: bool | None = None
     ) -> Any:

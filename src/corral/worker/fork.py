@@ -153,8 +153,8 @@ class ForkManager:
                 log = replica_log_path(s.log_dir, role, index) if s.log_dir else None
                 self._pump.flush_closed()
                 raise WorkerCreationError(
-                    f"forked worker {child_id} exited with code {proc.returncode} before it "
-                    f"registered\n{tail(log)}"
+                    f"forked worker {child_id} {_describe_end(proc, proc.returncode)} before "
+                    f"it registered\n{tail(log)}"
                 )
             time.sleep(pause)
             pause = min(pause * 1.5, 0.002 if time.monotonic() - started < 1.0 else 0.01)
@@ -232,7 +232,7 @@ class ForkManager:
         record = {
             "worker_id": child_id,
             "state": "dead",
-            "reason": f"forked worker {describe_returncode(code)}",
+            "reason": f"forked worker {_describe_end(child.proc, code)}",
             "exit_code": code,
             "at": time.time(),
             "run_id": s.run_id,
@@ -272,3 +272,11 @@ class ForkManager:
             if self._template is not None:
                 self._template.stop()
                 self._template = None
+
+
+def _describe_end(proc, code: int) -> str:
+    """How a forked child ended, in words (a template's child whose template exited
+    first has no known code)."""
+    if getattr(proc, "code_unknown", False):
+        return "ended after its fork template exited (exit code unknown)"
+    return describe_returncode(code)

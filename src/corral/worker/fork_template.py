@@ -39,6 +39,11 @@ MAX_MESSAGE = 200_000  # below the default socket buffer (net.core.wmem_default)
 TEMPLATE_MODULE = "corral.worker.template_process"  # the template's side
 
 
+UNKNOWN_EXIT = -1
+"""The ``returncode`` of a child whose template exited first (its parent-death signal
+stopped it; no parent was left to read its code)."""
+
+
 def interpreter_env(env: dict[str, str]) -> dict[str, str]:
     """The variables of ``env`` that an interpreter's start reads."""
     return {k: v for k, v in env.items() if k.startswith(INTERPRETER_VARS)}
@@ -51,13 +56,16 @@ class TemplateChild:
 
     def __init__(self, pid: int, pidfd: int, stdout, template: Template):
         self.pid, self.stdout, self.returncode = pid, stdout, None
+        self.code_unknown = False  # it ended after its template: nobody saw its exit code
         self._pidfd, self._template = pidfd, template
         self._lock = threading.Lock()  # polled by the exit watcher and by kill at once
 
     def poll(self) -> int | None:
         with self._lock:
             if self.returncode is None and _readable(self._pidfd, 0):
-                self.returncode = self._template.exit_code(self.pid)
+                code = self._template.exit_code(self.pid)
+                self.code_unknown = code is None
+                self.returncode = UNKNOWN_EXIT if code is None else code
             return self.returncode
 
     def kill(self) -> None:
@@ -147,11 +155,11 @@ class Template:
             raise OSError(f"the fork template could not fork: {reply.get('error', reply)}")
         return TemplateChild(reply["pid"], fds[0], os.fdopen(read_end, "rb"), self)
 
-    def exit_code(self, pid: int, timeout: float = 5.0) -> int:
-        """The exit code the template reports for ``pid`` (-1: the template is gone)."""
+    def exit_code(self, pid: int, timeout: float = 5.0) -> int | None:
+        """The exit code the template reports for ``pid`` (None: the template is gone)."""
         with self._state:
             self._state.wait_for(lambda: pid in self._codes or not self.alive, timeout)
-            return self._codes.pop(pid, -1)
+            return self._codes.pop(pid, None)
 
     def _reply(self, seq: int, timeout: float) -> tuple[dict, list[int]]:
         """The reply to request ``seq``. A template that does not answer in time is

@@ -81,6 +81,7 @@ class WorkerRuntime:
                 identity=f"{settings.worker_id}#{self.generation}",
                 delivered=self.cache.delivered,
                 lendable=self._lendable,
+                batches=self.engines,
             )
         except OSError as exc:
             raise SystemExit(
@@ -232,8 +233,9 @@ class WorkerRuntime:
         if refs:
             payload = {**payload, "_refs": refs}
         request_id = msg.headers.get(REQUEST_ID_HEADER)
-        # on the engine thread (a lent connection) nothing may wait for the engine thread
-        here = self.engines.on_engine_thread()
+        # on the engine thread (a lent connection), or while holding back a batch for it
+        # (rpc.server), nothing may wait for the engine thread
+        here = self.engines.on_engine_thread() or self.engines.holding()
         if request_id:
             cached = self.cache.begin(request_id, wait=not here)
             if cached is BUSY:  # its first attempt is queued behind us: wait elsewhere
@@ -246,11 +248,11 @@ class WorkerRuntime:
             if route.engine_call and msg.keep_alive:
                 run = None if uses_refs(payload) else self._prepare_call(payload)
                 if run is not None:  # a synchronous method: reply from the engine thread
+                    name = (payload.get("engine_name"), payload["method"])
+                    park = self.engines.park
                     return Deferred(
                         lambda send, lease: self.engines.submit(
-                            EngineCallReply(
-                                self._finish, request_id, run, send, lease, self.engines.park
-                            )
+                            EngineCallReply(self._finish, request_id, run, send, lease, park, name)
                         ),
                         lends=True,
                     )
