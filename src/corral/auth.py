@@ -240,7 +240,8 @@ class RequestSigner:
         if len(parts) == 3 and parts[0] == VERSION:
             digest, sig = parts[1], parts[2]
             fields = _reply_fields(status, nonce, content_type, length, digest, segment)
-            if compare_digest(self.keys.sign(self.keys.reply, fields), sig):
+            # isascii: compare_digest raises TypeError for a str with other characters
+            if sig.isascii() and compare_digest(self.keys.sign(self.keys.reply, fields), sig):
                 return digest
         raise AuthenticationError(
             f"the peer at {address} did not prove that it holds the trial secret (its reply "
@@ -331,7 +332,9 @@ class RequestVerifier:
         fields = _request_fields(
             method, path, request_id, identity, length, nonce, ts, digest, segment
         )
-        if not compare_digest(self.keys.sign(self.keys.request, fields), sig):
+        # isascii: compare_digest raises TypeError for a str with other characters (a
+        # head is latin-1: any byte of an unauthenticated peer's)
+        if not (sig.isascii() and compare_digest(self.keys.sign(self.keys.request, fields), sig)):
             return "wrong signature (another trial's secret, or an altered request)", "", ""
         why = self.guard.check(nonce, ts)
         return why, nonce, digest
@@ -369,7 +372,8 @@ def open_record(keys: TrialKeys, key: str, stored: str) -> str | None:
     if not stored.startswith(RECORD_PREFIX):
         return None
     sig, _, value = stored[len(RECORD_PREFIX) :].partition(" ")
-    if compare_digest(keys.sign(keys.record, ["record", key, value]), sig):
+    # isascii: compare_digest raises TypeError for a str with other characters
+    if sig.isascii() and compare_digest(keys.sign(keys.record, ["record", key, value]), sig):
         return value
     return None
 
