@@ -9,7 +9,6 @@ import time
 
 import pytest
 
-from corral.worker import engine_thread
 from corral.worker.engine_thread import Batch
 from corral.worker.engines import EngineThread
 
@@ -27,10 +26,6 @@ class Task:
     def cancel(self):
         self.log.append(("cancelled", self.name, None))
         self.done.set()
-
-
-class QuickTask(Task):
-    quick = True  # known to take well under a millisecond (``Batch``)
 
 
 def test_calls_and_tasks_run_in_order_on_the_one_engine_thread():
@@ -67,15 +62,13 @@ def test_tasks_queued_at_shutdown_are_cancelled_and_later_calls_refused():
         engine.run(lambda: 1)
 
 
-def test_tasks_held_back_run_after_release_in_order_then_after_once(monkeypatch):
+def test_tasks_held_back_run_after_release_in_order_then_finished_once():
     """``hold``/``release`` (the RPC server's batch of pipelined calls): what the holding
     thread submits waits for its release (another thread's calls do not), then runs in
-    order on the engine thread, and ``after`` runs once, after them (no task takes
-    ``FLUSH_SECONDS`` here: it is set out of reach of a loaded machine's pauses)."""
-    monkeypatch.setattr(engine_thread, "FLUSH_SECONDS", 60.0)
+    order on the engine thread, and ``finished`` runs once, after them."""
     engine = EngineThread()
     log: list = []
-    tasks = [QuickTask(log, f"t{i}") for i in range(5)]
+    tasks = [Task(log, f"t{i}") for i in range(5)]
     engine.hold()
     assert engine.holding()
     for t in tasks:
@@ -84,7 +77,7 @@ def test_tasks_held_back_run_after_release_in_order_then_after_once(monkeypatch)
     other.start()
     other.join(10)
     assert log == [("other", 7, None)]  # ran; the held tasks did not
-    engine.release(lambda: log.append(("after", None, threading.current_thread().name)))
+    engine.release(None, lambda: log.append(("finished", None, threading.current_thread().name)))
     assert not engine.holding()
     assert engine.run(lambda: "behind the batch") == "behind the batch"
     assert [entry[1] for entry in log[1:]] == [f"t{i}" for i in range(5)] + [None]
@@ -105,20 +98,22 @@ def test_waiting_for_the_engine_thread_while_holding_runs_the_held_tasks_first()
     engine.close()
 
 
-def test_a_batch_sends_before_a_task_not_known_to_be_quick(monkeypatch):
-    """``Batch``: ``after`` (a batch's replies leave) runs before each task that is not
-    known to be quick, so a long call does not hold back the replies before it."""
-    monkeypatch.setattr(engine_thread, "FLUSH_SECONDS", 60.0)
+def test_a_batch_sends_each_reply_before_the_next_task_runs():
+    """``Batch``: ``after`` (the replies gathered so far leave) runs after every task, so
+    no reply waits while a later call runs (any call may block, however quick it was
+    before); ``finished`` runs once, at the end."""
     log: list = []
-    tasks = [QuickTask(log, "q1"), QuickTask(log, "q2"), Task(log, "?"), QuickTask(log, "q3")]
-    Batch(tasks, lambda: log.append(("flush", None, None))).run()
-    assert [e[1] or e[0] for e in log] == ["q1", "q2", "flush", "?", "q3", "flush"]
+    tasks = [Task(log, "a"), Task(log, "b"), Task(log, "c")]
+    Batch(tasks, lambda: log.append(("flush", None, None)), lambda: log.append(("end", 0, 0))).run()
+    assert [e[1] or e[0] for e in log] == ["a", "flush", "b", "flush", "c", "flush", "end"]
 
 
-def test_a_batch_sends_once_flush_seconds_have_passed(monkeypatch):
-    """``Batch``: replies wait at most ``FLUSH_SECONDS`` for the quick tasks after them
-    (here 0: ``after`` runs after every task)."""
-    monkeypatch.setattr(engine_thread, "FLUSH_SECONDS", 0.0)
+def test_a_release_with_nothing_to_run_still_says_it_finished():
+    """No task held and no engine thread yet: ``after`` and ``finished`` run at once (the
+    RPC server waits for ``finished`` before it refuses a bad frame)."""
+    engine = EngineThread()
     log: list = []
-    Batch([QuickTask(log, "q1"), QuickTask(log, "q2")], lambda: log.append(("f", 0, 0))).run()
-    assert [e[1] or e[0] for e in log] == ["q1", "f", "q2", "f", "f"]
+    engine.hold()
+    engine.release(lambda: log.append("after"), lambda: log.append("finished"))
+    assert log == ["after", "finished"]
+    engine.close()

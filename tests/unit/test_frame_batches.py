@@ -91,13 +91,15 @@ def test_a_tampered_frame_in_a_batch_is_refused_and_the_frames_after_it_do_not_r
     runtime,  # noqa: F811
 ):
     conn = _Conn(runtime.test_address)
-    rids, data = [_rid() for _ in range(3)], []
+    rids, data, nonces = [_rid() for _ in range(3)], [], {}
     for i, rid in enumerate(rids):
-        frame = bytearray(conn.frame(_call("echo", f"frame {i}"), rid)[0])
+        signed, nonces[rid] = conn.frame(_call("echo", f"frame {i}"), rid)
+        frame = bytearray(signed)
         if i == 1:
             frame[-3] ^= 0x01  # its body altered after it was signed
         data.append(bytes(frame))
     conn.sock.sendall(b"".join(data))
+    assert _replies(conn, {rids[0]: nonces[rids[0]]}, 1) == {rids[0]: "frame 0"}
     assert "wrong frame MAC" in conn.refused()  # then the connection is closed
     first = runtime.cache.begin(rids[0])  # verified before the bad one: it ran
     assert first is not None and wire.decode(b"".join(first.parts))["result"] == "frame 0"
@@ -107,7 +109,7 @@ def test_a_tampered_frame_in_a_batch_is_refused_and_the_frames_after_it_do_not_r
 
 
 def test_a_reply_in_a_batch_does_not_wait_for_a_slow_call_behind_it(runtime):  # noqa: F811
-    """``quick`` is not in the batch: its reply must come while ``wait`` still runs (the
+    """The first call's reply must come while ``wait`` still runs (the
     test opens the gate only after it has that reply; were the reply held to the end of
     the batch, the read would time out)."""
     if "gate" not in runtime.engines.engines:

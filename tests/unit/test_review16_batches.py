@@ -1,31 +1,20 @@
-"""Review 16 (issue 29, fanout2): a frame refused in the middle of a batch.
-
-security.md says a refused frame ends the connection "as it would alone: the frames
-before it were verified and run". Alone, their replies would have been sent before the
-bad frame was read; in a batch they are gathered for one write that the engine thread
-makes after the connection's thread has already refused and closed the socket.
-"""
+"""Batches of pipelined frames (issue 29), two cases an adversarial review found: a frame
+refused in the middle of a batch (the replies of the frames before it must still come,
+as they would alone, before the 401), and a call that was quick last time but blocks now
+(the replies before it must not wait for it: any call may block)."""
 
 from __future__ import annotations
 
 import threading
 
-import pytest
-
 from corral.rpc import frames
 from corral.rpc.http import SocketReader
 from corral.rpc.protocol import interpret_reply
-from corral.worker import replies
 from tests.unit.test_frame_batches import _replies, _send_together
 from tests.unit.test_rpc_server import runtime  # noqa: F401  (module fixture)
 from tests.unit.test_wire_frames import _call, _Conn, _rid
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review16 finding: _serve_frames refuses and closes before the engine thread "
-    "flushes the batch, so the verified frames' replies are lost",
-)
 def test_replies_of_frames_before_a_refused_one_in_a_batch_still_come(runtime):  # noqa: F811
     conn = _Conn(runtime.test_address)
     conn.sock.settimeout(20)
@@ -70,19 +59,17 @@ class SometimesSlow:
         return "opened" if OPEN.wait(60) else "timed out"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review16 finding: Batch flushes before a task only if it is not predicted "
-    "quick, and FLUSH_SECONDS is checked only after a task ends: a method quick last time "
-    "that blocks now holds the replies before it for as long as it runs",
-)
 def test_a_reply_in_a_batch_does_not_wait_for_a_call_that_was_quick_last_time(
     runtime,  # noqa: F811
-    monkeypatch,
 ):
     if "sometimes" not in runtime.engines.engines:
         runtime.engines.create("sometimes", f"{__name__}.SometimesSlow", [], {})
-    monkeypatch.setitem(replies._LAST_RUN, ("sometimes", "wait"), 0.0)  # quick last time
+    sometimes = {"engine_name": "sometimes", "method": "wait", "args": [], "kwargs": {}}
+    OPEN.set()
+    warm = _Conn(runtime.test_address)
+    warm_rids, warm_nonces = _send_together(warm, [sometimes])
+    assert _replies(warm, warm_nonces, 1) == {warm_rids[0]: "opened"}  # quick this time
+    warm.close()
     OPEN.clear()
     conn = _Conn(runtime.test_address)
     conn.sock.settimeout(20)  # not a timing assertion: a reply held until OPEN is set

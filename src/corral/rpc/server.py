@@ -238,18 +238,22 @@ class RPCServer:
         reader, batches = c.reader, self.batches
         batches.hold()
         out = c.out = []
+        sent = threading.Event()
+        why = None
         try:
             while frames.request_ready(reader.pending):
                 msg, why, nonce = frames.take_request(reader.pending, self._verifier)
                 if why is not None:
-                    self.refuse(c.sock, why, c.wlock)
                     return False
                 if c.process(msg, frame_nonce=nonce) is not True:
                     return False
             return True
         finally:
             c.out = None
-            batches.release(lambda: c.flush(out))
+            batches.release(lambda: c.flush(out), sent.set)
+            if why is not None:  # the replies of the frames before it go first
+                sent.wait(self.head_timeout)
+                self.refuse(c.sock, why, c.wlock)
 
     # what a Connection asks of its server ------------------------------------
     def verify_head(self, msg: Message, length: int) -> tuple:

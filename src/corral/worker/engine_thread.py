@@ -16,15 +16,10 @@ import os
 import select
 import threading
 from _queue import Empty, SimpleQueue  # queue's own classes, without queue.py and heapq
-from time import perf_counter
 
 TYPE_CHECKING = False  # typing's, without importing typing (a worker's start)
 if TYPE_CHECKING:
     from typing import Any
-
-
-#: a batch's replies wait at most this long for the tasks after them (``Batch``)
-FLUSH_SECONDS = 0.001
 
 
 class EngineThread:
@@ -106,16 +101,21 @@ class EngineThread:
         """Does the calling thread hold tasks back (so it must not wait for this thread)?"""
         return bool(self._held) and _thread.get_ident() in self._held
 
-    def release(self, after=None) -> None:
+    def release(self, after=None, finished=None) -> None:
         """Queue what the calling thread held back since ``hold``, as one item;
         ``after()`` runs on this thread once they have run (even if none was held)."""
         held = self._held.pop(_thread.get_ident(), None)
         if held or (after is not None and self._thread is not None):
-            batch = Batch(held or [], after)
+            batch = Batch(held or [], after, finished)
             if self._closed:  # shut down meanwhile: nothing would run it
                 batch.cancel()
             else:
                 self._put(batch)
+        else:  # nothing to run and no engine thread yet
+            if after is not None:
+                after()
+            if finished is not None:
+                finished()
 
     def on_thread(self) -> bool:
         """Is the caller the engine thread?"""
@@ -202,37 +202,33 @@ class Batch:
     """Tasks queued as one item (``EngineThread.release``): run in order, each as if
     queued alone (one that raises does not stop the others).
 
-    ``after``: sends the replies the tasks gathered (``rpc.server``): called at the end,
-    and on the way whenever a reply would otherwise wait long: before a task not known
-    to be quick (its ``quick`` attribute: ``worker.replies.EngineCallReply``), and after
-    a task once ``FLUSH_SECONDS`` have passed since the last call."""
+    ``after``: sends the replies the tasks gathered (``rpc.server``), after each task: a
+    reply never waits while a later call runs (any call may block, whatever it took
+    before), so a batch saves the engine thread's wake-ups, not the writes.
+    ``finished``: called once all ran (or were cancelled) and their replies went."""
 
-    __slots__ = ("tasks", "after")
+    __slots__ = ("tasks", "after", "finished")
 
-    def __init__(self, tasks: list, after=None):
+    def __init__(self, tasks: list, after=None, finished=None):
         self.tasks = tasks
         self.after = after
+        self.finished = finished
 
     def run(self) -> None:
         tasks, self.tasks = self.tasks, []
         flush = self.after
-        flushed = perf_counter()
         for i, task in enumerate(tasks):
-            if flush is not None and i and not getattr(task, "quick", False):
-                flush()  # it may take long: the replies before it go now
-                flushed = perf_counter()
             try:
                 task.run()
             except BaseException:  # a task reports its own errors
                 pass
             tasks[i] = None  # done: do not pin its reply while the rest run
             if flush is not None:
-                now = perf_counter()
-                if now - flushed >= FLUSH_SECONDS:
-                    flush()
-                    flushed = now
-        if flush is not None:
+                flush()
+        if flush is not None and not tasks:
             flush()
+        if self.finished is not None:
+            self.finished()
 
     def cancel(self) -> None:
         tasks, self.tasks = self.tasks, []
@@ -240,3 +236,5 @@ class Batch:
             task.cancel()
         if self.after is not None:
             self.after()
+        if self.finished is not None:
+            self.finished()

@@ -261,8 +261,8 @@ class EngineHost:
         go to the engine thread together (the RPC server's batch of pipelined calls)."""
         self._thread.hold()
 
-    def release(self, after=None) -> None:
-        self._thread.release(after)
+    def release(self, after=None, finished=None) -> None:
+        self._thread.release(after, finished)
 
     def holding(self) -> bool:
         return self._thread.holding()

@@ -248,11 +248,10 @@ class WorkerRuntime:
             if route.engine_call and msg.keep_alive:
                 run = None if uses_refs(payload) else self._prepare_call(payload)
                 if run is not None:  # a synchronous method: reply from the engine thread
-                    name = (payload.get("engine_name"), payload["method"])
                     park = self.engines.park
                     return Deferred(
                         lambda send, lease: self.engines.submit(
-                            EngineCallReply(self._finish, request_id, run, send, lease, park, name)
+                            EngineCallReply(self._finish, request_id, run, send, lease, park)
                         ),
                         lends=True,
                     )
