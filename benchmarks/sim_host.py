@@ -40,8 +40,7 @@ def main(spec_path: str) -> None:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     for index in range(spec["first"], spec["first"] + spec["count"]):
         settings = WorkerSettings.from_env({**os.environ, "CORRAL_INDEX": str(index)})
-        runtime = WorkerRuntime(settings, secret)
-        runtime.engines = engines
+        runtime = WorkerRuntime(settings, secret, engines=engines)
         runtime._on_shutdown = _stopper(runtime, in_thread=True)
         runtime.start()
         runtimes.append(runtime)

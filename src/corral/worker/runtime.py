@@ -51,14 +51,22 @@ class Route:
 class WorkerRuntime:
     """Everything a worker does once started; usable in-process (the Ray actor hosts one)."""
 
-    def __init__(self, settings: WorkerSettings, secret: str, on_shutdown=None, port: int = 0):
+    def __init__(
+        self,
+        settings: WorkerSettings,
+        secret: str,
+        on_shutdown=None,
+        port: int = 0,
+        engines: EngineHost | None = None,
+    ):
         """``on_shutdown``: what ``POST /shutdown`` does (default: SIGTERM this process;
         an in-process host such as a Ray actor passes its own stop). ``port``: the port
-        to serve on (0: one the kernel picks)."""
+        to serve on (0: one the kernel picks). ``engines``: the engine host (default: a
+        new one; the scale benchmark's simulated workers share one)."""
         self.settings = settings
         self._on_shutdown = on_shutdown or (lambda: os.kill(os.getpid(), _signal.SIGTERM))
         self.name_resolve = SignedNameResolve(make_name_resolve(settings.name_resolve), secret)
-        self.engines = EngineHost()
+        self.engines = engines or EngineHost()
         self._secret = secret
         self._forks = None  # a ForkManager from the first fork on (forks_made)
         self.cache = ResultCache()
