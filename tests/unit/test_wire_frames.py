@@ -331,6 +331,15 @@ def test_a_frame_declaring_an_oversized_head_gets_400_before_it_is_read(runtime)
     conn.close()
 
 
+def test_a_frame_heads_size_is_counted_in_bytes_not_characters():
+    """A field of 500 two-byte characters fits in characters but not in bytes: the
+    request must go as text, not fail in ``request_frame`` (review of issue 29)."""
+    wide = "\u00e9" * 500
+    assert frames.head_fits("/call", "r" * 16, "w" * 500)
+    assert not frames.head_fits("/call", "r" * 16, wide)
+    assert not frames.head_fits("/call", wide, None)
+
+
 def test_a_request_whose_fields_overflow_a_frame_head_goes_as_text(runtime):  # noqa: F811
     """A request id too long for a frame head: the client sends it with a text head, and
     it is answered."""

@@ -62,8 +62,13 @@ HEAD_START = _FIXED.size + 32
 
 def head_fits(path: str, request_id: str, identity: str | None) -> bool:
     """Can a request frame carry these fields (with a nonce and a timestamp) within
-    ``MAX_HEAD``? Else the request goes with a text head."""
-    return len(path) + len(request_id) + len(identity or "") < MAX_HEAD - 128
+    ``MAX_HEAD``? Else the request goes with a text head. (Counted in UTF-8 bytes, as
+    the head is sent.)"""
+    identity = identity or ""
+    size = len(path) + len(request_id) + len(identity)
+    if not (path.isascii() and request_id.isascii() and identity.isascii()):
+        size = len(path.encode()) + len(request_id.encode()) + len(identity.encode())
+    return size < MAX_HEAD - 128
 
 
 def request_frame(
