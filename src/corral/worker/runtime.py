@@ -52,17 +52,12 @@ class WorkerRuntime:
     """Everything a worker does once started; usable in-process (the Ray actor hosts one)."""
 
     def __init__(
-        self,
-        settings: WorkerSettings,
-        secret: str,
-        on_shutdown=None,
-        port: int = 0,
+        self, settings: WorkerSettings, secret: str, on_shutdown=None, port: int = 0,
         engines: EngineHost | None = None,
-    ):
-        """``on_shutdown``: what ``POST /shutdown`` does (default: SIGTERM this process;
-        an in-process host such as a Ray actor passes its own stop). ``port``: the port
-        to serve on (0: one the kernel picks). ``engines``: the engine host (default: a
-        new one; the scale benchmark's simulated workers share one)."""
+    ):  # fmt: skip
+        """``on_shutdown``: what ``POST /shutdown`` does (default: SIGTERM this process; a
+        Ray actor passes its own stop). ``port``: 0 for one the kernel picks. ``engines``:
+        default a new host (the scale benchmark's simulated workers share one)."""
         self.settings = settings
         self._on_shutdown = on_shutdown or (lambda: os.kill(os.getpid(), _signal.SIGTERM))
         self.name_resolve = SignedNameResolve(make_name_resolve(settings.name_resolve), secret)
@@ -70,8 +65,7 @@ class WorkerRuntime:
         self._secret = secret
         self._forks = None  # a ForkManager from the first fork on (forks_made)
         self.cache = ResultCache()
-        # requests of pipelined connections that do not go to the engine thread
-        self._slow_pool = None  # made by the first such request (_slow)
+        self._slow_pool = None  # pipelined requests not for the engine thread (_slow)
         self._lazy_lock = threading.Lock()
         self.stopped = threading.Event()
         self.shutdown_requested = False
