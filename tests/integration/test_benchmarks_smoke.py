@@ -55,16 +55,31 @@ def _number(x) -> bool:
     return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
 
 
+def _run_quick(backend: str, out) -> subprocess.CompletedProcess:
+    """``run.py --quick`` of one backend. A run that hangs past 280 s (a hang guard, not a
+    performance check) gets SIGTERM first, so that run.py stops what it started (worker
+    processes, simulated hosts) before the test fails."""
+    args = [sys.executable, RUN, "--quick", "--backends", backend, "--out", str(out)]
+    proc = subprocess.Popen(
+        args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        stdout, stderr = proc.communicate(timeout=280)
+    except subprocess.TimeoutExpired:
+        proc.terminate()
+        try:
+            stdout, stderr = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            stdout, stderr = proc.communicate()
+        raise AssertionError(f"run.py --backends {backend} hung:\n{stderr[-5000:]}") from None
+    return subprocess.CompletedProcess(args, proc.returncode, stdout, stderr)
+
+
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench-results")
-    proc = subprocess.run(
-        [sys.executable, RUN, "--quick", "--backends", "local", "--out", str(out)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=280,  # a hang guard, not a performance check
-    )
+    proc = _run_quick("local", out)
     assert proc.returncode == 0, f"stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-5000:]}"
     return out, proc
 
@@ -124,13 +139,7 @@ def test_leaves_no_fileroot_behind(quick_run):
 def test_scale_rows_show_constant_threads_and_bounded_descriptors(tmp_path):
     """The scale benchmark (simulated workers, quick sizes) runs end to end; the controller's
     thread count is the same at both sizes and it holds at most 2 descriptors per worker."""
-    proc = subprocess.run(
-        [sys.executable, RUN, "--quick", "--backends", "scale", "--out", str(tmp_path)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=280,  # a hang guard, not a performance check
-    )
+    proc = _run_quick("scale", tmp_path)
     assert proc.returncode == 0, f"stderr:\n{proc.stderr[-5000:]}"
     doc = json.loads((tmp_path / "latest.json").read_text())
     assert not doc["failed"], doc["failed"]
