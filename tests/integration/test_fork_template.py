@@ -18,12 +18,12 @@ import pytest
 from corral.discovery.files import FileNameResolve
 from corral.discovery.signed import SignedNameResolve
 from corral.errors import CorralError
-from corral.name_resolve_keys import controller_key, worker_health_key
+from corral.name_resolve_keys import worker_health_key
 from corral.paths import replica_log_path
 from corral.procs import spawn
 from corral.rpc.client import RPCClient
-from corral.worker.env import DIE_WITH_PARENT, worker_environment
 from corral.worker.fork_template import Template
+from tests.support.standalone_worker import standalone_worker_env
 
 SECRET = "s" * 64
 
@@ -31,28 +31,15 @@ SECRET = "s" * 64
 @contextlib.contextmanager
 def _worker(tmp_path):
     """A registered worker: yields its pid and address."""
-    secret = tmp_path / "secret"
-    secret.write_text(SECRET)
-    os.chmod(secret, 0o600)
-    env = worker_environment(
-        experiment="tmpl",
-        trial="t0",
-        role="w",
-        index=0,
-        name_resolve={"type": "nfs", "root": str(tmp_path / "records")},
-        log_dir=str(tmp_path / "logs"),
-        port_count=1,
+    env = standalone_worker_env(
+        tmp_path,
+        "tmpl",
         lease_timeout=600.0,  # longer than any wait here: no child stops on its own
-        cpu=1,
-        secret_file=str(secret),
+        parent_pid=os.getpid(),
     )
-    env[DIE_WITH_PARENT] = "1"
-    env["CORRAL_PARENT_PID"] = str(os.getpid())
-    records = SignedNameResolve(FileNameResolve(str(tmp_path / "records")), SECRET)
-    records.add(controller_key("tmpl", "t0"), "{}", replace=True)
     proc = subprocess.Popen(
         [sys.executable, "-m", "corral.worker"],
-        env={**os.environ, **env},
+        env=env,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

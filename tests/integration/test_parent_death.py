@@ -17,11 +17,8 @@ import time
 
 import pytest
 
-from corral.discovery.files import FileNameResolve
-from corral.discovery.signed import SignedNameResolve
 from corral.liveness import pid_alive
-from corral.name_resolve_keys import controller_key
-from corral.worker.env import DIE_WITH_PARENT, worker_environment
+from tests.support.standalone_worker import standalone_worker_env
 
 #: the parent: starts the worker as the local backend does (CORRAL_PARENT_PID, its own
 #: session), prints the worker's pid once it registered, then waits to be killed
@@ -47,25 +44,7 @@ time.sleep(600)
 
 
 def _environment(tmp_path) -> dict[str, str]:
-    secret = tmp_path / "secret"
-    secret.write_text("s" * 64)
-    os.chmod(secret, 0o600)
-    env = worker_environment(
-        experiment="parent",
-        trial="t0",
-        role="w",
-        index=0,
-        name_resolve={"type": "nfs", "root": str(tmp_path / "records")},
-        log_dir=str(tmp_path / "logs"),
-        port_count=1,
-        lease_timeout=60.0,
-        cpu=1,
-        secret_file=str(secret),
-    )
-    env[DIE_WITH_PARENT] = "1"
-    records = SignedNameResolve(FileNameResolve(str(tmp_path / "records")), "s" * 64)
-    records.add(controller_key("parent", "t0"), "{}", replace=True)
-    return {**os.environ, **env}
+    return standalone_worker_env(tmp_path, "parent", lease_timeout=60.0)
 
 
 def _start_parent(tmp_path, *args: str) -> subprocess.Popen:

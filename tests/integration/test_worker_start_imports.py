@@ -22,10 +22,7 @@ import signal
 import subprocess
 import sys
 
-from corral.discovery.files import FileNameResolve
-from corral.discovery.signed import SignedNameResolve
-from corral.name_resolve_keys import controller_key
-from corral.worker.env import DIE_WITH_PARENT, worker_environment
+from tests.support.standalone_worker import standalone_worker_env
 
 #: loaded on first use only, never by a worker's start
 MUST_STAY_LAZY = (
@@ -59,30 +56,12 @@ STDLIB_LAZY = (
 def _listed_worker(tmp_path, engines: dict | None = None):
     """A worker under ``-X importtime``, until it registered: yields the modules its start
     imported, its address and its output pipe (the imports of later requests follow)."""
-    secret = tmp_path / "secret"
-    secret.write_text("s" * 64)
-    os.chmod(secret, 0o600)
-    env = worker_environment(
-        experiment="imports",
-        trial="t0",
-        role="w",
-        index=0,
-        name_resolve={"type": "nfs", "root": str(tmp_path / "records")},
-        log_dir=str(tmp_path / "logs"),
-        port_count=1,
-        lease_timeout=30.0,
-        cpu=1,
-        secret_file=str(secret),
-        engines=engines,
+    env = standalone_worker_env(
+        tmp_path, "imports", lease_timeout=30.0, engines=engines, parent_pid=os.getpid()
     )
-    env[DIE_WITH_PARENT] = "1"  # as the local backend starts it
-    env["CORRAL_PARENT_PID"] = str(os.getpid())
-    # a controller's lease: the worker's watch stops it without one after half a second
-    records = SignedNameResolve(FileNameResolve(str(tmp_path / "records")), "s" * 64)
-    records.add(controller_key("imports", "t0"), "{}", replace=True)
     proc = subprocess.Popen(
         [sys.executable, "-X", "importtime", "-m", "corral.worker"],
-        env={**os.environ, **env},
+        env=env,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
