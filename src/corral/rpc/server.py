@@ -241,11 +241,10 @@ class RPCServer:
         sent = threading.Event()
         why = None
         try:
-            while frames.request_ready(reader.pending):
-                msg, why, nonce = frames.take_request(reader.pending, self._verifier)
-                if why is not None:
-                    return False
-                if c.process(msg, frame_nonce=nonce) is not True:
+            pending, verifier, process = reader.pending, self._verifier, c.process_frame
+            while frames.request_ready(pending):
+                msg, why, nonce = frames.take_request(pending, verifier)
+                if why is not None or not process(msg, nonce):
                     return False
             return True
         finally:

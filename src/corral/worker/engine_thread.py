@@ -40,6 +40,7 @@ class EngineThread:
         self._poll = None
         self._polled_fd = -1
         self._held: dict[int, list] = {}  # thread id -> its tasks held back (``hold``)
+        self._ident: int | None = None  # the thread's, once it runs
 
     def _ensure(self) -> threading.Thread:
         if self._closed:
@@ -101,6 +102,12 @@ class EngineThread:
         """Does the calling thread hold tasks back (so it must not wait for this thread)?"""
         return bool(self._held) and _thread.get_ident() in self._held
 
+    def busy_here(self) -> bool:
+        """``on_thread() or holding()``, in one look: may the caller not wait for this
+        thread?"""
+        me = _thread.get_ident()
+        return me == self._ident or me in self._held
+
     def release(self, after=None, finished=None) -> None:
         """Queue what the calling thread held back since ``hold``, as one item;
         ``after()`` runs on this thread once they have run (even if none was held)."""
@@ -119,7 +126,7 @@ class EngineThread:
 
     def on_thread(self) -> bool:
         """Is the caller the engine thread?"""
-        return self._thread is threading.current_thread()
+        return _thread.get_ident() == self._ident
 
     def park(self, fd: int, timeout: float) -> bool:
         """On the engine thread, with nothing queued: wait until ``fd`` is readable (True),
@@ -160,6 +167,7 @@ class EngineThread:
             pass
 
     def _serve(self) -> None:
+        self._ident = _thread.get_ident()
         while True:
             item = self._queue.get()
             if item is None:
