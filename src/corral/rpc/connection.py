@@ -32,6 +32,7 @@ from corral.rpc.http import (
     parse_head,
 )
 from corral.rpc.reply import Deferred, Reply
+from corral.rpc.unsent import Unsent
 
 _ACKS = ("ACK", "NAK")
 #: request ids a pipelined connection remembers for their ACK (the client ACKs at once)
@@ -65,7 +66,8 @@ class Connection:
         self.peer: int | None = None  # the client's pid once it offered shared memory
         self.idle = server.head_timeout  # a new connection must send its first head promptly
         self.first = True
-        self.out: list | None = None  # replies of a batch (``RPCServer._serve_frames``)
+        self.unsent = Unsent(sock, self.wlock)  # reply frames of batches, sent together
+        self.out: Unsent | None = None  # while a batch is read (``RPCServer._serve_frames``)
         self.probe = Message("FRAME", {})  # a lent request frame's path, to ask ``lendable``
         self.probe.method = "POST"
 
@@ -228,17 +230,6 @@ class Connection:
     def _holder(self, peer, rid):
         """What keeps a reply's segment until the client ACKs request ``rid``."""
         return lambda seg: self.held_by_id.__setitem__(rid, (seg, peer))
-
-    def flush(self, out: list) -> None:
-        """Send the replies a batch gathered, in one write."""
-        if out:
-            data = b"".join(out)
-            out.clear()
-            try:
-                with self.wlock:
-                    self.sock.sendall(data)
-            except OSError:
-                shutdown(self.sock)
 
     def write(self, status, text, keep_alive, nonce, rid, refused=False) -> None:
         reply = Reply(status, [text.encode()], "text/plain")

@@ -195,8 +195,11 @@ class RPCServer:
                 if c.framed and c.reader.peek(c.idle) == frames.FRAME_BYTE:
                     batch = c.pipelined and self.batches is not None  # one at a time: lendable
                     if batch and frames.request_ready(c.reader.pending):
-                        if not self._serve_frames(c):
+                        done = self._serve_frames(c)
+                        if done is None:
                             return
+                        if not c.reader.pending:  # its replies leave together (rpc.unsent)
+                            c.unsent.watch(done)
                         continue
                     # verified whole (one MAC over head and body) and replay-checked
                     msg, why, nonce = frames.read_request(
@@ -230,14 +233,16 @@ class RPCServer:
             self._forget(conn)
             conn.close()
 
-    def _serve_frames(self, c: Connection) -> bool:
+    def _serve_frames(self, c: Connection) -> threading.Event | None:
         """Every whole request frame already received, in order, as one batch: the engine
-        calls among them reach the engine thread together (one wake-up). Each frame is
-        verified and replay-checked on its own; one refused ends the connection (those
-        before it were verified and run, as if they had come alone). False: it ends."""
+        calls among them reach the engine thread together (one wake-up), and their reply
+        frames gather in ``c.unsent`` (``rpc.unsent``). Each frame is verified and
+        replay-checked on its own; one refused ends the connection (those before it were
+        verified and run, as if they had come alone). The batch's ``done`` (set once it
+        has run and its replies went), or None: the connection ends."""
         reader, batches = c.reader, self.batches
         batches.hold()
-        out = c.out = []
+        unsent = c.out = c.unsent
         sent = threading.Event()
         why = None
         try:
@@ -245,11 +250,11 @@ class RPCServer:
             while frames.request_ready(pending):
                 msg, why, nonce = frames.take_request(pending, verifier)
                 if why is not None or not process(msg, nonce):
-                    return False
-            return True
+                    return None
+            return sent
         finally:
             c.out = None
-            batches.release(lambda: c.flush(out), sent.set)
+            batches.release(unsent.settle, sent.set)
             if why is not None:  # the replies of the frames before it go first
                 sent.wait(self.head_timeout)
                 self.refuse(c.sock, why, c.wlock)

@@ -110,7 +110,8 @@ class EngineThread:
 
     def release(self, after=None, finished=None) -> None:
         """Queue what the calling thread held back since ``hold``, as one item;
-        ``after()`` runs on this thread once they have run (even if none was held)."""
+        ``after(last)`` runs on this thread after each of them (``Batch``), or once with
+        True if none was held."""
         held = self._held.pop(_thread.get_ident(), None)
         if held or (after is not None and self._thread is not None):
             batch = Batch(held or [], after, finished)
@@ -120,7 +121,7 @@ class EngineThread:
                 self._put(batch)
         else:  # nothing to run and no engine thread yet
             if after is not None:
-                after()
+                after(True)
             if finished is not None:
                 finished()
 
@@ -210,10 +211,12 @@ class Batch:
     """Tasks queued as one item (``EngineThread.release``): run in order, each as if
     queued alone (one that raises does not stop the others).
 
-    ``after``: sends the replies the tasks gathered (``rpc.server``), after each task: a
-    reply never waits while a later call runs (any call may block, whatever it took
-    before), so a batch saves the engine thread's wake-ups, not the writes.
-    ``finished``: called once all ran (or were cancelled) and their replies went."""
+    ``after(last)``: called after each task, ``last`` True after the last one (or once,
+    if there is none): the RPC server's ``rpc.unsent.Unsent.settle``, which sends the
+    replies gathered so far unless the connection's thread watches them (then it sends
+    them within a bound: a reply never waits long while a later call runs, as any call
+    may block, whatever it took before). ``finished``: called once all ran (or were
+    cancelled) and their replies went."""
 
     __slots__ = ("tasks", "after", "finished")
 
@@ -225,6 +228,7 @@ class Batch:
     def run(self) -> None:
         tasks, self.tasks = self.tasks, []
         flush = self.after
+        last = len(tasks) - 1
         for i, task in enumerate(tasks):
             try:
                 task.run()
@@ -232,9 +236,9 @@ class Batch:
                 pass
             tasks[i] = None  # done: do not pin its reply while the rest run
             if flush is not None:
-                flush()
+                flush(i == last)
         if flush is not None and not tasks:
-            flush()
+            flush(True)
         if self.finished is not None:
             self.finished()
 
@@ -243,6 +247,6 @@ class Batch:
         for task in tasks:
             task.cancel()
         if self.after is not None:
-            self.after()
+            self.after(True)
         if self.finished is not None:
             self.finished()
