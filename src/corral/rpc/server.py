@@ -247,8 +247,8 @@ class RPCServer:
         why = None
         try:
             pending, verifier, process = reader.pending, self._verifier, c.process_frame
-            while frames.request_ready(pending):
-                msg, why, nonce = frames.take_request(pending, verifier)
+            while (taken := frames.take_ready(pending, verifier)) is not None:
+                msg, why, nonce = taken
                 if why is not None or not process(msg, nonce):
                     return None
             return sent
