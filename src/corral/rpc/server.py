@@ -198,8 +198,9 @@ class RPCServer:
                         done = self._serve_frames(c)
                         if done is None:
                             return
-                        if not c.reader.pending:  # its replies leave together (rpc.unsent)
-                            c.unsent.watch(done)
+                        rest = c.reader.pending  # nothing, or a frame not all here yet
+                        if not rest or rest[0] == frames.FRAME_BYTE:
+                            c.unsent.watch(done)  # its replies leave together (rpc.unsent)
                         continue
                     # verified whole (one MAC over head and body) and replay-checked
                     msg, why, nonce = frames.read_request(
