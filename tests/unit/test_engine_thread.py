@@ -98,14 +98,21 @@ def test_waiting_for_the_engine_thread_while_holding_runs_the_held_tasks_first()
     engine.close()
 
 
-def test_a_batch_sends_each_reply_before_the_next_task_runs():
-    """``Batch``: ``after`` (the replies gathered so far leave) runs after every task, so
-    no reply waits while a later call runs (any call may block, however quick it was
-    before); ``finished`` runs once, at the end."""
+def test_a_batch_settles_its_replies_after_each_task_and_says_which_is_last():
+    """``Batch``: ``after(last)`` (the replies gathered so far leave, unless the
+    connection's thread watches them: ``rpc.unsent``) runs after every task, so no reply
+    waits long while a later call runs (any call may block, however quick it was
+    before); ``last`` is True after the last task only; ``finished`` runs once, at the
+    end."""
     log: list = []
     tasks = [Task(log, "a"), Task(log, "b"), Task(log, "c")]
-    Batch(tasks, lambda: log.append(("flush", None, None)), lambda: log.append(("end", 0, 0))).run()
-    assert [e[1] or e[0] for e in log] == ["a", "flush", "b", "flush", "c", "flush", "end"]
+    Batch(
+        tasks, lambda last: log.append(("flush", last, None)), lambda: log.append(("end", 0, 0))
+    ).run()
+    assert [e[:2] for e in log] == [
+        ("ran", "a"), ("flush", False), ("ran", "b"), ("flush", False), ("ran", "c"),
+        ("flush", True), ("end", 0),
+    ]  # fmt: skip
 
 
 def test_a_release_with_nothing_to_run_still_says_it_finished():
@@ -114,6 +121,6 @@ def test_a_release_with_nothing_to_run_still_says_it_finished():
     engine = EngineThread()
     log: list = []
     engine.hold()
-    engine.release(lambda: log.append("after"), lambda: log.append("finished"))
-    assert log == ["after", "finished"]
+    engine.release(lambda last: log.append(("after", last)), lambda: log.append("finished"))
+    assert log == [("after", True), "finished"]
     engine.close()

@@ -81,9 +81,11 @@ class _Conn:
         body = wire.encode_bytes(payload)
         return frames.request_frame(self.signer, "/call", request_id or _rid(), "", body)
 
-    def refused(self) -> str:
-        """The worker's answer, which must be a 401 text reply that closes the connection."""
+    def refused(self, received: bytes | bytearray = b"") -> str:
+        """The worker's answer, which must be a 401 text reply that closes the connection.
+        ``received``: what of it was received already."""
         reader = SocketReader(self.sock)
+        reader.pending += received
         head = reader.read_head()
         assert head is not None and head.status == 401, head
         text = bytes(reader.read_body(head.content_length)).decode()

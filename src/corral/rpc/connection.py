@@ -32,6 +32,7 @@ from corral.rpc.http import (
     parse_head,
 )
 from corral.rpc.reply import Deferred, Reply
+from corral.rpc.unsent import Unsent
 
 _ACKS = ("ACK", "NAK")
 #: request ids a pipelined connection remembers for their ACK (the client ACKs at once)
@@ -65,7 +66,8 @@ class Connection:
         self.peer: int | None = None  # the client's pid once it offered shared memory
         self.idle = server.head_timeout  # a new connection must send its first head promptly
         self.first = True
-        self.out: list | None = None  # replies of a batch (``RPCServer._serve_frames``)
+        self.unsent = Unsent(sock, self.wlock)  # reply frames of batches, sent together
+        self.out: Unsent | None = None  # while a batch is read (``RPCServer._serve_frames``)
         self.probe = Message("FRAME", {})  # a lent request frame's path, to ask ``lendable``
         self.probe.method = "POST"
 
@@ -186,16 +188,48 @@ class Connection:
         reply = None  # sent: do not pin its buffers while the connection idles
         return lent or msg.keep_alive
 
-    def flush(self, out: list) -> None:
-        """Send the replies a batch gathered, in one write."""
-        if out:
-            data = b"".join(out)
-            out.clear()
-            try:
-                with self.wlock:
-                    self.sock.sendall(data)
-            except OSError:
-                shutdown(self.sock)
+    def process_frame(self, msg: Message, nonce: str) -> bool:
+        """``process`` of a request frame of a batch (``RPCServer._serve_frames``), on a
+        pipelined connection that has carried a signed request: verified and
+        replay-checked already, it carries no shared-memory header and no ACK, so only
+        the steps such a frame takes are taken. False: the connection ends."""
+        server = self.server
+        self.idle = server.idle_timeout
+        headers = msg.headers
+        rid = headers[REQUEST_ID_HEADER]
+        carried = self.carried
+        carried[rid] = None
+        if len(carried) > ACKABLE:  # small replies are never ACKed: forget them
+            carried.popitem(last=False)
+        wanted = headers[IDENTITY_HEADER]
+        if wanted and server.identity and wanted != server.identity:
+            text = f"this is {server.identity}, not {wanted}: the address is stale"
+            self.write(409, text, False, nonce, rid)
+            return False
+        msg.peer = peer = self.peer
+        reply = server.handler(msg)
+        msg.body = bytearray()
+        if type(reply) is Deferred:
+            out = self.out if reply.lends else None  # a batch's: its replies leave together
+            sender = _Sender(
+                server, self.sock, self.wlock, peer, False, None, nonce, rid, True, out
+            )
+            sender.connection = self
+            if reply.lends:
+                reply.start(sender.send, None)
+            else:
+                reply.start(sender.send)
+            return True
+        with self.wlock:
+            server.write_reply(
+                self.sock, reply, True, peer, hold=self._holder(peer, rid), nonce=nonce,
+                request_id=rid, frame=True,
+            )  # fmt: skip
+        return True
+
+    def _holder(self, peer, rid):
+        """What keeps a reply's segment until the client ACKs request ``rid``."""
+        return lambda seg: self.held_by_id.__setitem__(rid, (seg, peer))
 
     def write(self, status, text, keep_alive, nonce, rid, refused=False) -> None:
         reply = Reply(status, [text.encode()], "text/plain")
@@ -329,13 +363,14 @@ class _Sender:
 
     __slots__ = (
         "server", "conn", "lock", "peer", "offered", "hold", "nonce", "request_id", "frame",
-        "out",
+        "out", "connection",
     )  # fmt: skip
 
     def __init__(self, server, conn, lock, peer, offered, hold, nonce, request_id, frame, out):
+        """``hold`` None: ``connection._holder`` makes it when a reply needs one."""
         self.server, self.conn, self.lock, self.peer = server, conn, lock, peer
         self.offered, self.hold, self.nonce, self.request_id = offered, hold, nonce, request_id
-        self.frame, self.out = frame, out
+        self.frame, self.out, self.connection = frame, out, None
 
     def send(self, reply) -> None:
         out = self.out
@@ -343,10 +378,13 @@ class _Sender:
             out, self.server.keys, reply, self.nonce, self.request_id, self.peer
         ):
             return
+        hold = self.hold
+        if hold is None:
+            hold = self.connection._holder(self.peer, self.request_id)
         try:
             with self.lock:
                 self.server.write_reply(
-                    self.conn, reply, True, self.peer, announce=self.offered, hold=self.hold,
+                    self.conn, reply, True, self.peer, announce=self.offered, hold=hold,
                     nonce=self.nonce, request_id=self.request_id, frame=self.frame,
                 )  # fmt: skip
         except OSError:

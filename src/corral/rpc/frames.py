@@ -134,6 +134,27 @@ def take_request(
     "")`` for a wrong MAC, a malformed head, a stale timestamp or a nonce seen before.
     ProtocolError for a frame over the limits."""
     head_len, body_len = _lengths(buf, REQUEST, "request")
+    return _take(buf, verifier, head_len, body_len)
+
+
+def take_ready(
+    buf: bytearray, verifier: RequestVerifier
+) -> tuple[Message | None, str | None, str] | None:
+    """``take_request`` if a whole request frame is at the start of ``buf``, else None
+    (``request_ready`` and ``take_request`` in one, its lengths read once: a batch's
+    loop, ``rpc.server``)."""
+    if len(buf) < HEAD_START or buf[0] != FRAME_BYTE:
+        return None
+    head_len, body_len = _lengths(buf, REQUEST, "request")
+    if len(buf) < HEAD_START + head_len + body_len:
+        return None
+    return _take(buf, verifier, head_len, body_len)
+
+
+def _take(
+    buf: bytearray, verifier: RequestVerifier, head_len: int, body_len: int
+) -> tuple[Message | None, str | None, str]:
+    """``take_request`` of a frame whose lengths were read and are within the limits."""
     start = HEAD_START + head_len
     end = start + body_len
     keys = verifier.keys

@@ -195,8 +195,12 @@ class RPCServer:
                 if c.framed and c.reader.peek(c.idle) == frames.FRAME_BYTE:
                     batch = c.pipelined and self.batches is not None  # one at a time: lendable
                     if batch and frames.request_ready(c.reader.pending):
-                        if not self._serve_frames(c):
+                        done = self._serve_frames(c)
+                        if done is None:
                             return
+                        rest = c.reader.pending  # nothing, or a frame not all here yet
+                        if not rest or rest[0] == frames.FRAME_BYTE:
+                            c.unsent.watch(done)  # its replies leave together (rpc.unsent)
                         continue
                     # verified whole (one MAC over head and body) and replay-checked
                     msg, why, nonce = frames.read_request(
@@ -230,27 +234,28 @@ class RPCServer:
             self._forget(conn)
             conn.close()
 
-    def _serve_frames(self, c: Connection) -> bool:
+    def _serve_frames(self, c: Connection) -> threading.Event | None:
         """Every whole request frame already received, in order, as one batch: the engine
-        calls among them reach the engine thread together (one wake-up). Each frame is
-        verified and replay-checked on its own; one refused ends the connection (those
-        before it were verified and run, as if they had come alone). False: it ends."""
+        calls among them reach the engine thread together (one wake-up), and their reply
+        frames gather in ``c.unsent`` (``rpc.unsent``). Each frame is verified and
+        replay-checked on its own; one refused ends the connection (those before it were
+        verified and run, as if they had come alone). The batch's ``done`` (set once it
+        has run and its replies went), or None: the connection ends."""
         reader, batches = c.reader, self.batches
         batches.hold()
-        out = c.out = []
+        unsent = c.out = c.unsent
         sent = threading.Event()
         why = None
         try:
-            while frames.request_ready(reader.pending):
-                msg, why, nonce = frames.take_request(reader.pending, self._verifier)
-                if why is not None:
-                    return False
-                if c.process(msg, frame_nonce=nonce) is not True:
-                    return False
-            return True
+            pending, verifier, process = reader.pending, self._verifier, c.process_frame
+            while (taken := frames.take_ready(pending, verifier)) is not None:
+                msg, why, nonce = taken
+                if why is not None or not process(msg, nonce):
+                    return None
+            return sent
         finally:
             c.out = None
-            batches.release(lambda: c.flush(out), sent.set)
+            batches.release(unsent.settle, sent.set)
             if why is not None:  # the replies of the frames before it go first
                 sent.wait(self.head_timeout)
                 self.refuse(c.sock, why, c.wlock)

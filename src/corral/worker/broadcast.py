@@ -46,7 +46,10 @@ def _has(engine: Any, name: str) -> bool:
 
 def is_train_engine(engine: Any) -> bool:
     """Whether the engine exposes AReaL's TrainEngine interface (:data:`INTERFACE`)."""
-    return all(_has(engine, name) for name in INTERFACE)
+    for name in INTERFACE:  # a loop, not all() of a generator: on every engine call
+        if not _has(engine, name):
+            return False
+    return True
 
 
 def wanted(engine: Any, flag: bool | None) -> bool:

@@ -40,6 +40,7 @@ class EngineThread:
         self._poll = None
         self._polled_fd = -1
         self._held: dict[int, list] = {}  # thread id -> its tasks held back (``hold``)
+        self._ident: int | None = None  # the thread's, once it runs
 
     def _ensure(self) -> threading.Thread:
         if self._closed:
@@ -101,9 +102,16 @@ class EngineThread:
         """Does the calling thread hold tasks back (so it must not wait for this thread)?"""
         return bool(self._held) and _thread.get_ident() in self._held
 
+    def busy_here(self) -> bool:
+        """``on_thread() or holding()``, in one look: may the caller not wait for this
+        thread?"""
+        me = _thread.get_ident()
+        return me == self._ident or me in self._held
+
     def release(self, after=None, finished=None) -> None:
         """Queue what the calling thread held back since ``hold``, as one item;
-        ``after()`` runs on this thread once they have run (even if none was held)."""
+        ``after(last)`` runs on this thread after each of them (``Batch``), or once with
+        True if none was held."""
         held = self._held.pop(_thread.get_ident(), None)
         if held or (after is not None and self._thread is not None):
             batch = Batch(held or [], after, finished)
@@ -113,13 +121,13 @@ class EngineThread:
                 self._put(batch)
         else:  # nothing to run and no engine thread yet
             if after is not None:
-                after()
+                after(True)
             if finished is not None:
                 finished()
 
     def on_thread(self) -> bool:
         """Is the caller the engine thread?"""
-        return self._thread is threading.current_thread()
+        return _thread.get_ident() == self._ident
 
     def park(self, fd: int, timeout: float) -> bool:
         """On the engine thread, with nothing queued: wait until ``fd`` is readable (True),
@@ -160,6 +168,7 @@ class EngineThread:
             pass
 
     def _serve(self) -> None:
+        self._ident = _thread.get_ident()
         while True:
             item = self._queue.get()
             if item is None:
@@ -202,10 +211,12 @@ class Batch:
     """Tasks queued as one item (``EngineThread.release``): run in order, each as if
     queued alone (one that raises does not stop the others).
 
-    ``after``: sends the replies the tasks gathered (``rpc.server``), after each task: a
-    reply never waits while a later call runs (any call may block, whatever it took
-    before), so a batch saves the engine thread's wake-ups, not the writes.
-    ``finished``: called once all ran (or were cancelled) and their replies went."""
+    ``after(last)``: called after each task, ``last`` True after the last one (or once,
+    if there is none): the RPC server's ``rpc.unsent.Unsent.settle``, which sends the
+    replies gathered so far unless the connection's thread watches them (then it sends
+    them within a bound: a reply never waits long while a later call runs, as any call
+    may block, whatever it took before). ``finished``: called once all ran (or were
+    cancelled) and their replies went."""
 
     __slots__ = ("tasks", "after", "finished")
 
@@ -217,6 +228,7 @@ class Batch:
     def run(self) -> None:
         tasks, self.tasks = self.tasks, []
         flush = self.after
+        last = len(tasks) - 1
         for i, task in enumerate(tasks):
             try:
                 task.run()
@@ -224,9 +236,9 @@ class Batch:
                 pass
             tasks[i] = None  # done: do not pin its reply while the rest run
             if flush is not None:
-                flush()
+                flush(i == last)
         if flush is not None and not tasks:
-            flush()
+            flush(True)
         if self.finished is not None:
             self.finished()
 
@@ -235,6 +247,6 @@ class Batch:
         for task in tasks:
             task.cancel()
         if self.after is not None:
-            self.after()
+            self.after(True)
         if self.finished is not None:
             self.finished()

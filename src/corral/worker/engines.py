@@ -267,6 +267,11 @@ class EngineHost:
     def holding(self) -> bool:
         return self._thread.holding()
 
+    def busy_here(self) -> bool:
+        """``on_engine_thread() or holding()``: nothing the caller does may wait for the
+        engine thread."""
+        return self._thread.busy_here()
+
     def call(
         self, name: str, method: str, args: list, kwargs: dict, broadcast: bool | None = None
     ) -> Any:

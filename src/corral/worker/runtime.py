@@ -237,7 +237,7 @@ class WorkerRuntime:
         request_id = msg.headers.get(REQUEST_ID_HEADER)
         # on the engine thread (a lent connection), or while holding back a batch for it
         # (rpc.server), nothing may wait for the engine thread
-        here = self.engines.on_engine_thread() or self.engines.holding()
+        here = self.engines.busy_here()
         if request_id:
             cached = self.cache.begin(request_id, wait=not here)
             if cached is BUSY:  # its first attempt is queued behind us: wait elsewhere
