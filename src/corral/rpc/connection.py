@@ -42,6 +42,8 @@ PARK_SECONDS = 1.0
 #: the largest body the engine thread reads for a lent connection (larger: its own thread)
 LENT_BODY = 64 * 1024
 _NOT_MINE = object()
+#: ``process`` on the engine thread: the reply was made and sent there, the lease kept
+_SERVED = object()
 
 
 class Connection:
@@ -74,7 +76,8 @@ class Connection:
     ) -> bool | Lease:
         """One message read from the connection (on its thread, or on the engine thread
         with the ``lease`` it holds). False: the connection ends; True: it goes on; a
-        ``Lease``: it goes on, lent to the engine thread with the reply's task.
+        ``Lease``: it goes on, lent to the engine thread with the reply's task; ``_SERVED``
+        (only with a ``lease``): answered on the engine thread, which keeps the lease.
         ``frame_nonce``: ``msg`` is a binary frame (``rpc.frames``), already verified whole
         and replay-checked, with this nonce."""
         server = self.server
@@ -156,6 +159,7 @@ class Connection:
                 server.refuse(self.sock, "body does not match its signed digest", self.wlock)
                 return False
         msg.peer = peer
+        keep_alive = msg.keep_alive
         reply = server.handler(msg)
         msg.body = bytearray()
         # a segment is held before its reply is sent: the client's ACK may come at once
@@ -174,17 +178,19 @@ class Connection:
             if not reply.lends:
                 reply.start(sender.send)
             else:
-                if rid is None and msg.keep_alive:  # one request at a time: lend it
+                if rid is None and keep_alive:  # one request at a time: lend it
                     lent = lease or Lease(self)
                 reply.start(sender.send, lent)
         else:
             with self.wlock:
                 server.write_reply(
-                    self.sock, reply, msg.keep_alive, peer, announce=offered, hold=hold,
+                    self.sock, reply, keep_alive, peer, announce=offered, hold=hold,
                     nonce=nonce, request_id=reply_id, frame=self.framed,
                 )  # fmt: skip
+            if lease is not None and keep_alive:
+                return _SERVED
         reply = None  # sent: do not pin its buffers while the connection idles
-        return lent or msg.keep_alive
+        return lent or keep_alive
 
     def flush(self, out: list) -> None:
         """Send the replies a batch gathered, in one write."""
@@ -226,6 +232,8 @@ class Connection:
                         lease.give_back(ended=True)
                         return
                 went_on = self.process(msg, lease, nonce)
+                if went_on is _SERVED:  # a synchronous call run right here: read on
+                    continue
                 if not went_on:
                     lease.give_back(ended=True)
                     return

@@ -20,32 +20,17 @@ from corral.worker import env as E
 from corral.worker.broadcast import parse_flag
 from corral.worker.controller_watch import ControllerWatch
 from corral.worker.data_side import LazyWorkerData
-from corral.worker.engines import EngineHost
+from corral.worker.engines import NOT_HERE, EngineHost
 from corral.worker.env import WorkerSettings, advertise_host, node_name, read_secret
 from corral.worker.group_side import LazyGroupMember
 from corral.worker.latch import StopLatch
 from corral.worker.ports import reserve_ports
-from corral.worker.replies import EngineCallReply, uses_refs
+from corral.worker.replies import EngineCallReply, Route, uses_refs
 from corral.worker.result_cache import BUSY, ResultCache
 
 #: threads for the requests of pipelined connections that are not plain engine calls (as
 #: many as a client used to have connections open to one worker, and then some)
 SLOW_THREADS = 32
-
-
-class Route:
-    """How ``WorkerRuntime.handle`` runs one endpoint. ``raw``: ``fn`` gets the request
-    itself and its reply goes out as is (reads only: not decoded, not cached). Otherwise
-    ``fn`` gets the decoded payload and its result is sent in the envelope, cached by
-    request id. ``engine_call``: a synchronous engine method runs on the engine thread,
-    which replies itself (a worker's fast path). ``inline``: quick, never blocks: run on
-    the connection's thread even when pipelined (a worker's first requests, ``/set_env``
-    and ``/configure``, do not make the pool: ``concurrent.futures`` with ``logging``)."""
-
-    __slots__ = ("fn", "raw", "engine_call", "inline")
-
-    def __init__(self, fn, raw: bool = False, engine_call: bool = False, inline: bool = False):
-        self.fn, self.raw, self.engine_call, self.inline = fn, raw, engine_call, inline
 
 
 class WorkerRuntime:
@@ -237,7 +222,8 @@ class WorkerRuntime:
         request_id = msg.headers.get(REQUEST_ID_HEADER)
         # on the engine thread (a lent connection), or while holding back a batch for it
         # (rpc.server), nothing may wait for the engine thread
-        here = self.engines.on_engine_thread() or self.engines.holding()
+        lent = self.engines.on_engine_thread()
+        here = lent or self.engines.holding()
         if request_id:
             cached = self.cache.begin(request_id, wait=not here)
             if cached is BUSY:  # its first attempt is queued behind us: wait elsewhere
@@ -248,7 +234,13 @@ class WorkerRuntime:
                 return cached
         try:
             if route.engine_call and msg.keep_alive:
-                run = None if uses_refs(payload) else self._prepare_call(payload)
+                run = None
+                if not uses_refs(payload):
+                    if lent and self.engines.idle():  # the engine thread, nothing queued
+                        result = self._prepare_call(payload, here=True)  # run here and now
+                        if result is not NOT_HERE:
+                            return self._finish(request_id, ok(result))
+                    run = self._prepare_call(payload)
                 if run is not None:  # a synchronous method: reply from the engine thread
                     park = self.engines.park
                     return Deferred(
@@ -298,10 +290,12 @@ class WorkerRuntime:
             reply = failure(500, exc)
         send(self._finish(request_id, reply))
 
-    def _prepare_call(self, p: dict):
+    def _prepare_call(self, p: dict, here: bool = False):
+        """``EngineHost.prepare`` of a ``/call``; ``here``: ``EngineHost.call_here``."""
         name = p.get("engine_name") or self.settings.worker_id
         args, kwargs = list(p.get("args", [])), dict(p.get("kwargs", {}))
-        return self.engines.prepare(name, p["method"], args, kwargs, parse_flag(p.get("broadcast")))
+        start = self.engines.call_here if here else self.engines.prepare
+        return start(name, p["method"], args, kwargs, parse_flag(p.get("broadcast")))
 
     def _health(self, _payload: object) -> Reply:
         s = self.settings
