@@ -32,6 +32,7 @@ from corral.rpc.protocol import (
     interpret_reply,
     new_request_id,
     raise_remote,
+    reply_value,
     sign_headers,
     split_address,
 )
@@ -165,6 +166,9 @@ class RPCClient:
             except (AuthenticationError, ProtocolError):
                 conn.close()
                 raise
+            if type(reply) is tuple:  # a verified reply frame: kept alive, no shared memory
+                self._give_back(address, conn)
+                return reply_value(address, *reply)
             if reply.keep_alive:
                 self._give_back(address, conn)
             else:
@@ -190,9 +194,9 @@ class RPCClient:
 
     def _read_reply(
         self, conn: _Conn, address: str, nonce: str, timeout: float | None
-    ) -> tuple[Message, memoryview | None]:
-        """The verified reply (a frame or a text head and its body), and its body when it
-        came in a shared-memory segment."""
+    ) -> tuple[Message | tuple[int, str, bytearray], memoryview | None]:
+        """The verified reply, and its body when it came in a shared-memory segment: a
+        text head and its body as a Message, a frame as ``frames.reply_fields``."""
         reader = conn.reader
         if not reader.pending:  # the socket's timeout is the request's (set above)
             chunk = conn.sock.recv(_RECEIVE)
@@ -200,11 +204,12 @@ class RPCClient:
                 raise ConnectionResetError("worker closed the connection")
             reader.pending += chunk
         if reader.pending[0] == frames.FRAME_BYTE:  # only sent to a client that offered frames
-            frame = frames.read_reply(reader)
-            reply = frames.open_reply(self._signer.keys, address, frame, nonce)
+            fields = frames.reply_fields(
+                self._signer.keys, address, frames.read_reply(reader), nonce
+            )
             conn.framed = True
-            self.bytes_received += len(reply.body)
-            return reply, None
+            self.bytes_received += len(fields[2])
+            return fields, None
         reply = reader.read_head()
         if reply is None:
             raise ConnectionResetError("worker closed the connection")
