@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from corral.auth import TrialKeys
-from corral.controller.caller import CallOptions, Caller
+from corral.controller.caller import Caller, CallOptions
 from corral.errors import AuthenticationError, WorkerConnectionError
 from corral.rpc import frames, wire
 from corral.rpc.client import RPCClient, WorkerUnreachableError
