@@ -61,7 +61,7 @@ def test_with_work_queued_a_call_read_on_the_lent_connection_waits_its_turn(
     queued,
     monkeypatch,
 ):
-    monkeypatch.setattr(EngineHost, "idle", lambda self: False)
+    monkeypatch.setattr(runtime.engines, "idle", lambda: False)
     assert _calls(runtime.test_address, 5) == [ENGINE_THREAD] * 5
     assert len(queued) == 7
 
@@ -156,3 +156,24 @@ def test_empty_arguments_encode_and_decode_as_before(payload: dict):
     data = wire.encode_bytes(payload)
     assert wire.decode(data) == payload
     assert b'"args":[]' in data or b'"a":[]' in data
+
+
+def test_the_result_cache_counts_each_reply_once_and_drops_a_delivered_large_one():
+    from corral.worker import result_cache
+    from corral.worker.result_cache import LARGE_REPLY_BYTES, ResultCache
+
+    cache = ResultCache()
+    small, big = Reply(200, [b"x" * 10]), Reply(200, [memoryview(bytearray(LARGE_REPLY_BYTES))])
+    for rid, reply in (("a", small), ("b", big)):
+        assert cache.begin(rid) is None
+        cache.finish(rid, reply)
+    assert cache._bytes == 10 + LARGE_REPLY_BYTES
+    cache.delivered("a")  # small: kept for a retry
+    cache.delivered("b")  # large and delivered: dropped, a duplicate refused
+    assert cache.begin("a") is small and cache.begin("b").status == 410
+    assert cache._bytes == 10
+    for i in range(result_cache.RESULT_CACHE_ENTRIES + 5):
+        cache.begin(f"n{i}")
+        cache.finish(f"n{i}", Reply(200, [b"y" * 3]))
+    assert cache._bytes == 3 * result_cache.RESULT_CACHE_ENTRIES
+    assert cache.begin("a") is None  # evicted: it would run again

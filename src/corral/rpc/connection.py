@@ -215,9 +215,10 @@ class Connection:
         """On the engine thread, right after it sent this connection's reply: serve its next
         lendable requests until the connection must go back to its own thread."""
         quiet = min(PARK_SECONDS, self.idle)  # the connection's own idle limit still holds
+        reader = self.reader
         try:
             while not self.server.stopping:
-                msg = self._next_lendable()
+                msg = self._next_lendable() if reader.pending else None
                 if msg is _NOT_MINE:
                     break
                 if msg is None:  # nothing (whole) yet: wait for it, or for other work

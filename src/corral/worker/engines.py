@@ -159,6 +159,9 @@ class EngineHost:
     def __init__(self) -> None:
         self.engines: dict[str, Any] = {}
         self._thread = EngineThread()
+        # on the engine thread's every lent call: its own methods, without a layer here
+        self.park = self._thread.park
+        self.idle = self._thread.idle
         self._loop = None
         self._loop_lock = threading.Lock()
 
@@ -168,14 +171,6 @@ class EngineHost:
     def on_engine_thread(self) -> bool:
         """Is the caller the engine thread (serving a lent connection)?"""
         return _thread.get_ident() == self._thread.ident
-
-    def idle(self) -> bool:
-        """``EngineThread.idle``: nothing is queued for the engine thread."""
-        return self._thread.idle()
-
-    def park(self, fd: int, timeout: float) -> bool:
-        """``EngineThread.park``: the engine thread waits on a lent connection's socket."""
-        return self._thread.park(fd, timeout)
 
     def _await(self, awaitable) -> Any:
         """Run a coroutine on the worker's event loop thread, started on first use."""
@@ -247,7 +242,8 @@ class EngineHost:
         """``prepare``'s callable run at once, where this is called (the engine thread, with
         nothing queued): its result. ``NOT_HERE`` for a coroutine method (nothing ran)."""
         engine, fn = self._method(name, method)
-        if is_coroutine_method(fn):
+        known = _COROUTINE_FUNCTIONS.get(getattr(fn, "__func__", None))  # is_coroutine_method's
+        if known or (known is None and is_coroutine_method(fn)):
             return NOT_HERE
         return self._run_sync(engine, name, method, fn, broadcast, args, kwargs)
 
@@ -259,7 +255,8 @@ class EngineHost:
         return _bcast.share(engine, name, method, args, kwargs)
 
     def _run_sync(self, engine, name, method, fn, broadcast, args, kwargs) -> Any:
-        args, kwargs = self._arguments(engine, name, method, broadcast, args, kwargs)
+        if broadcast is not False and _bcast.wanted(engine, broadcast):  # ``_arguments``
+            args, kwargs = _bcast.share(engine, name, method, args, kwargs)
         try:
             result = fn(*args, **kwargs)
             if type(result) not in _PLAIN and _awaitable(result):

@@ -239,7 +239,10 @@ class WorkerRuntime:
                     if lent and self.engines.idle():  # the engine thread, nothing queued
                         result = self._prepare_call(payload, here=True)  # run here and now
                         if result is not NOT_HERE:
-                            return self._finish(request_id, ok(result))
+                            reply = ok(result)
+                            if request_id:  # ``_finish``
+                                self.cache.finish(request_id, reply)
+                            return reply
                     run = self._prepare_call(payload)
                 if run is not None:  # a synchronous method: reply from the engine thread
                     park = self.engines.park
@@ -295,7 +298,10 @@ class WorkerRuntime:
         name = p.get("engine_name") or self.settings.worker_id
         args, kwargs = list(p.get("args", [])), dict(p.get("kwargs", {}))
         start = self.engines.call_here if here else self.engines.prepare
-        return start(name, p["method"], args, kwargs, parse_flag(p.get("broadcast")))
+        broadcast = p.get("broadcast")
+        if broadcast is not None:
+            broadcast = parse_flag(broadcast)
+        return start(name, p["method"], args, kwargs, broadcast)
 
     def _health(self, _payload: object) -> Reply:
         s = self.settings
