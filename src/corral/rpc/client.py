@@ -125,8 +125,13 @@ class RPCClient:
         headers: dict[str, str] = {}
         retried = False
         while True:
+            with self._lock:  # ``_take``'s common case, inline
+                pool = self._idle.get(address)
+                conn = pool.pop() if pool else None
+            reused = conn is not None
             try:
-                conn, reused = self._take(address)
+                if conn is None:
+                    conn, reused = self._take(address)
             except TimeoutError:
                 raise
             except OSError as exc:
@@ -167,7 +172,8 @@ class RPCClient:
                 conn.close()
                 raise
             if type(reply) is tuple:  # a verified reply frame: kept alive, no shared memory
-                self._give_back(address, conn)
+                with self._lock:  # ``_give_back``
+                    self._idle.setdefault(address, []).append(conn)
                 return reply_value(address, *reply)
             if reply.keep_alive:
                 self._give_back(address, conn)
@@ -203,10 +209,15 @@ class RPCClient:
             if not chunk:
                 raise ConnectionResetError("worker closed the connection")
             reader.pending += chunk
-        if reader.pending[0] == frames.FRAME_BYTE:  # only sent to a client that offered frames
-            fields = frames.reply_fields(
-                self._signer.keys, address, frames.read_reply(reader), nonce
-            )
+        pending = reader.pending
+        if pending[0] == frames.FRAME_BYTE:  # only sent to a client that offered frames
+            size = frames.reply_size(pending) if len(pending) >= frames.HEAD_START else 0
+            if size and len(pending) >= size:  # all here (a small reply): ``read_reply``'s
+                frame = pending[:size]
+                del pending[:size]
+            else:
+                frame = frames.read_reply(reader)
+            fields = frames.reply_fields(self._signer.keys, address, frame, nonce)
             conn.framed = True
             self.bytes_received += len(fields[2])
             return fields, None
