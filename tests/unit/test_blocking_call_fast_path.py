@@ -177,3 +177,22 @@ def test_the_result_cache_counts_each_reply_once_and_drops_a_delivered_large_one
         cache.finish(f"n{i}", Reply(200, [b"y" * 3]))
     assert cache._bytes == 3 * result_cache.RESULT_CACHE_ENTRIES
     assert cache.begin("a") is None  # evicted: it would run again
+
+
+def test_a_lent_frame_for_another_worker_is_refused_and_not_run(runtime, monkeypatch):  # noqa: F811
+    from corral.rpc import connection as rpc_connection
+    from tests.unit.test_blocking_frames import _Lent, _rid
+
+    monkeypatch.setattr(rpc_connection, "PARK_SECONDS", 30.0)  # the engine thread holds it
+    conn = _Lent(runtime.test_address)
+    try:
+        count = runtime.engines.engines["main"].calls
+        body = wire.encode_bytes(_call("echo", "not me"))
+        data, _ = frames.request_frame(conn.signer, "/call", _rid(), "host/0#stale", body)
+        conn.sock.sendall(data)
+        head = conn.reader.read_head()
+        assert head.status == 409 and b"stale" in bytes(conn.reader.read_body(head.content_length))
+        assert conn.sock.recv(1) == b""  # closed
+        assert runtime.engines.engines["main"].calls == count
+    finally:
+        conn.close()

@@ -80,6 +80,8 @@ class Connection:
         (only with a ``lease``): answered on the engine thread, which keeps the lease.
         ``frame_nonce``: ``msg`` is a binary frame (``rpc.frames``), already verified whole
         and replay-checked, with this nonce."""
+        if lease is not None and frame_nonce is not None and not self.pipelined:
+            return self._lent_frame(msg, lease, frame_nonce)
         server = self.server
         if self.first and msg.method in _ACKS:  # nothing to acknowledge before a request
             server.refuse(self.sock, "ACK/NAK before any signed request", self.wlock)
@@ -191,6 +193,46 @@ class Connection:
                 return _SERVED
         reply = None  # sent: do not pin its buffers while the connection idles
         return lent or keep_alive
+
+    def _lent_frame(self, msg, lease: Lease, nonce: str) -> bool | Lease:
+        """``process`` of a request frame read by the engine thread on a lent connection
+        (one request at a time, frames offered, its first requests done): the same steps,
+        less those a frame cannot need (ACKs, signed heads, shared-memory offers and
+        descriptors, a body still to read)."""
+        server, headers = self.server, msg.headers
+        if self.answered:  # the client has the last reply
+            server.delivered(self.answered)
+            self.answered = None
+        del headers[PIPELINE_HEADER]
+        request_id = headers[REQUEST_ID_HEADER]
+        wanted = headers[IDENTITY_HEADER]
+        if wanted and server.identity and wanted != server.identity:
+            text = f"this is {server.identity}, not {wanted}: the address is stale"
+            self.write(409, text, False, nonce, None)
+            return False
+        if len(msg.body) > server.max_body:
+            self.write(413, f"body over {server.max_body} bytes", False, nonce, None)
+            return False
+        peer = msg.peer = self.peer
+        reply = server.handler(msg)
+        msg.body = bytearray()
+        hold = lambda seg, p=peer: self.held.append((seg, p))  # noqa: E731
+        self.answered = request_id  # before the reply can go: the next request may follow
+        if isinstance(reply, Deferred):
+            sender = _Sender(
+                server, self.sock, self.wlock, peer, False, hold, nonce, request_id, True, None
+            )
+            if reply.lends:
+                reply.start(sender.send, lease)
+                return lease
+            reply.start(sender.send)
+            return True
+        with self.wlock:
+            server.write_reply(
+                self.sock, reply, True, peer, hold=hold, nonce=nonce, request_id=request_id,
+                frame=True,
+            )  # fmt: skip
+        return _SERVED
 
     def flush(self, out: list) -> None:
         """Send the replies a batch gathered, in one write."""
