@@ -227,11 +227,15 @@ class Connection:
                 return lease
             reply.start(sender.send)
             return True
-        with self.wlock:
-            server.write_reply(
-                self.sock, reply, True, peer, hold=hold, nonce=nonce, request_id=request_id,
-                frame=True,
-            )  # fmt: skip
+        out: list = []
+        with self.wlock:  # as a frame if one can carry it (``write_reply``'s first choice)
+            if frames.reply_frame(out, server.keys, reply, nonce, request_id, peer):
+                self.sock.sendall(out[0])
+            else:
+                server.write_reply(
+                    self.sock, reply, True, peer, hold=hold, nonce=nonce,
+                    request_id=request_id, frame=True,
+                )  # fmt: skip
         return _SERVED
 
     def flush(self, out: list) -> None:
