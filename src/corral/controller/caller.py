@@ -55,7 +55,7 @@ class CallOptions:
             and max_retries is None
             and retry_delay is None
         ):
-            return _DEFAULT_OPTIONS  # the common case: nothing to check
+            return DEFAULT_OPTIONS  # the common case: nothing to check
         meta = rpc_meta or {}
         if not isinstance(meta, dict):
             raise ConfigError("rpc_meta", rpc_meta, "use a dict or None")
@@ -74,7 +74,7 @@ class CallOptions:
         return cls(timeout, retries, delay, meta.get("keep"), _broadcast_flag(meta))
 
 
-_DEFAULT_OPTIONS = CallOptions(None, 2, 0.0)
+DEFAULT_OPTIONS = CallOptions(None, 2, 0.0)
 _AGAIN = object()  # ``Caller.call_engine``: its first attempt failed, the others follow
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Awaitable
 from typing import Any
 
-from corral.controller.caller import CallOptions, engine_call
+from corral.controller.caller import DEFAULT_OPTIONS, CallOptions, engine_call
 from corral.controller.launch import worker
 from corral.controller.parts import ControllerParts
 from corral.foreign import refusal
@@ -80,7 +80,11 @@ def call_engine(
     target = worker(c, worker_id)
     if target.foreign:
         raise refusal(target, "call_engine")
-    call = CallOptions.resolve(*options)
+    meta, timeout, retries, delay = options
+    if meta is None and timeout is None and retries is None and delay is None:
+        call = DEFAULT_OPTIONS  # ``CallOptions.resolve``'s answer, without asking it
+    else:
+        call = CallOptions.resolve(meta, timeout, retries, delay)
     payload = engine_call(method, engine_name, args, kwargs, call)
     return c.caller.call_engine(target, method, payload, call)
 

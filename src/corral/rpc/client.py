@@ -188,9 +188,8 @@ class RPCClient:
     ) -> tuple[bytes, str] | None:
         """A signed request frame and its nonce, or None where a frame cannot carry the
         request (a large body, long fields, released segments to tell the worker about)."""
-        if wire.frame_size(parts) >= frames.MAX_BODY or not frames.head_fits(
-            path, request_id, identity
-        ):
+        size = len(parts[0]) + len(parts[1]) if len(parts) == 2 else wire.frame_size(parts)
+        if size >= frames.MAX_BODY or not frames.head_fits(path, request_id, identity):
             return None
         pid = self.shm.local.get(address)
         if pid is not None and shm.has_released(pid):
