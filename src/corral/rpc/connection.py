@@ -8,7 +8,8 @@ sends nothing before it has that reply, so instead of its own thread waiting in 
 for the next request (and handing it to the engine thread, a wake-up and a GIL hand-over
 per call), the connection is lent to the engine thread: after the reply, while nothing else
 is queued for it, the engine thread waits on the socket (``EngineThread.park``) and reads,
-checks, runs and answers the next ``lendable`` request there. It gives the connection back
+checks, runs and answers the next ``lendable`` request there (a synchronous engine call,
+with nothing queued, runs right there: ``_SERVED``, and it reads on). It gives the connection back
 (and the connection's thread reads on) when work is queued from elsewhere, when the next
 message is anything else or not all there yet, after ``PARK_SECONDS`` of quiet, or on any
 error. Engine calls stay on the one engine thread; only the reading moves.
