@@ -55,7 +55,7 @@ class CallOptions:
             and max_retries is None
             and retry_delay is None
         ):
-            return _DEFAULT_OPTIONS  # the common case: nothing to check
+            return DEFAULT_OPTIONS  # the common case: nothing to check
         meta = rpc_meta or {}
         if not isinstance(meta, dict):
             raise ConfigError("rpc_meta", rpc_meta, "use a dict or None")
@@ -74,7 +74,8 @@ class CallOptions:
         return cls(timeout, retries, delay, meta.get("keep"), _broadcast_flag(meta))
 
 
-_DEFAULT_OPTIONS = CallOptions(None, 2, 0.0)
+DEFAULT_OPTIONS = CallOptions(None, 2, 0.0)
+_AGAIN = object()  # ``Caller.call_engine``: its first attempt failed, the others follow
 
 
 def _broadcast_flag(meta: dict) -> bool | None:
@@ -227,9 +228,20 @@ class Caller:
         started = stats.begin(worker) if stats is not None else 0.0
         ok = False
         try:
-            result = self._call(
-                worker, "/call", payload, call.timeout, call.retries, call.retry_delay
-            )
+            try:  # the first attempt without ``_call``'s layer; it takes over on a failure
+                result = self.client.request(
+                    worker.address, "/call", payload, timeout=call.timeout,
+                    request_id=(request_id := new_request_id()), identity=worker.identity,
+                )  # fmt: skip
+            except (TimeoutError, WorkerUnreachableError) as exc:
+                self.client.forget(worker.address)
+                self.settle(worker, "/call", call.timeout, call.retries, 0, exc)
+                result = _AGAIN
+            if result is _AGAIN:
+                result = self._call(
+                    worker, "/call", payload, call.timeout, call.retries, call.retry_delay,
+                    request_id, 1,
+                )  # fmt: skip
             ok = True
             return result
         except EngineCallError as exc:
@@ -255,9 +267,12 @@ class Caller:
         timeout: float | None,
         retries: int,
         retry_delay: float,
+        request_id: str | None = None,
+        first: int = 0,
     ) -> Any:
-        request_id = new_request_id()
-        for attempt in range(retries + 1):
+        """Attempts ``first`` to ``retries`` (the same request id throughout)."""
+        request_id = request_id or new_request_id()
+        for attempt in range(first, retries + 1):
             if attempt and retry_delay:
                 time.sleep(retry_delay * 2 ** (attempt - 1))
             try:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Awaitable
 from typing import Any
 
-from corral.controller.caller import CallOptions, engine_call
+from corral.controller.caller import DEFAULT_OPTIONS, CallOptions, engine_call
 from corral.controller.launch import worker
 from corral.controller.parts import ControllerParts
 from corral.foreign import refusal
@@ -72,13 +72,20 @@ def prepared_call(
 
 
 def call_engine(
-    c: ControllerParts, worker_id: str, method: str, engine_name: str | None = None,
-    *args: Any, **kwargs: Any,
+    c: ControllerParts, worker_id: str, method: str, engine_name: str | None, args: tuple,
+    kwargs: dict[str, Any], options: tuple = (None, None, None, None),
 ) -> Any:  # fmt: skip
-    """``Scheduler.call_engine``; ``kwargs`` may hold the options in ``CALL_OPTIONS``."""
-    target, payload, call = prepared_call(
-        c, "call_engine", worker_id, method, engine_name, args, kwargs
-    )
+    """``Scheduler.call_engine``: ``options`` are its ``CALL_OPTIONS``, in that order
+    (``prepared_call`` without taking them out of ``kwargs``: every blocking call)."""
+    target = worker(c, worker_id)
+    if target.foreign:
+        raise refusal(target, "call_engine")
+    meta, timeout, retries, delay = options
+    if meta is None and timeout is None and retries is None and delay is None:
+        call = DEFAULT_OPTIONS  # ``CallOptions.resolve``'s answer, without asking it
+    else:
+        call = CallOptions.resolve(meta, timeout, retries, delay)
+    payload = engine_call(method, engine_name, args, kwargs, call)
     return c.caller.call_engine(target, method, payload, call)
 
 

@@ -116,6 +116,9 @@ def finish_role(c: ControllerParts, role: str, timeout: float) -> None:
 
 def worker(c: ControllerParts, worker_id: str) -> Worker:
     """The worker by id; a worker of a role launched with ``wait=False`` is waited for."""
+    found = c.table.ids.get(worker_id)  # the common case, in one look-up
+    if found is not None and not c.table.unrestartable:
+        return found
     if worker_id not in c.table.ids and worker_id not in c.table.unrestartable:
         state = c.table.roles.get(str(worker_id).rpartition("/")[0])
         if state is not None and state.pending:

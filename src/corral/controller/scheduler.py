@@ -274,9 +274,8 @@ class Scheduler:
         come back as ``corral.Ref``; see docs/data-plane.md).
         """
         return engine_calls.call_engine(
-            self.parts, worker_id, method, engine_name, *args, rpc_meta=rpc_meta,
-            http_timeout=http_timeout, max_retries=max_retries, retry_delay=retry_delay,
-            **kwargs,
+            self.parts, worker_id, method, engine_name, args, kwargs,
+            (rpc_meta, http_timeout, max_retries, retry_delay),
         )  # fmt: skip
 
     async def async_call_engine(

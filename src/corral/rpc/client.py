@@ -32,6 +32,7 @@ from corral.rpc.protocol import (
     interpret_reply,
     new_request_id,
     raise_remote,
+    reply_value,
     sign_headers,
     split_address,
 )
@@ -124,8 +125,13 @@ class RPCClient:
         headers: dict[str, str] = {}
         retried = False
         while True:
+            with self._lock:  # ``_take``'s common case, inline
+                pool = self._idle.get(address)
+                conn = pool.pop() if pool else None
+            reused = conn is not None
             try:
-                conn, reused = self._take(address)
+                if conn is None:
+                    conn, reused = self._take(address)
             except TimeoutError:
                 raise
             except OSError as exc:
@@ -165,6 +171,10 @@ class RPCClient:
             except (AuthenticationError, ProtocolError):
                 conn.close()
                 raise
+            if type(reply) is tuple:  # a verified reply frame: kept alive, no shared memory
+                with self._lock:  # ``_give_back``
+                    self._idle.setdefault(address, []).append(conn)
+                return reply_value(address, *reply)
             if reply.keep_alive:
                 self._give_back(address, conn)
             else:
@@ -178,9 +188,8 @@ class RPCClient:
     ) -> tuple[bytes, str] | None:
         """A signed request frame and its nonce, or None where a frame cannot carry the
         request (a large body, long fields, released segments to tell the worker about)."""
-        if wire.frame_size(parts) >= frames.MAX_BODY or not frames.head_fits(
-            path, request_id, identity
-        ):
+        size = len(parts[0]) + len(parts[1]) if len(parts) == 2 else wire.frame_size(parts)
+        if size >= frames.MAX_BODY or not frames.head_fits(path, request_id, identity):
             return None
         pid = self.shm.local.get(address)
         if pid is not None and shm.has_released(pid):
@@ -190,21 +199,27 @@ class RPCClient:
 
     def _read_reply(
         self, conn: _Conn, address: str, nonce: str, timeout: float | None
-    ) -> tuple[Message, memoryview | None]:
-        """The verified reply (a frame or a text head and its body), and its body when it
-        came in a shared-memory segment."""
+    ) -> tuple[Message | tuple[int, str, bytearray], memoryview | None]:
+        """The verified reply, and its body when it came in a shared-memory segment: a
+        text head and its body as a Message, a frame as ``frames.reply_fields``."""
         reader = conn.reader
         if not reader.pending:  # the socket's timeout is the request's (set above)
             chunk = conn.sock.recv(_RECEIVE)
             if not chunk:
                 raise ConnectionResetError("worker closed the connection")
             reader.pending += chunk
-        if reader.pending[0] == frames.FRAME_BYTE:  # only sent to a client that offered frames
-            frame = frames.read_reply(reader)
-            reply = frames.open_reply(self._signer.keys, address, frame, nonce)
+        pending = reader.pending
+        if pending[0] == frames.FRAME_BYTE:  # only sent to a client that offered frames
+            size = frames.reply_size(pending) if len(pending) >= frames.HEAD_START else 0
+            if size and len(pending) >= size:  # all here (a small reply): ``read_reply``'s
+                frame = pending[:size]
+                del pending[:size]
+            else:
+                frame = frames.read_reply(reader)
+            fields = frames.reply_fields(self._signer.keys, address, frame, nonce)
             conn.framed = True
-            self.bytes_received += len(reply.body)
-            return reply, None
+            self.bytes_received += len(fields[2])
+            return fields, None
         reply = reader.read_head()
         if reply is None:
             raise ConnectionResetError("worker closed the connection")

@@ -8,7 +8,8 @@ sends nothing before it has that reply, so instead of its own thread waiting in 
 for the next request (and handing it to the engine thread, a wake-up and a GIL hand-over
 per call), the connection is lent to the engine thread: after the reply, while nothing else
 is queued for it, the engine thread waits on the socket (``EngineThread.park``) and reads,
-checks, runs and answers the next ``lendable`` request there. It gives the connection back
+checks, runs and answers the next ``lendable`` request there (a synchronous engine call,
+with nothing queued, runs right there: ``_SERVED``, and it reads on). It gives the connection back
 (and the connection's thread reads on) when work is queued from elsewhere, when the next
 message is anything else or not all there yet, after ``PARK_SECONDS`` of quiet, or on any
 error. Engine calls stay on the one engine thread; only the reading moves.
@@ -43,6 +44,8 @@ PARK_SECONDS = 1.0
 #: the largest body the engine thread reads for a lent connection (larger: its own thread)
 LENT_BODY = 64 * 1024
 _NOT_MINE = object()
+#: ``process`` on the engine thread: the reply was made and sent there, the lease kept
+_SERVED = object()
 
 
 class Connection:
@@ -76,9 +79,12 @@ class Connection:
     ) -> bool | Lease:
         """One message read from the connection (on its thread, or on the engine thread
         with the ``lease`` it holds). False: the connection ends; True: it goes on; a
-        ``Lease``: it goes on, lent to the engine thread with the reply's task.
+        ``Lease``: it goes on, lent to the engine thread with the reply's task; ``_SERVED``
+        (only with a ``lease``): answered on the engine thread, which keeps the lease.
         ``frame_nonce``: ``msg`` is a binary frame (``rpc.frames``), already verified whole
         and replay-checked, with this nonce."""
+        if lease is not None and frame_nonce is not None and not self.pipelined:
+            return self._lent_frame(msg, lease, frame_nonce)
         server = self.server
         if self.first and msg.method in _ACKS:  # nothing to acknowledge before a request
             server.refuse(self.sock, "ACK/NAK before any signed request", self.wlock)
@@ -158,6 +164,7 @@ class Connection:
                 server.refuse(self.sock, "body does not match its signed digest", self.wlock)
                 return False
         msg.peer = peer
+        keep_alive = msg.keep_alive
         reply = server.handler(msg)
         msg.body = bytearray()
         # a segment is held before its reply is sent: the client's ACK may come at once
@@ -176,17 +183,63 @@ class Connection:
             if not reply.lends:
                 reply.start(sender.send)
             else:
-                if rid is None and msg.keep_alive:  # one request at a time: lend it
+                if rid is None and keep_alive:  # one request at a time: lend it
                     lent = lease or Lease(self)
                 reply.start(sender.send, lent)
         else:
             with self.wlock:
                 server.write_reply(
-                    self.sock, reply, msg.keep_alive, peer, announce=offered, hold=hold,
+                    self.sock, reply, keep_alive, peer, announce=offered, hold=hold,
                     nonce=nonce, request_id=reply_id, frame=self.framed,
                 )  # fmt: skip
+            if lease is not None and keep_alive:
+                return _SERVED
         reply = None  # sent: do not pin its buffers while the connection idles
-        return lent or msg.keep_alive
+        return lent or keep_alive
+
+    def _lent_frame(self, msg, lease: Lease, nonce: str) -> bool | Lease:
+        """``process`` of a request frame read by the engine thread on a lent connection
+        (one request at a time, frames offered, its first requests done): the same steps,
+        less those a frame cannot need (ACKs, signed heads, shared-memory offers and
+        descriptors, a body still to read)."""
+        server, headers = self.server, msg.headers
+        if self.answered:  # the client has the last reply
+            server.delivered(self.answered)
+            self.answered = None
+        del headers[PIPELINE_HEADER]
+        request_id = headers[REQUEST_ID_HEADER]
+        wanted = headers[IDENTITY_HEADER]
+        if wanted and server.identity and wanted != server.identity:
+            text = f"this is {server.identity}, not {wanted}: the address is stale"
+            self.write(409, text, False, nonce, None)
+            return False
+        if len(msg.body) > server.max_body:
+            self.write(413, f"body over {server.max_body} bytes", False, nonce, None)
+            return False
+        peer = msg.peer = self.peer
+        reply = server.handler(msg)
+        msg.body = bytearray()
+        hold = lambda seg, p=peer: self.held.append((seg, p))  # noqa: E731
+        self.answered = request_id  # before the reply can go: the next request may follow
+        if isinstance(reply, Deferred):
+            sender = _Sender(
+                server, self.sock, self.wlock, peer, False, hold, nonce, request_id, True, None
+            )
+            if reply.lends:
+                reply.start(sender.send, lease)
+                return lease
+            reply.start(sender.send)
+            return True
+        out: list = []
+        with self.wlock:  # as a frame if one can carry it (``write_reply``'s first choice)
+            if frames.reply_frame(out, server.keys, reply, nonce, request_id, peer):
+                self.sock.sendall(out[0])
+            else:
+                server.write_reply(
+                    self.sock, reply, True, peer, hold=hold, nonce=nonce,
+                    request_id=request_id, frame=True,
+                )  # fmt: skip
+        return _SERVED
 
     def process_frame(self, msg: Message, nonce: str) -> bool:
         """``process`` of a request frame of a batch (``RPCServer._serve_frames``), on a
@@ -243,9 +296,10 @@ class Connection:
         """On the engine thread, right after it sent this connection's reply: serve its next
         lendable requests until the connection must go back to its own thread."""
         quiet = min(PARK_SECONDS, self.idle)  # the connection's own idle limit still holds
+        reader = self.reader
         try:
             while not self.server.stopping:
-                msg = self._next_lendable()
+                msg = self._next_lendable() if reader.pending else None
                 if msg is _NOT_MINE:
                     break
                 if msg is None:  # nothing (whole) yet: wait for it, or for other work
@@ -260,6 +314,8 @@ class Connection:
                         lease.give_back(ended=True)
                         return
                 went_on = self.process(msg, lease, nonce)
+                if went_on is _SERVED:  # a synchronous call run right here: read on
+                    continue
                 if not went_on:
                     lease.give_back(ended=True)
                     return

@@ -63,9 +63,9 @@ class _RequestIds:
 _ids = _RequestIds()
 
 
-def new_request_id() -> str:
-    """An id no other request of any process will carry (the worker caches by it)."""
-    return _ids.next()
+#: ``new_request_id()``: an id no other request of any process will carry (the worker caches
+#: by it). The counter's own method: a layer less on every call.
+new_request_id = _ids.next
 
 
 _STATIC_HEAD = f"Host: corral\r\nContent-Type: {FRAME_TYPE}\r\n"

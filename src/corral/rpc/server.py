@@ -277,6 +277,8 @@ class RPCServer:
     def open_frame(self, frame: bytearray) -> tuple:
         """``frames.open_request`` of a whole request frame: (message or None, why refused
         or None, nonce)."""
+        if type(frame) is bytearray:  # a lent connection's (``Connection._next_frame``)
+            return frames.take_request(frame, self._verifier)
         return frames.open_request(frame, self._verifier)
 
     @property

@@ -80,8 +80,9 @@ class _Encoder:
                 out[key] = (
                     value
                     if t is str or t is int or t is bool or value is None
+                    or ((t is list or t is dict) and not value)  # empty: args, kwargs
                     else self.encode(value)
-                )
+                )  # fmt: skip
             else:
                 return out
         elif kind is list:

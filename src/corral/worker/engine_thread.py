@@ -33,6 +33,7 @@ class EngineThread:
         self.name = name
         self._queue: SimpleQueue = SimpleQueue()
         self._thread: threading.Thread | None = None
+        self.ident: int | None = None  # the thread's id, once started
         self._start_lock = threading.Lock()
         self._closed = False
         self._parked = False  # in park(): work queued must also write to the wake-up pipe
@@ -50,6 +51,7 @@ class EngineThread:
                 if self._thread is None:
                     thread = threading.Thread(target=self._serve, name=self.name, daemon=True)
                     thread.start()
+                    self.ident = thread.ident
                     self._thread = thread
         return self._thread
 
@@ -128,6 +130,10 @@ class EngineThread:
     def on_thread(self) -> bool:
         """Is the caller the engine thread?"""
         return _thread.get_ident() == self._ident
+
+    def idle(self) -> bool:
+        """Is nothing queued (a call met on this thread may run at once, jumping no one)?"""
+        return self._queue.empty()
 
     def park(self, fd: int, timeout: float) -> bool:
         """On the engine thread, with nothing queued: wait until ``fd`` is readable (True),

@@ -8,6 +8,7 @@ The thread itself, and how it also waits on a connection lent to it: ``worker/en
 
 from __future__ import annotations
 
+import _thread
 import os
 import sys
 import threading
@@ -65,6 +66,8 @@ def resolve_import_path(path: str) -> Any:
 # corral's own modules that may define engines; the rest of corral is machinery.
 _CORRAL_ENGINE_MODULES = ("corral.testing", "corral.demo")
 _COROUTINE_FUNCTIONS: dict[Any, bool] = {}
+#: ``EngineHost.call_here`` of a coroutine method: it did not run
+NOT_HERE = object()
 
 
 # ``inspect`` (with ast, dis and tokenize) is imported by the first engine, not by a
@@ -156,6 +159,9 @@ class EngineHost:
     def __init__(self) -> None:
         self.engines: dict[str, Any] = {}
         self._thread = EngineThread()
+        # on the engine thread's every lent call: its own methods, without a layer here
+        self.park = self._thread.park
+        self.idle = self._thread.idle
         self._loop = None
         self._loop_lock = threading.Lock()
 
@@ -164,11 +170,7 @@ class EngineHost:
 
     def on_engine_thread(self) -> bool:
         """Is the caller the engine thread (serving a lent connection)?"""
-        return self._thread.on_thread()
-
-    def park(self, fd: int, timeout: float) -> bool:
-        """``EngineThread.park``: the engine thread waits on a lent connection's socket."""
-        return self._thread.park(fd, timeout)
+        return _thread.get_ident() == self._thread.ident
 
     def _await(self, awaitable) -> Any:
         """Run a coroutine on the worker's event loop thread, started on first use."""
@@ -208,7 +210,9 @@ class EngineHost:
             ) from None
 
     def _method(self, name: str, method: str) -> tuple[Any, Any]:
-        engine = self.get(name)
+        engine = self.engines.get(name)
+        if engine is None:
+            engine = self.get(name)  # raises EngineNotFoundError, unless it is None itself
         if not isinstance(method, str) or method.startswith("_"):
             raise EngineCallError(
                 f"method name {method!r} is not allowed (private or not a string)"
@@ -232,6 +236,17 @@ class EngineHost:
             return None
         return lambda: self._run_sync(engine, name, method, fn, broadcast, args, kwargs)
 
+    def call_here(
+        self, name: str, method: str, args: list, kwargs: dict, broadcast: bool | None = None
+    ) -> Any:
+        """``prepare``'s callable run at once, where this is called (the engine thread, with
+        nothing queued): its result. ``NOT_HERE`` for a coroutine method (nothing ran)."""
+        engine, fn = self._method(name, method)
+        known = _COROUTINE_FUNCTIONS.get(getattr(fn, "__func__", None))  # is_coroutine_method's
+        if known or (known is None and is_coroutine_method(fn)):
+            return NOT_HERE
+        return self._run_sync(engine, name, method, fn, broadcast, args, kwargs)
+
     def _arguments(self, engine, name, method, broadcast, args, kwargs) -> tuple[list, dict]:
         """The call's arguments, or its data-parallel head's (corral.worker.broadcast).
         Runs on the engine thread: every rank of the group joins the same collective."""
@@ -240,10 +255,11 @@ class EngineHost:
         return _bcast.share(engine, name, method, args, kwargs)
 
     def _run_sync(self, engine, name, method, fn, broadcast, args, kwargs) -> Any:
-        args, kwargs = self._arguments(engine, name, method, broadcast, args, kwargs)
+        if broadcast is not False and _bcast.wanted(engine, broadcast):  # ``_arguments``
+            args, kwargs = _bcast.share(engine, name, method, args, kwargs)
         try:
             result = fn(*args, **kwargs)
-            if _awaitable(result):
+            if type(result) not in _PLAIN and _awaitable(result):
                 result = self._await(result)
             return result
         except Exception as exc:

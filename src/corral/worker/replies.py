@@ -1,5 +1,6 @@
-"""How an engine call is answered: whether it takes the path with refs, and the reply of a
-synchronous call queued on the engine thread (the envelope itself: ``rpc.envelope``)."""
+"""How a request is answered: its endpoint's ``Route``, whether an engine call takes the
+path with refs, and the reply of a synchronous call queued on the engine thread (the
+envelope itself: ``rpc.envelope``)."""
 
 from __future__ import annotations
 
@@ -46,3 +47,18 @@ class EngineCallReply:
         self.send(self.finish(self.request_id, failure(503, stopping)))
         if self.lease is not None:
             self.lease.give_back()
+
+
+class Route:
+    """How ``WorkerRuntime.handle`` runs one endpoint. ``raw``: ``fn`` gets the request
+    itself and its reply goes out as is (reads only: not decoded, not cached). Otherwise
+    ``fn`` gets the decoded payload and its result is sent in the envelope, cached by
+    request id. ``engine_call``: a synchronous engine method runs on the engine thread,
+    which replies itself (a worker's fast path). ``inline``: quick, never blocks: run on
+    the connection's thread even when pipelined (a worker's first requests, ``/set_env``
+    and ``/configure``, do not make the pool: ``concurrent.futures`` with ``logging``)."""
+
+    __slots__ = ("fn", "raw", "engine_call", "inline")
+
+    def __init__(self, fn, raw: bool = False, engine_call: bool = False, inline: bool = False):
+        self.fn, self.raw, self.engine_call, self.inline = fn, raw, engine_call, inline

@@ -27,6 +27,7 @@ class ResultCache:
 
     def __init__(self) -> None:
         self._done: OrderedDict[str, Reply] = OrderedDict()
+        self._sizes: dict[str, int] = {}  # of the replies in ``_done``
         self._delivered: OrderedDict[str, None] = OrderedDict()
         self._running: dict[str, threading.Event | None] = {}
         self._bytes = 0
@@ -61,25 +62,29 @@ class ResultCache:
     def delivered(self, request_id: str) -> None:
         """The client has read the whole reply: drop it if it is large."""
         with self._lock:
-            old = self._done.get(request_id)
-            if old is None or wire.frame_size(old.parts) < LARGE_REPLY_BYTES:
+            size = self._sizes.get(request_id, 0)
+            if size < LARGE_REPLY_BYTES:
                 return
-            del self._done[request_id]
-            self._bytes -= wire.frame_size(old.parts)
+            del self._done[request_id], self._sizes[request_id]
+            self._bytes -= size
             self._delivered[request_id] = None
             while len(self._delivered) > DELIVERED_IDS:
                 self._delivered.popitem(last=False)
 
     def finish(self, request_id: str, reply: Reply) -> None:
-        size = wire.frame_size(reply.parts)
+        parts = reply.parts
+        size = (
+            len(parts[0]) if len(parts) == 1 and type(parts[0]) is bytes else wire.frame_size(parts)
+        )
         with self._lock:
+            self._bytes += size - self._sizes.get(request_id, 0)
             self._done[request_id] = reply
-            self._bytes += size
+            self._sizes[request_id] = size
             while len(self._done) > 1 and (
                 len(self._done) > RESULT_CACHE_ENTRIES or self._bytes > RESULT_CACHE_BYTES
             ):
-                _, old = self._done.popitem(last=False)
-                self._bytes -= wire.frame_size(old.parts)
+                old, _ = self._done.popitem(last=False)
+                self._bytes -= self._sizes.pop(old)
             event = self._running.pop(request_id)
         if event is not None:
             event.set()

@@ -20,32 +20,17 @@ from corral.worker import env as E
 from corral.worker.broadcast import parse_flag
 from corral.worker.controller_watch import ControllerWatch
 from corral.worker.data_side import LazyWorkerData
-from corral.worker.engines import EngineHost
+from corral.worker.engines import NOT_HERE, EngineHost
 from corral.worker.env import WorkerSettings, advertise_host, node_name, read_secret
 from corral.worker.group_side import LazyGroupMember
 from corral.worker.latch import StopLatch
 from corral.worker.ports import reserve_ports
-from corral.worker.replies import EngineCallReply, uses_refs
+from corral.worker.replies import EngineCallReply, Route, uses_refs
 from corral.worker.result_cache import BUSY, ResultCache
 
 #: threads for the requests of pipelined connections that are not plain engine calls (as
 #: many as a client used to have connections open to one worker, and then some)
 SLOW_THREADS = 32
-
-
-class Route:
-    """How ``WorkerRuntime.handle`` runs one endpoint. ``raw``: ``fn`` gets the request
-    itself and its reply goes out as is (reads only: not decoded, not cached). Otherwise
-    ``fn`` gets the decoded payload and its result is sent in the envelope, cached by
-    request id. ``engine_call``: a synchronous engine method runs on the engine thread,
-    which replies itself (a worker's fast path). ``inline``: quick, never blocks: run on
-    the connection's thread even when pipelined (a worker's first requests, ``/set_env``
-    and ``/configure``, do not make the pool: ``concurrent.futures`` with ``logging``)."""
-
-    __slots__ = ("fn", "raw", "engine_call", "inline")
-
-    def __init__(self, fn, raw: bool = False, engine_call: bool = False, inline: bool = False):
-        self.fn, self.raw, self.engine_call, self.inline = fn, raw, engine_call, inline
 
 
 class WorkerRuntime:
@@ -248,7 +233,16 @@ class WorkerRuntime:
                 return cached
         try:
             if route.engine_call and msg.keep_alive:
-                run = None if uses_refs(payload) else self._prepare_call(payload)
+                run = None
+                if not uses_refs(payload):
+                    if here and self.engines.on_engine_thread() and self.engines.idle():
+                        result = self._prepare_call(payload, here=True)  # run here and now
+                        if result is not NOT_HERE:
+                            reply = ok(result)
+                            if request_id:  # ``_finish``
+                                self.cache.finish(request_id, reply)
+                            return reply
+                    run = self._prepare_call(payload)
                 if run is not None:  # a synchronous method: reply from the engine thread
                     park = self.engines.park
                     return Deferred(
@@ -298,10 +292,15 @@ class WorkerRuntime:
             reply = failure(500, exc)
         send(self._finish(request_id, reply))
 
-    def _prepare_call(self, p: dict):
+    def _prepare_call(self, p: dict, here: bool = False):
+        """``EngineHost.prepare`` of a ``/call``; ``here``: ``EngineHost.call_here``."""
         name = p.get("engine_name") or self.settings.worker_id
         args, kwargs = list(p.get("args", [])), dict(p.get("kwargs", {}))
-        return self.engines.prepare(name, p["method"], args, kwargs, parse_flag(p.get("broadcast")))
+        start = self.engines.call_here if here else self.engines.prepare
+        broadcast = p.get("broadcast")
+        if broadcast is not None:
+            broadcast = parse_flag(broadcast)
+        return start(name, p["method"], args, kwargs, broadcast)
 
     def _health(self, _payload: object) -> Reply:
         s = self.settings
