@@ -18,7 +18,6 @@ error. Engine calls stay on the one engine thread; only the reading moves.
 from __future__ import annotations
 
 import _socket  # socket's C module: socket.py loads enum (a worker's start)
-import _thread
 import threading
 from collections import OrderedDict
 
@@ -32,7 +31,9 @@ from corral.rpc.http import (
     SocketReader,
     parse_head,
 )
+from corral.rpc.lease import Lease
 from corral.rpc.reply import Deferred, Reply
+from corral.rpc.reply_sender import ReplySender
 from corral.rpc.unsent import Unsent
 
 _ACKS = ("ACK", "NAK")
@@ -176,7 +177,7 @@ class Connection:
             self.answered = msg.headers.get(REQUEST_ID_HEADER)  # thread may read on at once
         lent = None
         if isinstance(reply, Deferred):
-            sender = _Sender(
+            sender = ReplySender(
                 server, self.sock, self.wlock, peer, offered, hold, nonce, reply_id, self.framed,
                 self.out if reply.lends else None,  # a batch's: its replies leave together
             )  # fmt: skip
@@ -222,7 +223,7 @@ class Connection:
         hold = lambda seg, p=peer: self.held.append((seg, p))  # noqa: E731
         self.answered = request_id  # before the reply can go: the next request may follow
         if isinstance(reply, Deferred):
-            sender = _Sender(
+            sender = ReplySender(
                 server, self.sock, self.wlock, peer, False, hold, nonce, request_id, True, None
             )
             if reply.lends:
@@ -264,7 +265,7 @@ class Connection:
         msg.body = bytearray()
         if type(reply) is Deferred:
             out = self.out if reply.lends else None  # a batch's: its replies leave together
-            sender = _Sender(
+            sender = ReplySender(
                 server, self.sock, self.wlock, peer, False, None, nonce, rid, True, out
             )
             sender.connection = self
@@ -388,65 +389,6 @@ class Connection:
         return True
 
 
-class Lease:
-    """A connection lent to the engine thread: its own thread waits in ``wait`` until the
-    engine thread gives it back (exactly once per lease)."""
-
-    __slots__ = ("connection", "ended", "error", "_back")
-
-    def __init__(self, connection: Connection):
-        self.connection = connection
-        self.ended = False
-        self.error: BaseException | None = None
-        self._back = _thread.allocate_lock()
-        self._back.acquire()
-
-    def serve_here(self, park) -> None:
-        """``park(fd, timeout)``: how the engine thread waits (``EngineHost.park``)."""
-        self.connection.serve_here(self, park)
-
-    def give_back(self, ended: bool = False, error: BaseException | None = None) -> None:
-        self.ended, self.error = ended, error
-        self._back.release()
-
-    def wait(self) -> None:
-        self._back.acquire()
-
-
-class _Sender:
-    """Writes one deferred reply from the thread that made it; if that fails, the
-    connection is ended (its own thread then sees it)."""
-
-    __slots__ = (
-        "server", "conn", "lock", "peer", "offered", "hold", "nonce", "request_id", "frame",
-        "out", "connection",
-    )  # fmt: skip
-
-    def __init__(self, server, conn, lock, peer, offered, hold, nonce, request_id, frame, out):
-        """``hold`` None: ``connection._holder`` makes it when a reply needs one."""
-        self.server, self.conn, self.lock, self.peer = server, conn, lock, peer
-        self.offered, self.hold, self.nonce, self.request_id = offered, hold, nonce, request_id
-        self.frame, self.out, self.connection = frame, out, None
-
-    def send(self, reply) -> None:
-        out = self.out
-        if out is not None and frames.reply_frame(
-            out, self.server.keys, reply, self.nonce, self.request_id, self.peer
-        ):
-            return
-        hold = self.hold
-        if hold is None:
-            hold = self.connection._holder(self.peer, self.request_id)
-        try:
-            with self.lock:
-                self.server.write_reply(
-                    self.conn, reply, True, self.peer, announce=self.offered, hold=hold,
-                    nonce=self.nonce, request_id=self.request_id, frame=self.frame,
-                )  # fmt: skip
-        except OSError:
-            shutdown(self.conn)
-
-
 def local_peer(msg) -> int | None:
     """The client's pid if it offered shared memory and runs on this host, else None."""
     offer = msg.headers.get(shm.OFFER_HEADER)
@@ -456,10 +398,3 @@ def local_peer(msg) -> int | None:
     if token != shm.host_token() or not token or not pid.isdigit():
         return None
     return int(pid)
-
-
-def shutdown(conn: _socket.socket) -> None:
-    try:
-        conn.shutdown(_socket.SHUT_RDWR)
-    except OSError:
-        pass

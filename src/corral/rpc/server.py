@@ -33,7 +33,7 @@ from collections.abc import Callable
 from corral.auth import AUTH_HEADER, RequestVerifier, TrialKeys
 from corral.errors import ProtocolError
 from corral.rpc import frames, shm
-from corral.rpc.connection import Connection, shutdown
+from corral.rpc.connection import Connection
 from corral.rpc.gate import HeadGate, warn
 from corral.rpc.http import (
     IDENTITY_HEADER,
@@ -44,6 +44,7 @@ from corral.rpc.http import (
     tune_socket,
 )
 from corral.rpc.reply import Deferred, Reply
+from corral.rpc.reply_sender import shutdown
 
 __all__ = ["Deferred", "RPCServer", "Reply"]
 
