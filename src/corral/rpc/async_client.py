@@ -150,14 +150,16 @@ class AsyncRPCClient:
         return await self.start(address, path, payload, **options)
 
     def send_small(
-        self, address: str, path: str, payload: Any, request_id: str, identity: str | None
-    ) -> asyncio.Future | None:
+        self, address: str, path: str, payload: Any, request_id: str, identity: str | None,
+        future: asyncio.Future | None = None,
+    ) -> asyncio.Future | None:  # fmt: skip
         """A small call sent at once as a frame on the address's framed pipelined
         connection; the future of its result: the decoded result, the remote error, an
         OSError if the connection broke, or ``RESEND`` (shared memory failed: send it again
         with ``start``). None: no such connection now, or a body too large for a frame:
         use ``start``. No coroutine of its own: the caller awaits the future itself (a
-        coroutine per call in flight is most of a fan-out's garbage, docs/benchmarks.md)."""
+        coroutine per call in flight is most of a fan-out's garbage, docs/benchmarks.md).
+        ``future``: the future to resolve (one of the caller's own, on the running loop)."""
         pool = self._loop_pools().get(address)
         pipe = pool.pipe if pool is not None else None
         if pipe is None or not pipe.framed or pipe.closed is not None or request_id in pipe.pending:
@@ -173,9 +175,16 @@ class AsyncRPCClient:
         data, nonce = frames.request_frame(
             self._signer, path, request_id, identity or "", b"".join(parts)
         )
-        future = pipe.expect(request_id, nonce, finish=True)
+        future = pipe.expect(request_id, nonce, True, future)
         pipe.send(data)
         return future
+
+    def forget_call(self, loop: asyncio.AbstractEventLoop, address: str, request_id: str) -> None:
+        """A call sent with ``send_small`` on ``loop`` given up (cancelled): its reply is
+        dropped when it comes."""
+        pool = self._pools.get(loop, {}).get(address)
+        if pool is not None and pool.pipe is not None:
+            pool.pipe.forget(request_id)
 
     def _received_frame(self, address: str, status: int, content_type: str, body) -> Any:
         """A reply frame's result (a frame carries no shared-memory header, no large body)."""
