@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Awaitable
+from functools import partial
 from typing import Any
 
 from corral.auth import RequestSigner, TrialKeys
@@ -167,14 +168,12 @@ class AsyncRPCClient:
         pid = self.shm.local.get(address)
         if pid is not None and shm.has_released(pid):  # they ride on a text head
             return None
-        parts = wire.encode(payload)
-        if wire.frame_size(parts) >= frames.MAX_BODY or not frames.head_fits(
-            path, request_id, identity
-        ):
+        body = wire.encode_plain(payload) if type(payload) is dict else None
+        if body is None:
+            body = b"".join(wire.encode(payload))
+        if len(body) >= frames.MAX_BODY or not frames.head_fits(path, request_id, identity):
             return None
-        data, nonce = frames.request_frame(
-            self._signer, path, request_id, identity or "", b"".join(parts)
-        )
+        data, nonce = frames.request_frame(self._signer, path, request_id, identity or "", body)
         future = pipe.expect(request_id, nonce, True, future)
         pipe.send(data)
         return future
@@ -377,9 +376,9 @@ class AsyncRPCClient:
                 lambda msg, nonce: check_reply_head(signer, address, msg, nonce, limit),
                 lambda digest, body: check_reply_body(signer, address, digest, body),
                 limit,
-                lambda frame, nonce, start: frames.check_reply(keys, address, frame, nonce, start),
+                partial(frames.check_reply, keys, address),  # no Python frame of its own
                 lambda pipe, request_id, msg: self._received(address, pipe, request_id, msg),
-                lambda status, kind, body: self._received_frame(address, status, kind, body),
+                partial(self._received_frame, address),
             )
 
         transport, pipe = await asyncio.wait_for(
