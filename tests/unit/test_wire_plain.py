@@ -1,11 +1,11 @@
-"""``wire.encode_plain``: the same bytes as ``wire.encode`` for a plain payload, None for
+"""``plain.encode_plain``: the same bytes as ``wire.encode`` for a plain payload, None for
 anything ``encode`` would transform."""
 
 from __future__ import annotations
 
 import pytest
 
-from corral.rpc import wire
+from corral.rpc import plain, wire
 
 
 @pytest.mark.parametrize(
@@ -22,7 +22,7 @@ from corral.rpc import wire
     ],
 )
 def test_a_plain_payload_is_encoded_as_encode_does(payload):
-    body = wire.encode_plain(payload)
+    body = plain.encode_plain(payload)
     assert body == b"".join(wire.encode(payload))
     assert wire.decode(body) == payload
 
@@ -43,4 +43,4 @@ def test_a_plain_payload_is_encoded_as_encode_does(payload):
     ],
 )
 def test_anything_encode_would_transform_is_left_to_it(payload):
-    assert wire.encode_plain(payload) is None
+    assert plain.encode_plain(payload) is None

@@ -48,7 +48,10 @@ class PendingCall(_Future):
     # ------------------------------------------------ completed by the connection
     def set_result(self, result: Any) -> None:
         if result is RESEND:
-            self._resume(result)
+            if self.get_loop().is_closed():  # nothing can send it again
+                self.set_exception(ConnectionResetError("the event loop closed"))
+            else:
+                self._resume(result)
             return
         stats = self.caller.stats
         if stats is not None:
@@ -56,7 +59,7 @@ class PendingCall(_Future):
         _set_result(self, result)
 
     def set_exception(self, exc: BaseException) -> None:
-        if isinstance(exc, OSError) and self.resumed is None:
+        if isinstance(exc, OSError) and self.resumed is None and not self.get_loop().is_closed():
             self._resume(exc)  # a broken connection, or the worker unreachable
             return
         if isinstance(exc, EngineCallError):

@@ -13,7 +13,7 @@ from functools import partial
 from typing import Any
 
 from corral.auth import RequestSigner, TrialKeys
-from corral.rpc import frames, shm, wire
+from corral.rpc import frames, plain, shm, wire
 from corral.rpc.http import IDENTITY_HEADER, REQUEST_ID_HEADER, parse_head, tune_socket
 from corral.rpc.peers import SharedMemoryPeers, _SegmentParts
 from corral.rpc.pipeline import PIPELINE_LINE, TEXT_PIPELINE_LINE, Pipe, ack
@@ -155,20 +155,18 @@ class AsyncRPCClient:
         future: asyncio.Future | None = None,
     ) -> asyncio.Future | None:  # fmt: skip
         """A small call sent at once as a frame on the address's framed pipelined
-        connection; the future of its result: the decoded result, the remote error, an
-        OSError if the connection broke, or ``RESEND`` (shared memory failed: send it again
-        with ``start``). None: no such connection now, or a body too large for a frame:
-        use ``start``. No coroutine of its own: the caller awaits the future itself (a
-        coroutine per call in flight is most of a fan-out's garbage, docs/benchmarks.md).
-        ``future``: the future to resolve (one of the caller's own, on the running loop)."""
+        connection; the future of its result (``future``, or a new one): the decoded
+        result, the remote error, an OSError if the connection broke, or ``RESEND`` (shared
+        memory failed: send it again with ``start``). None: no such connection now, or a
+        body too large for a frame: use ``start``. No coroutine of its own (a coroutine per
+        call in flight is most of a fan-out's garbage, docs/benchmarks.md)."""
         pool = self._loop_pools().get(address)
         pipe = pool.pipe if pool is not None else None
         if pipe is None or not pipe.framed or pipe.closed is not None or request_id in pipe.pending:
             return None
-        pid = self.shm.local.get(address)
-        if pid is not None and shm.has_released(pid):  # they ride on a text head
+        if shm.has_released(self.shm.local.get(address)):  # they ride on a text head
             return None
-        body = wire.encode_plain(payload) if type(payload) is dict else None
+        body = plain.encode_plain(payload) if type(payload) is dict else None
         if body is None:
             body = b"".join(wire.encode(payload))
         if len(body) >= frames.MAX_BODY or not frames.head_fits(path, request_id, identity):
@@ -179,8 +177,7 @@ class AsyncRPCClient:
         return future
 
     def forget_call(self, loop: asyncio.AbstractEventLoop, address: str, request_id: str) -> None:
-        """A call sent with ``send_small`` on ``loop`` given up (cancelled): its reply is
-        dropped when it comes."""
+        """A ``send_small`` call on ``loop`` given up (cancelled): its reply is dropped."""
         pool = self._pools.get(loop, {}).get(address)
         if pool is not None and pool.pipe is not None:
             pool.pipe.forget(request_id)

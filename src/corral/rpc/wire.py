@@ -186,43 +186,6 @@ def encode(obj: Any) -> list[memoryview | bytes]:
     return [prefix, header, *enc.buffers]
 
 
-_PLAIN = frozenset((str, int, float, bool, type(None)))
-
-
-def encode_plain(obj: dict) -> bytes | None:
-    """``b"".join(encode(obj))`` for a dict with string keys whose values are JSON
-    scalars or lists / string-keyed dicts of them (what ``encode`` sends as they are: a
-    small engine call's payload), without ``encode``'s walk; None for anything else."""
-    if TAG in obj:
-        return None
-    plain = _PLAIN
-    for key, value in obj.items():
-        kind = type(value)
-        if kind in plain:
-            pass
-        elif kind is list:
-            for item in value:
-                if type(item) not in plain:
-                    return None
-        elif kind is dict:
-            if TAG in value:
-                return None
-            for k, v in value.items():
-                if type(k) is not str or type(v) not in plain:
-                    return None
-        else:
-            return None
-        if type(key) is not str:
-            return None
-    try:
-        header = _JSON_ENCODE(obj).encode()
-    except ValueError:  # a float that is not finite: ``encode`` tags it
-        return None
-    if len(header) > MAX_HEADER_BYTES:
-        return None
-    return _PREFIX.pack(MAGIC, len(header), 0) + header
-
-
 def frame_size(parts: list[memoryview | bytes]) -> int:
     total = 0
     for p in parts:
