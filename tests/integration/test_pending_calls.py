@@ -15,7 +15,7 @@ ECHO = "corral.testing.engines.EchoEngine"
 
 
 @pytest.fixture(scope="module")
-def sched(tmp_path_factory):
+def local_sched(tmp_path_factory):
     cfg = BaseExperimentConfig(experiment_name="pending", trial_name="t")
     root = str(tmp_path_factory.mktemp("pending"))
     s = LocalScheduler(exp_config=cfg, fileroot=root, gpu_devices=[], startup_timeout=60)
@@ -25,47 +25,53 @@ def sched(tmp_path_factory):
     s.close()
 
 
-async def _framed(sched) -> None:
+async def _framed(local_sched) -> None:
     """The first calls open the worker's connection and see a reply frame."""
-    assert await asyncio.gather(*(sched.async_call_engine("w/0", "echo", "e", i) for i in (1, 2)))
+    assert await asyncio.gather(
+        *(local_sched.async_call_engine("w/0", "echo", "e", i) for i in (1, 2))
+    )
 
 
-def _totals(sched) -> tuple[int, int]:
-    figures = sched.parts.caller.stats.sample_all().workers["w/0"]
+def _totals(local_sched) -> tuple[int, int]:
+    figures = local_sched.parts.caller.stats.sample_all().workers["w/0"]
     return figures["total"], figures["errors"]
 
 
-def test_a_call_in_a_running_loop_is_a_future_every_asyncio_use_takes(sched):
+def test_a_call_in_a_running_loop_is_a_future_every_asyncio_use_takes(local_sched):
     async def main():
-        await _framed(sched)
-        call = sched.async_call_engine("w/0", "echo", "e", "a")
+        await _framed(local_sched)
+        call = local_sched.async_call_engine("w/0", "echo", "e", "a")
         assert isinstance(call, PendingCall) and asyncio.isfuture(call)
         assert await call == "a"
-        calls = [sched.async_call_engine("w/0", "echo", "e", i) for i in range(50)]
+        calls = [local_sched.async_call_engine("w/0", "echo", "e", i) for i in range(50)]
         assert await asyncio.gather(*calls) == list(range(50))
-        assert await asyncio.wait_for(sched.async_call_engine("w/0", "echo", "e", 3), 30) == 3
-        assert await asyncio.create_task(sched.async_call_engine("w/0", "echo", "e", 4)) == 4
-        assert await asyncio.ensure_future(sched.async_call_engine("w/0", "add", "e", 2, 3)) == 5
-        call = sched.async_call_engine("w/0", "echo", "e", 5)
+        assert await asyncio.wait_for(local_sched.async_call_engine("w/0", "echo", "e", 3), 30) == 3
+        assert await asyncio.create_task(local_sched.async_call_engine("w/0", "echo", "e", 4)) == 4
+        assert (
+            await asyncio.ensure_future(local_sched.async_call_engine("w/0", "add", "e", 2, 3)) == 5
+        )
+        call = local_sched.async_call_engine("w/0", "echo", "e", 5)
         early = asyncio.create_task(call)
         early.cancel()  # before the task first ran it: the call is given up too
         with pytest.raises(asyncio.CancelledError):
             await early
-        pipe = sched.parts.caller.async_client._loop_pools()[sched.get_workers("w")[0].address].pipe
+        pipe = local_sched.parts.caller.async_client._loop_pools()[
+            local_sched.get_workers("w")[0].address
+        ].pipe
         assert call.cancelled() and call.request_id not in pipe.pending
 
     asyncio.run(main())
     # outside a running loop it is the coroutine asyncio.run needs
-    assert asyncio.run(sched.async_call_engine("w/0", "echo", "e", "b")) == "b"
+    assert asyncio.run(local_sched.async_call_engine("w/0", "echo", "e", "b")) == "b"
 
 
-def test_errors_are_raised_when_awaited_as_before(sched):
+def test_errors_are_raised_when_awaited_as_before(local_sched):
     async def main():
-        await _framed(sched)
-        unknown = sched.async_call_engine("w/9", "echo", "e", 1)
-        bad_option = sched.async_call_engine("w/0", "echo", "e", 1, max_retries=0)
-        unencodable = sched.async_call_engine("w/0", "echo", "e", object())
-        remote = sched.async_call_engine("w/0", "missing_method", "e")
+        await _framed(local_sched)
+        unknown = local_sched.async_call_engine("w/9", "echo", "e", 1)
+        bad_option = local_sched.async_call_engine("w/0", "echo", "e", 1, max_retries=0)
+        unencodable = local_sched.async_call_engine("w/0", "echo", "e", object())
+        remote = local_sched.async_call_engine("w/0", "missing_method", "e")
         assert isinstance(remote, PendingCall)
         with pytest.raises(WorkerNotFoundError):
             await unknown
@@ -80,36 +86,40 @@ def test_errors_are_raised_when_awaited_as_before(sched):
     asyncio.run(main())
 
 
-def test_calls_are_counted_in_the_statistics_failures_and_cancels_too(sched):
+def test_calls_are_counted_in_the_statistics_failures_and_cancels_too(local_sched):
     async def main():
-        await _framed(sched)
-        before = _totals(sched)
-        await asyncio.gather(*(sched.async_call_engine("w/0", "echo", "e", i) for i in range(5)))
+        await _framed(local_sched)
+        before = _totals(local_sched)
+        await asyncio.gather(
+            *(local_sched.async_call_engine("w/0", "echo", "e", i) for i in range(5))
+        )
         with pytest.raises(EngineCallError):
-            await sched.async_call_engine("w/0", "missing_method", "e")
-        slow = sched.async_call_engine("w/0", "slow_thread_name", "e", 0.5)
+            await local_sched.async_call_engine("w/0", "missing_method", "e")
+        slow = local_sched.async_call_engine("w/0", "slow_thread_name", "e", 0.5)
         assert isinstance(slow, PendingCall)
         with pytest.raises(TimeoutError):
             await asyncio.wait_for(slow, 0.05)
-        assert await sched.async_call_engine("w/0", "echo", "e", "after") == "after"
+        assert await local_sched.async_call_engine("w/0", "echo", "e", "after") == "after"
         return before
 
     before = asyncio.run(main())
-    total, errors = _totals(sched)
+    total, errors = _totals(local_sched)
     assert (total - before[0], errors - before[1]) == (8, 2)
 
 
-def test_a_call_whose_connection_breaks_is_sent_again_and_run_once(sched):
+def test_a_call_whose_connection_breaks_is_sent_again_and_run_once(local_sched):
     async def main():
-        await _framed(sched)
-        count = await sched.async_call_engine("w/0", "count", "e")
-        pool = sched.parts.caller.async_client._loop_pools()[sched.get_workers("w")[0].address]
-        calls = [sched.async_call_engine("w/0", "echo", "e", i) for i in range(3)]
+        await _framed(local_sched)
+        count = await local_sched.async_call_engine("w/0", "count", "e")
+        pool = local_sched.parts.caller.async_client._loop_pools()[
+            local_sched.get_workers("w")[0].address
+        ]
+        calls = [local_sched.async_call_engine("w/0", "echo", "e", i) for i in range(3)]
         assert all(isinstance(c, PendingCall) for c in calls)
         await asyncio.sleep(0)  # the frames leave
         pool.pipe.transport.abort()  # the replies never come on it
         assert await asyncio.gather(*calls) == [0, 1, 2]
         assert all(c.resumed is not None for c in calls)
-        assert await sched.async_call_engine("w/0", "count", "e") == count + 3
+        assert await local_sched.async_call_engine("w/0", "count", "e") == count + 3
 
     asyncio.run(main())
