@@ -27,6 +27,7 @@ from corral.errors import (
 )
 from corral.rpc.async_client import RESEND
 from corral.rpc.client import AsyncRPCClient, RPCClient, WorkerUnreachableError, new_request_id
+from corral.rpc.plain import encode_plain
 from corral.spec import Worker
 
 log = logging.getLogger("corral")
@@ -271,9 +272,11 @@ class Caller:
         encoded) before anything is sent."""
         if call.timeout is not None:
             return None
-        pending = PendingCall(loop, self, worker, payload, call, method, new_request_id())
+        body = encode_plain(payload)  # kept instead of the payload: no garbage to collect
+        kept = payload if body is None else body
+        pending = PendingCall(loop, self, worker, kept, call, method, new_request_id())
         if not self.async_client.send_small(
-            worker.address, "/call", payload, pending.request_id, worker.identity, pending
+            worker.address, "/call", payload, pending.request_id, worker.identity, pending, body
         ):
             return None
         stats = self.stats

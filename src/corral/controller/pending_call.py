@@ -21,6 +21,7 @@ import asyncio
 from typing import Any
 
 from corral.errors import EngineCallError
+from corral.rpc import wire
 from corral.rpc.async_client import RESEND
 
 _Future = asyncio.Future
@@ -36,7 +37,7 @@ class PendingCall(_Future):
                  "resumed")  # fmt: skip
 
     def __init__(
-        self, loop: asyncio.AbstractEventLoop, caller: Any, worker: Any, payload: dict,
+        self, loop: asyncio.AbstractEventLoop, caller: Any, worker: Any, payload: dict | bytes,
         options: Any, method: str, request_id: str,
     ):  # fmt: skip
         _Future.__init__(self, loop=loop)
@@ -85,10 +86,12 @@ class PendingCall(_Future):
 
     def _resume(self, failure: Any) -> None:
         """The rest of the call, the long way (``Caller.acall`` from this failure)."""
-        options = self.options
+        options, payload = self.options, self.payload
+        if type(payload) is bytes:  # a plain payload's frame (``rpc.plain``)
+            payload = wire.decode(payload)
         self.resumed = self.get_loop().create_task(
             self.caller.acall(
-                self.worker, "/call", self.payload, None, options.retries,
+                self.worker, "/call", payload, None, options.retries,
                 options.retry_delay, self.method, resume=(self.request_id, failure),
             )
         )  # fmt: skip

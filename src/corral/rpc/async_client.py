@@ -152,23 +152,23 @@ class AsyncRPCClient:
 
     def send_small(
         self, address: str, path: str, payload: Any, request_id: str, identity: str | None,
-        future: asyncio.Future | None = None,
+        future: asyncio.Future | None = None, body: bytes | None = None,
     ) -> asyncio.Future | None:  # fmt: skip
         """A small call sent at once as a frame on the address's framed pipelined
         connection; the future of its result (``future``, or a new one): the decoded
         result, the remote error, an OSError if the connection broke, or ``RESEND`` (shared
         memory failed: send it again with ``start``). None: no such connection now, or a
-        body too large for a frame: use ``start``. No coroutine of its own (a coroutine per
-        call in flight is most of a fan-out's garbage, docs/benchmarks.md)."""
+        body too large for a frame: use ``start``. No coroutine of its own (a fan-out's
+        garbage, docs/benchmarks.md). ``body``: the payload's frame, if already made."""
         pool = self._loop_pools().get(address)
         pipe = pool.pipe if pool is not None else None
         if pipe is None or not pipe.framed or pipe.closed is not None or request_id in pipe.pending:
             return None
         if shm.has_released(self.shm.local.get(address)):  # they ride on a text head
             return None
-        body = plain.encode_plain(payload) if type(payload) is dict else None
-        if body is None:
-            body = b"".join(wire.encode(payload))
+        if body is None:  # ``payload``'s frame, unless the caller made it
+            body = plain.encode_plain(payload) if type(payload) is dict else None
+            body = body or b"".join(wire.encode(payload))
         if len(body) >= frames.MAX_BODY or not frames.head_fits(path, request_id, identity):
             return None
         data, nonce = frames.request_frame(self._signer, path, request_id, identity or "", body)
