@@ -270,7 +270,7 @@ class Caller:
         ``PendingCall``; None: not here (no such connection yet, a timeout, a payload
         too large for a frame): use ``acall_engine``. Raises (a payload that cannot be
         encoded) before anything is sent."""
-        if call.timeout is not None:
+        if call.timeout is not None or self.async_client.framed_pipe(worker.address) is None:
             return None
         body = encode_plain(payload)  # kept instead of the payload: no garbage to collect
         kept = payload if body is None else body

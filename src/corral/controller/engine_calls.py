@@ -123,6 +123,7 @@ def send_async_call_engine(
             pending = c.caller.send_engine(loop, target, method, payload, call)
             if pending is not None:
                 return pending
+            return c.caller.acall_engine(target, method, payload, call)  # raises when awaited
     except Exception:  # raised again by the coroutine, when awaited
         pass
     return async_call_engine(

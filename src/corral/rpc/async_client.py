@@ -146,8 +146,7 @@ class AsyncRPCClient:
         return reader, writer
 
     async def request(self, address: str, path: str, payload: Any = None, **options: Any) -> Any:
-        """Send one request; return the decoded result or raise the remote error.
-        ``options``: those of ``start`` (timeout, request_id, identity)."""
+        """Send one request; its decoded result, or the remote error raised (``start``'s options)."""
         return await self.start(address, path, payload, **options)
 
     def send_small(
@@ -160,11 +159,8 @@ class AsyncRPCClient:
         memory failed: send it again with ``start``). None: no such connection now, or a
         body too large for a frame: use ``start``. No coroutine of its own (a fan-out's
         garbage, docs/benchmarks.md). ``body``: the payload's frame, if already made."""
-        pool = self._loop_pools().get(address)
-        pipe = pool.pipe if pool is not None else None
-        if pipe is None or not pipe.framed or pipe.closed is not None or request_id in pipe.pending:
-            return None
-        if shm.has_released(self.shm.local.get(address)):  # they ride on a text head
+        pipe = self.framed_pipe(address)
+        if pipe is None or request_id in pipe.pending:
             return None
         if body is None:  # ``payload``'s frame, unless the caller made it
             body = plain.encode_plain(payload) if type(payload) is dict else None
@@ -175,6 +171,16 @@ class AsyncRPCClient:
         future = pipe.expect(request_id, nonce, True, future)
         pipe.send(data)
         return future
+
+    def framed_pipe(self, address: str) -> Pipe | None:
+        """The running loop's framed connection to ``address`` a frame can take now, or None."""
+        pool = self._loop_pools().get(address)
+        pipe = pool.pipe if pool is not None else None
+        if pipe is None or not pipe.framed or pipe.closed is not None:
+            return None
+        if shm.has_released(self.shm.local.get(address)):  # they ride on a text head
+            return None
+        return pipe
 
     def forget_call(self, loop: asyncio.AbstractEventLoop, address: str, request_id: str) -> None:
         """A ``send_small`` call on ``loop`` given up (cancelled): its reply is dropped."""
@@ -365,19 +371,13 @@ class AsyncRPCClient:
     async def _connect_pipe(self, address: str) -> Pipe:
         host, port = split_address(address)
         loop = asyncio.get_running_loop()
-        signer, limit, keys = self._signer, self.max_reply, self._signer.keys
-
-        def protocol() -> Pipe:
-            return Pipe(
-                loop,
-                lambda msg, nonce: check_reply_head(signer, address, msg, nonce, limit),
-                lambda digest, body: check_reply_body(signer, address, digest, body),
-                limit,
-                partial(frames.check_reply, keys, address),  # no Python frame of its own
-                lambda pipe, request_id, msg: self._received(address, pipe, request_id, msg),
-                partial(self._received_frame, address),
-            )
-
+        signer, limit = self._signer, self.max_reply
+        protocol = partial(
+            Pipe, loop, lambda msg, nonce: check_reply_head(signer, address, msg, nonce, limit),
+            partial(check_reply_body, signer, address), limit,
+            partial(frames.check_reply, signer.keys, address),  # no Python frame of its own
+            partial(self._received, address), partial(self._received_frame, address),
+        )  # fmt: skip
         transport, pipe = await asyncio.wait_for(
             loop.create_connection(protocol, host, port), CONNECT_TIMEOUT
         )
