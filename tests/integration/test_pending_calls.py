@@ -50,6 +50,10 @@ def test_a_call_in_a_running_loop_is_a_future_every_asyncio_use_takes(local_sche
         assert (
             await asyncio.ensure_future(local_sched.async_call_engine("w/0", "add", "e", 2, 3)) == 5
         )
+        assert await asyncio.shield(local_sched.async_call_engine("w/0", "echo", "e", 6)) == 6
+        async with asyncio.TaskGroup() as group:
+            grouped = group.create_task(local_sched.async_call_engine("w/0", "echo", "e", 7))
+        assert grouped.result() == 7
         call = local_sched.async_call_engine("w/0", "echo", "e", 5)
         early = asyncio.create_task(call)
         early.cancel()  # before the task first ran it: the call is given up too
