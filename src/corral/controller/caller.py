@@ -270,13 +270,16 @@ class Caller:
         ``PendingCall``; None: not here (no such connection yet, a timeout, a payload
         too large for a frame): use ``acall_engine``. Raises (a payload that cannot be
         encoded) before anything is sent."""
-        if call.timeout is not None or self.async_client.framed_pipe(worker.address) is None:
+        client, address = self.async_client, worker.address
+        pipe = client.framed_pipe(address) if call.timeout is None else None
+        if pipe is None:
             return None
         body = encode_plain(payload)  # kept instead of the payload: no garbage to collect
         kept = payload if body is None else body
-        pending = PendingCall(loop, self, worker, kept, call, method, new_request_id())
-        if not self.async_client.send_small(
-            worker.address, "/call", payload, pending.request_id, worker.identity, pending, body
+        rid = new_request_id()
+        pending = PendingCall(loop, self, worker, kept, call, method, rid)
+        if not client.send_small(
+            address, "/call", payload, rid, worker.identity, pending, body, pipe
         ):
             return None
         stats = self.stats

@@ -151,15 +151,15 @@ class AsyncRPCClient:
 
     def send_small(
         self, address: str, path: str, payload: Any, request_id: str, identity: str | None,
-        future: asyncio.Future | None = None, body: bytes | None = None,
+        future: asyncio.Future | None = None, body: bytes | None = None, pipe: Pipe | None = None,
     ) -> asyncio.Future | None:  # fmt: skip
         """A small call sent at once as a frame on the address's framed pipelined
         connection; the future of its result (``future``, or a new one): the decoded
         result, the remote error, an OSError if the connection broke, or ``RESEND`` (shared
         memory failed: send it again with ``start``). None: no such connection now, or a
         body too large for a frame: use ``start``. No coroutine of its own (a fan-out's
-        garbage, docs/benchmarks.md). ``body``: the payload's frame, if already made."""
-        pipe = self.framed_pipe(address)
+        garbage, docs/benchmarks.md). ``body``, ``pipe``: the frame, ``framed_pipe``, if known."""
+        pipe = pipe if pipe is not None else self.framed_pipe(address)
         if pipe is None or request_id in pipe.pending:
             return None
         if body is None:  # ``payload``'s frame, unless the caller made it
