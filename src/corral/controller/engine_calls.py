@@ -9,7 +9,7 @@ import asyncio
 from collections.abc import Awaitable
 from typing import Any
 
-from corral.controller.caller import CallOptions, engine_call
+from corral.controller.caller import _DEFAULT_OPTIONS, CallOptions, engine_call
 from corral.controller.launch import worker
 from corral.controller.parts import ControllerParts
 from corral.foreign import refusal
@@ -104,6 +104,9 @@ def start_async_call_engine(
     return c.caller.acall_engine(target, method, payload, call)
 
 
+_NO_OPTIONS = (None,) * len(CALL_OPTIONS)
+
+
 def send_async_call_engine(
     c: ControllerParts, worker_id: str, method: str, engine_name: str | None, args: tuple,
     kwargs: dict[str, Any], options: tuple,
@@ -116,9 +119,12 @@ def send_async_call_engine(
     when it is awaited. ``options``: ``CALL_OPTIONS``' values, in order."""
     try:
         loop = asyncio.get_running_loop()
-        target = worker(c, worker_id)
+        table = c.table
+        target = table.ids.get(worker_id)
+        if target is None or worker_id in table.unrestartable:
+            target = worker(c, worker_id)  # waits for a pending role, or raises
         if not target.foreign:
-            call = CallOptions.resolve(*options)
+            call = _DEFAULT_OPTIONS if options == _NO_OPTIONS else CallOptions.resolve(*options)
             payload = engine_call(method, engine_name, args, kwargs, call)
             pending = c.caller.send_engine(loop, target, method, payload, call)
             if pending is not None:
