@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from corral import scheduler_keywords as opts
+from corral.controller.pending_call import PendingCall
 from corral.data.store import parse_keep
 from corral.errors import (
     ConfigError,
@@ -26,6 +27,7 @@ from corral.errors import (
 )
 from corral.rpc.async_client import RESEND
 from corral.rpc.client import AsyncRPCClient, RPCClient, WorkerUnreachableError, new_request_id
+from corral.rpc.plain import encode_plain
 from corral.spec import Worker
 
 log = logging.getLogger("corral")
@@ -175,22 +177,35 @@ class Caller:
         retries: int = 2,
         retry_delay: float = 0.0,
         method: str | None = None,
+        *,
+        resume: tuple[str, Any] | None = None,
     ) -> Any:
         """``call`` for asyncio code. ``method``: the engine method of a ``/call``, named
         in its EngineCallError. One coroutine from here to the client: each coroutine frame
-        less is a cost less per call on the async fan-out path, on the way out and back."""
-        stats = self.stats if path == "/call" else None
+        less is a cost less per call on the async fan-out path, on the way out and back.
+        ``resume``: ``(request id, failure)`` of a ``PendingCall`` whose framed connection
+        gave no reply (``RESEND``, an OSError): its first attempt goes on from there (its
+        statistics are the PendingCall's)."""
+        stats = self.stats if path == "/call" and resume is None else None
         started = stats.begin(worker) if stats is not None else 0.0
         ok = False
-        request_id = new_request_id()
+        request_id = new_request_id() if resume is None else resume[0]
         try:
             for attempt in range(retries + 1):
                 if attempt and retry_delay:
                     await asyncio.sleep(retry_delay * 2 ** (attempt - 1))
                 try:
-                    sent = None if timeout is not None or attempt else self.async_client.send_small(
-                        worker.address, path, payload, request_id, worker.identity
-                    )  # fmt: skip
+                    if resume is not None:
+                        failure, resume = resume[1], None
+                        if isinstance(failure, WorkerUnreachableError):
+                            raise failure
+                        sent = None
+                    elif timeout is None and not attempt:
+                        sent = self.async_client.send_small(
+                            worker.address, path, payload, request_id, worker.identity
+                        )
+                    else:
+                        sent = None
                     if sent is not None:  # the fast path: no coroutine between here and the wire
                         try:
                             result = await sent
@@ -258,6 +273,31 @@ class Caller:
         return self.acall(
             worker, "/call", payload, call.timeout, call.retries, call.retry_delay, method
         )
+
+    def send_engine(
+        self, loop: asyncio.AbstractEventLoop, worker: Worker, method: str, payload: dict,
+        call: CallOptions,
+    ) -> PendingCall | None:  # fmt: skip
+        """An engine method sent at once on the worker's framed connection, its
+        ``PendingCall``; None: not here (no such connection yet, a timeout, a payload
+        too large for a frame): use ``acall_engine``. Raises (a payload that cannot be
+        encoded) before anything is sent."""
+        client, address = self.async_client, worker.address
+        pipe = client.framed_pipe(address) if call.timeout is None else None
+        if pipe is None:
+            return None
+        body = encode_plain(payload)  # kept instead of the payload: no garbage to collect
+        kept = payload if body is None else body
+        rid = new_request_id()
+        pending = PendingCall(loop, self, worker, kept, call, method, rid)
+        if not client.send_small(
+            address, "/call", payload, rid, worker.identity, pending, body, pipe
+        ):
+            return None
+        stats = self.stats
+        if stats is not None:
+            pending.started = stats.begin(worker)
+        return pending
 
     def _call(
         self,

@@ -5,6 +5,7 @@ Every request goes through the controller's one call path (``corral.controller.c
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable
 from typing import Any
 
@@ -108,3 +109,42 @@ def start_async_call_engine(
         c, "async_call_engine", worker_id, method, engine_name, args, kwargs
     )
     return c.caller.acall_engine(target, method, payload, call)
+
+
+_NO_OPTIONS = (None,) * len(CALL_OPTIONS)
+
+
+def send_async_call_engine(
+    c: ControllerParts, worker_id: str, method: str, engine_name: str | None, args: tuple,
+    kwargs: dict[str, Any], options: tuple,
+) -> Awaitable[Any]:  # fmt: skip
+    """``Scheduler.async_call_engine``: inside a running event loop, with the worker's
+    framed connection open, the call is sent here and its ``PendingCall`` returned (a
+    future: no Task, no coroutine per call in a gather; ``controller.pending_call``).
+    Otherwise, and for anything that raises (a bad worker id, option or payload), the
+    coroutine of ``async_call_engine``: its errors are raised where they always were,
+    when it is awaited. ``options``: ``CALL_OPTIONS``' values, in order."""
+    try:
+        loop = asyncio.get_running_loop()
+        table = c.table
+        target = table.ids.get(worker_id)
+        if target is None or worker_id in table.unrestartable:
+            target = worker(c, worker_id)  # waits for a pending role, or raises
+        if not target.foreign:
+            call = DEFAULT_OPTIONS if options == _NO_OPTIONS else CallOptions.resolve(*options)
+            payload = engine_call(method, engine_name, args, kwargs, call)
+            pending = c.caller.send_engine(loop, target, method, payload, call)
+            if pending is not None:
+                return pending
+            return c.caller.acall_engine(target, method, payload, call)  # raises when awaited
+    except Exception:  # raised again by the coroutine, when awaited
+        pass
+    return async_call_engine(
+        c,
+        worker_id,
+        method,
+        engine_name,
+        *args,
+        **kwargs,
+        **dict(zip(CALL_OPTIONS, options, strict=True)),
+    )

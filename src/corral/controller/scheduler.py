@@ -19,7 +19,7 @@ import functools
 import logging
 import os
 import weakref
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -278,7 +278,7 @@ class Scheduler:
             (rpc_meta, http_timeout, max_retries, retry_delay),
         )  # fmt: skip
 
-    async def async_call_engine(
+    def async_call_engine(
         self,
         worker_id: str,
         method: str,
@@ -289,12 +289,14 @@ class Scheduler:
         max_retries: int | None = None,
         retry_delay: float | None = None,
         **kwargs: Any,
-    ) -> Any:
-        """``call_engine`` for asyncio code: the same options, request, retries and errors."""
-        return await engine_calls.start_async_call_engine(
-            self.parts, worker_id, method, engine_name, *args, rpc_meta=rpc_meta,
-            http_timeout=http_timeout, max_retries=max_retries, retry_delay=retry_delay,
-            **kwargs,
+    ) -> Awaitable[Any]:
+        """``call_engine`` for asyncio code: the same options, request, retries and errors.
+        What it returns is awaited, gathered, or given to ``asyncio.create_task`` /
+        ``ensure_future`` / ``wait_for`` / ``asyncio.run`` as a coroutine is; errors are
+        raised when it is awaited (``engine_calls.send_async_call_engine``)."""
+        return engine_calls.send_async_call_engine(
+            self.parts, worker_id, method, engine_name, args, kwargs,
+            (rpc_meta, http_timeout, max_retries, retry_delay),
         )  # fmt: skip
 
     # ------------------------------------------- dispatch and process groups

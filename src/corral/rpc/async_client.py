@@ -9,10 +9,11 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Awaitable
+from functools import partial
 from typing import Any
 
 from corral.auth import RequestSigner, TrialKeys
-from corral.rpc import frames, shm, wire
+from corral.rpc import frames, plain, shm, wire
 from corral.rpc.http import IDENTITY_HEADER, REQUEST_ID_HEADER, parse_head, tune_socket
 from corral.rpc.peers import SharedMemoryPeers, _SegmentParts
 from corral.rpc.pipeline import PIPELINE_LINE, TEXT_PIPELINE_LINE, Pipe, ack
@@ -145,37 +146,47 @@ class AsyncRPCClient:
         return reader, writer
 
     async def request(self, address: str, path: str, payload: Any = None, **options: Any) -> Any:
-        """Send one request; return the decoded result or raise the remote error.
-        ``options``: those of ``start`` (timeout, request_id, identity)."""
+        """Send one request; its decoded result, or the remote error raised (``start``'s options)."""
         return await self.start(address, path, payload, **options)
 
     def send_small(
-        self, address: str, path: str, payload: Any, request_id: str, identity: str | None
-    ) -> asyncio.Future | None:
+        self, address: str, path: str, payload: Any, request_id: str, identity: str | None,
+        future: asyncio.Future | None = None, body: bytes | None = None, pipe: Pipe | None = None,
+    ) -> asyncio.Future | None:  # fmt: skip
         """A small call sent at once as a frame on the address's framed pipelined
-        connection; the future of its result: the decoded result, the remote error, an
-        OSError if the connection broke, or ``RESEND`` (shared memory failed: send it again
-        with ``start``). None: no such connection now, or a body too large for a frame:
-        use ``start``. No coroutine of its own: the caller awaits the future itself (a
-        coroutine per call in flight is most of a fan-out's garbage, docs/benchmarks.md)."""
-        pool = self._loop_pools().get(address)
-        pipe = pool.pipe if pool is not None else None
-        if pipe is None or not pipe.framed or pipe.closed is not None or request_id in pipe.pending:
+        connection; the future of its result (``future``, or a new one): the decoded
+        result, the remote error, an OSError if the connection broke, or ``RESEND`` (shared
+        memory failed: send it again with ``start``). None: no such connection now, or a
+        body too large for a frame: use ``start``. No coroutine of its own (a fan-out's
+        garbage, docs/benchmarks.md). ``body``, ``pipe``: the frame, ``framed_pipe``, if known."""
+        pipe = pipe if pipe is not None else self.framed_pipe(address)
+        if pipe is None or request_id in pipe.pending:
             return None
-        pid = self.shm.local.get(address)
-        if pid is not None and shm.has_released(pid):  # they ride on a text head
+        if body is None:  # ``payload``'s frame, unless the caller made it
+            body = plain.encode_plain(payload) if type(payload) is dict else None
+            body = body or b"".join(wire.encode(payload))
+        if len(body) >= frames.MAX_BODY or not frames.head_fits(path, request_id, identity):
             return None
-        parts = wire.encode(payload)
-        if wire.frame_size(parts) >= frames.MAX_BODY or not frames.head_fits(
-            path, request_id, identity
-        ):
-            return None
-        data, nonce = frames.request_frame(
-            self._signer, path, request_id, identity or "", b"".join(parts)
-        )
-        future = pipe.expect(request_id, nonce, finish=True)
+        data, nonce = frames.request_frame(self._signer, path, request_id, identity or "", body)
+        future = pipe.expect(request_id, nonce, True, future)
         pipe.send(data)
         return future
+
+    def framed_pipe(self, address: str) -> Pipe | None:
+        """The running loop's framed connection to ``address`` a frame can take now, or None."""
+        pool = self._loop_pools().get(address)
+        pipe = pool.pipe if pool is not None else None
+        if pipe is None or not pipe.framed or pipe.closed is not None:
+            return None
+        if shm.has_released(self.shm.local.get(address)):  # they ride on a text head
+            return None
+        return pipe
+
+    def forget_call(self, loop: asyncio.AbstractEventLoop, address: str, request_id: str) -> None:
+        """A ``send_small`` call on ``loop`` given up (cancelled): its reply is dropped."""
+        pool = self._pools.get(loop, {}).get(address)
+        if pool is not None and pool.pipe is not None:
+            pool.pipe.forget(request_id)
 
     def _received_frame(self, address: str, status: int, content_type: str, body) -> Any:
         """A reply frame's result (a frame carries no shared-memory header, no large body)."""
@@ -360,19 +371,13 @@ class AsyncRPCClient:
     async def _connect_pipe(self, address: str) -> Pipe:
         host, port = split_address(address)
         loop = asyncio.get_running_loop()
-        signer, limit, keys = self._signer, self.max_reply, self._signer.keys
-
-        def protocol() -> Pipe:
-            return Pipe(
-                loop,
-                lambda msg, nonce: check_reply_head(signer, address, msg, nonce, limit),
-                lambda digest, body: check_reply_body(signer, address, digest, body),
-                limit,
-                lambda frame, nonce, start: frames.check_reply(keys, address, frame, nonce, start),
-                lambda pipe, request_id, msg: self._received(address, pipe, request_id, msg),
-                lambda status, kind, body: self._received_frame(address, status, kind, body),
-            )
-
+        signer, limit = self._signer, self.max_reply
+        protocol = partial(
+            Pipe, loop, lambda msg, nonce: check_reply_head(signer, address, msg, nonce, limit),
+            partial(check_reply_body, signer, address), limit,
+            partial(frames.check_reply, signer.keys, address),  # no Python frame of its own
+            partial(self._received, address), partial(self._received_frame, address),
+        )  # fmt: skip
         transport, pipe = await asyncio.wait_for(
             loop.create_connection(protocol, host, port), CONNECT_TIMEOUT
         )

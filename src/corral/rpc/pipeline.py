@@ -83,10 +83,15 @@ class Pipe(asyncio.Protocol):
         if self.closed is None and self.transport is not None:
             self.transport.write(out[0] if len(out) == 1 else b"".join(out))
 
-    def expect(self, request_id: str, nonce: str, finish: bool = False) -> asyncio.Future:
-        """A future for the reply to ``request_id``: set to the reply Message, or with
-        ``finish`` to the call's result (``finish`` of the constructor)."""
-        future = self.loop.create_future()
+    def expect(
+        self, request_id: str, nonce: str, finish: bool = False,
+        future: asyncio.Future | None = None,
+    ) -> asyncio.Future:  # fmt: skip
+        """A future for the reply to ``request_id`` (``future``, or a new one): set to the
+        reply Message, or with ``finish`` to the call's result (``finish`` of the
+        constructor)."""
+        if future is None:
+            future = self.loop.create_future()
         self.pending[request_id] = (future, nonce, finish)
         return future
 
