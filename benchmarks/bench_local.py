@@ -252,50 +252,23 @@ def bench_fork(sched, plan: Plan) -> list[Row]:
 
 
 # ------------------------------------------------------------------ 2: noop latency
-def noop_sizes() -> tuple[int, int]:
-    """Bytes of one noop request and one noop reply on corral's wire (head + frame)."""
-    from corral.rpc import wire
-    from corral.rpc.client import _request_headers, new_request_id
-    from corral.rpc.http import FRAME_TYPE, render_head
-
-    request = wire.encode({"engine_name": None, "method": "noop", "args": [], "kwargs": {}})
-    head = render_head(
-        "POST /call HTTP/1.1",
-        _request_headers("0" * 64, new_request_id()),
-        wire.frame_size(request),
-    )
-    reply = wire.encode({"ok": True, "result": None})
-    reply_head = render_head(
-        "HTTP/1.1 200 OK", {"Content-Type": FRAME_TYPE}, wire.frame_size(reply)
-    )
-    return len(head) + wire.frame_size(request), len(reply_head) + wire.frame_size(reply)
-
-
 def measured_noop_sizes(sched, wid: str) -> tuple[int, int]:
     """Bytes of one real noop request and reply as the blocking client sends and reads
     them (a text head and its frame, or a binary frame once the connection has switched
     to frames: ``rpc.frames``), seen on the client side after a few calls.
 
-    Falls back to ``noop_sizes()`` if the client's internals have moved.
+    Raises if the client's internals have moved so that no call was seen: the baseline
+    must exchange the bytes corral exchanges, not a guess.
     """
     from corral.rpc import client, frames, http, wire
 
     seen: dict[str, int] = {}
-    send, interpret = (
-        getattr(client, "send_message", None),
-        getattr(client, "interpret_reply", None),
-    )
-    request_frame, read_reply = (
-        getattr(frames, "request_frame", None),
-        getattr(frames, "read_reply", None),
-    )
-    if send is None or interpret is None or request_frame is None or read_reply is None:
-        return noop_sizes()
+    send, interpret = client.send_message, client.interpret_reply
+    request_frame, reply_fields = frames.request_frame, frames.reply_fields
 
     def spy_send(sock, start_line, headers, parts):
         size = wire.frame_size(parts)
         seen["request"] = len(http.render_head(start_line, headers, size)) + size
-        seen.pop("framed", None)
         return send(sock, start_line, headers, parts)
 
     def spy_request_frame(*args):
@@ -303,29 +276,31 @@ def measured_noop_sizes(sched, wid: str) -> tuple[int, int]:
         seen["request"] = len(data)
         return data, nonce
 
-    def spy_read_reply(reader):
-        frame = read_reply(reader)
-        seen["framed"] = len(frame)
-        return frame
+    def spy_reply_fields(keys, address, frame, nonce):
+        seen["reply"] = len(frame)
+        return reply_fields(keys, address, frame, nonce)
 
     def spy_interpret(address, msg):
         headers = {k: v for k, v in msg.headers.items() if k != "content-length"}
         body = len(msg.body)
-        text = len(http.render_head(msg.start_line, headers, body)) + body
-        seen["reply"] = seen.pop("framed", text)
+        seen["reply"] = len(http.render_head(msg.start_line, headers, body)) + body
         return interpret(address, msg)
 
     client.send_message, client.interpret_reply = spy_send, spy_interpret
-    frames.request_frame, frames.read_reply = spy_request_frame, spy_read_reply
+    frames.request_frame, frames.reply_fields = spy_request_frame, spy_reply_fields
     try:
         for _ in range(3):  # a connection's first replies are text heads, then frames
             seen.clear()
             sched.call_engine(wid, "noop")
     finally:
         client.send_message, client.interpret_reply = send, interpret
-        frames.request_frame, frames.read_reply = request_frame, read_reply
+        frames.request_frame, frames.reply_fields = request_frame, reply_fields
     if "request" not in seen or "reply" not in seen:
-        return noop_sizes()
+        raise RuntimeError(
+            f"measured_noop_sizes saw {sorted(seen) or 'nothing'} of a noop call: the "
+            "blocking client no longer sends or reads through the functions it spies on "
+            "(benchmarks/bench_local.py); update it"
+        )
     return seen["request"], seen["reply"]
 
 
