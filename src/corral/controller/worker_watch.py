@@ -130,7 +130,9 @@ class WorkerWatch:
             if now >= next_report and now - (deadline - timeout) > 5:
                 self.progress(f"waiting for {role}: {len(found)}/{replicas} ready")
                 next_report = now + 5
-            time.sleep(registration_poll(interval, replicas - len(found), now - started))
+            wait_for_news(
+                self.launcher, registration_poll(interval, replicas - len(found), now - started)
+            )
             interval = min(interval * 1.5, 0.05)
 
     def await_one(self, role: str, index: int, timeout: float) -> Worker:
@@ -240,3 +242,14 @@ def registration_poll(interval: float, missing: int, waited: float) -> float:
     if waited < FINE_POLL_SECONDS:
         return min(interval, max(0.005, FINE_POLL_PER_MISSING * missing))
     return interval
+
+
+def wait_for_news(launcher: Launcher, seconds: float) -> None:
+    """Sleep ``seconds`` before the next look for registrations, or less: until the
+    launcher's ``news`` (if it has one) says a worker may have registered."""
+    news = launcher.news
+    if news is None:
+        time.sleep(seconds)
+        return
+    news.wait(seconds)
+    news.clear()  # before the look that follows: a record written after it sets it again
