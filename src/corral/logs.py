@@ -177,7 +177,8 @@ class LogPump:
         on_error: Callable[[str], None] | None = None,
         on_output: Callable[[], None] | None = None,
     ) -> None:
-        """``on_output``: called after each batch of output (or a pipe's end) is copied."""
+        """``on_output``: called on the pump's thread after each read from a pipe (output
+        copied to the logs, or the pipe's end)."""
         self.on_error = on_error or (lambda text: print(f"corral: {text}", file=sys.stderr))
         self.on_output = on_output
         self._sel = selectors.DefaultSelector()

@@ -61,3 +61,15 @@ def test_a_launcher_without_news_sleeps_between_looks(monkeypatch):
     assert Launcher.news is None  # Ray, Slurm: their workers' output does not pass here
     wait_for_news(SimpleNamespace(news=None), 0.005)
     assert slept == [0.005]
+
+
+def test_news_among_chatty_workers_still_waits_the_least_gap(monkeypatch):
+    """Output wakes the wait at once, but the look after it comes no sooner than ``least``
+    after the wait began (chatty workers do not turn the wait into a busy loop)."""
+    slept: list[float] = []
+    monkeypatch.setattr(worker_watch.time, "sleep", slept.append)
+    launcher = LocalLauncher(gpu_devices=[])
+    launcher.news.set()
+    wait_for_news(launcher, 60.0, least=0.5)
+    assert len(slept) == 1 and 0 < slept[0] <= 0.5
+    assert not launcher.news.is_set()
