@@ -251,7 +251,8 @@ def wait_for_news(launcher: Launcher, seconds: float, least: float = 0.0) -> Non
     """Sleep ``seconds`` before the next look for registrations, or less: until the
     launcher's ``news`` (if it has one) says a worker may have registered, but at least
     ``least`` seconds (the looks of a wait among chatty workers stay as rare as the fine
-    poll's: one record read per millisecond)."""
+    poll's: one record read per millisecond). Two waits at once may take each other's
+    news: the other then looks at its next poll, as without news."""
     news = launcher.news
     if news is None or seconds <= least:
         time.sleep(seconds)
