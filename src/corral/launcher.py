@@ -70,6 +70,10 @@ class Launcher(abc.ABC):
     adoption: Any = None
     commands: Any = None
     multi_node: bool = False
+    news: Any = None
+    """A ``threading.Event`` the backend sets when a worker may have registered (local: a
+    worker's output arrived; it prints ``serving at`` once its records are written), so
+    the wait for registrations looks then, not at its next poll; None: polls only."""
 
     def progress(self, text: str) -> None:
         """Progress lines (pending reasons while waiting); the Scheduler replaces this."""

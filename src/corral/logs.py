@@ -172,8 +172,15 @@ class LogSink:
 class LogPump:
     """One thread copying worker output pipes into their three log files, line by line."""
 
-    def __init__(self, on_error: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        on_error: Callable[[str], None] | None = None,
+        on_output: Callable[[], None] | None = None,
+    ) -> None:
+        """``on_output``: called on the pump's thread after each read from a pipe (output
+        copied to the logs, or the pipe's end)."""
         self.on_error = on_error or (lambda text: print(f"corral: {text}", file=sys.stderr))
+        self.on_output = on_output
         self._sel = selectors.DefaultSelector()
         self._lock = threading.Lock()
         self._wake_r, self._wake_w = os.pipe()
@@ -208,6 +215,8 @@ class LogPump:
                     with self._lock:
                         self._sel.unregister(key.fileobj)
                     stream.close()
+                if self.on_output is not None:
+                    self.on_output()
 
     def flush_closed(self, timeout: float = 1.0) -> None:
         """Wait briefly until every pipe whose writer exited has been drained."""

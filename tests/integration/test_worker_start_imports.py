@@ -139,6 +139,27 @@ def test_a_workers_first_pipelined_requests_make_no_thread_pool(tmp_path):
     assert pool == [], f"the first pipelined /set_env and /configure imported {pool}"
 
 
+def test_configure_seeds_without_importing_the_configs_module(tmp_path):
+    """``/configure`` as create_workers sends it, an experiment config (here as the wire
+    carries a ``corral.config.BaseExperimentConfig`` with a ``seed``): the worker seeds
+    from it without importing ``corral.config`` (dataclasses, inspect, typing: ~30 ms of
+    CPU in every new worker at once) to rebuild a config nothing in the worker reads."""
+    from corral.rpc.client import RPCClient
+    from corral.rpc.wire import DataclassRecord
+
+    config = DataclassRecord(
+        "corral.config:BaseExperimentConfig", {"experiment_name": "imports", "seed": 7}
+    )
+    with _listed_worker(tmp_path) as (imported, address, out):
+        client = RPCClient("s" * 64)
+        client.request(address, "/configure", {"config": config, "role": "w", "rank": 1})
+        later = _later_imports(out)
+    rebuilding = ("corral.config", "dataclasses", "typing", "inspect")
+    found = [m for m in later if any(m == x or m.startswith(x + ".") for x in rebuilding)]
+    assert found == [], f"/configure imported {found} to rebuild the experiment config"
+    assert "random" not in imported and "random" in later  # seeded: random.seed(7 + 1)
+
+
 #: what a worker's first fork of corral's own worker does without (it used to load ~80 ms
 #: of CPU of them in the forking worker: the foreign-server probe's http.client with email
 #: and ssl, the controller's spec with typing, argparse, dataclasses for paths.TrialPaths)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from corral.controller.caller import Caller
@@ -38,9 +39,16 @@ def sendable_config(exp_config: Any) -> Any:
         return {"seed": seed} if seed is not None else None
 
 
-async def configure_all(caller: Caller, workers: list[Worker], exp_config: Any) -> None:
+async def configure_all(
+    caller: Caller,
+    workers: list[Worker],
+    exp_config: Any,
+    along: Sequence[tuple[Worker, str, Any]] = (),
+) -> None:
     """``/configure`` every worker at once (on the controller's I/O loop, as the
-    rendezvous); a refusal raises WorkerConfigurationError naming the worker."""
+    rendezvous); a refusal raises WorkerConfigurationError naming the worker. ``along``:
+    requests sent at the same time (``rendezvous_calls``: a new role's ``/set_env``), on
+    the same pipelined connections, so that a role's start waits one round trip, not two."""
     config = sendable_config(exp_config)
 
     async def configure(rank: int, worker: Worker) -> None:
@@ -54,7 +62,8 @@ async def configure_all(caller: Caller, workers: list[Worker], exp_config: Any) 
 
     try:
         await asyncio.gather(
-            *(configure(r, w) for r, w in enumerate(workers) if not w.foreign)
+            *(caller.acall(w, path, body) for w, path, body in along),
+            *(configure(r, w) for r, w in enumerate(workers) if not w.foreign),
         )  # a foreign server (corral.foreign) is configured by its own command line
     finally:
         caller.async_client.forget_all()

@@ -13,7 +13,7 @@ from corral import scheduler_keywords as opts
 from corral.controller.configure_workers import configure_all
 from corral.controller.multinode_instances import start_instances
 from corral.controller.parts import ControllerParts
-from corral.controller.rendezvous import give_rendezvous
+from corral.controller.rendezvous import rendezvous_calls
 from corral.controller.role_table import LAUNCHED, REUSED, RoleState
 from corral.errors import WorkerNotFoundError
 from corral.fdlimit import ensure_fds, is_fd_exhaustion, too_many_files
@@ -95,7 +95,11 @@ def finish_role(c: ControllerParts, role: str, timeout: float) -> None:
         return
     started = time.monotonic()
     workers = c.watch.await_registration(role, state.job.replicas, timeout)
-    give_rendezvous(c, role, workers)
+    rendezvous = rendezvous_calls(c, role, workers)
+    if c.exp_config is not None:  # with the rendezvous: one round trip to each worker
+        c.io.run(configure_all(c.caller, workers, c.exp_config, along=rendezvous))
+    else:
+        c.io.run(c.caller.acall_all(rendezvous))
     k = nodes_of(state.job.tasks[0], c.n_gpus_per_node)
     if k > 1:  # multi-node instances: their members, and everyone's node variables
         state.instances, members = start_instances(
@@ -107,8 +111,6 @@ def finish_role(c: ControllerParts, role: str, timeout: float) -> None:
             ),
         )
         c.table.add_workers(members)
-    if c.exp_config is not None:
-        c.io.run(configure_all(c.caller, workers, c.exp_config))
     state.workers, state.pending = workers, False
     c.table.add_workers(workers)
     c.progress(f"{len(workers)} {role} worker(s) ready in {time.monotonic() - started:.2f}s")

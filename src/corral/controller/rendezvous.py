@@ -21,13 +21,21 @@ def rendezvous_envs(workers: list[Worker], master: tuple[str, int] | None) -> li
     return envs
 
 
-def give_rendezvous(
+def rendezvous_calls(
     c: ControllerParts, role: str, workers: list[Worker], only: list[int] | None = None
-) -> None:
-    """Give each worker its torch.distributed variables (``only``: just these ranks)."""
+) -> list[tuple[Worker, str, dict]]:
+    """The ``/set_env`` requests that give each worker its torch.distributed variables
+    (``only``: just these ranks), as ``Caller.acall_all`` takes them."""
     master = c.launcher.rendezvous_master(role, workers)
     pairs = list(zip(workers, rendezvous_envs(workers, master), strict=True))
     if only is not None:
         pairs = [pairs[i] for i in only]
     pairs = [(w, env) for w, env in pairs if not w.foreign]  # corral.foreign: its own API
-    c.io.run(c.caller.acall_all([(w, "/set_env", {"env": env}) for w, env in pairs]))
+    return [(w, "/set_env", {"env": env}) for w, env in pairs]
+
+
+def give_rendezvous(
+    c: ControllerParts, role: str, workers: list[Worker], only: list[int] | None = None
+) -> None:
+    """Give each worker its torch.distributed variables (``only``: just these ranks)."""
+    c.io.run(c.caller.acall_all(rendezvous_calls(c, role, workers, only)))

@@ -130,7 +130,12 @@ class WorkerWatch:
             if now >= next_report and now - (deadline - timeout) > 5:
                 self.progress(f"waiting for {role}: {len(found)}/{replicas} ready")
                 next_report = now + 5
-            time.sleep(registration_poll(interval, replicas - len(found), now - started))
+            missing = replicas - len(found)
+            wait_for_news(
+                self.launcher,
+                registration_poll(interval, missing, now - started),
+                least=FINE_POLL_PER_MISSING * missing,
+            )
             interval = min(interval * 1.5, 0.05)
 
     def await_one(self, role: str, index: int, timeout: float) -> Worker:
@@ -240,3 +245,21 @@ def registration_poll(interval: float, missing: int, waited: float) -> float:
     if waited < FINE_POLL_SECONDS:
         return min(interval, max(0.005, FINE_POLL_PER_MISSING * missing))
     return interval
+
+
+def wait_for_news(launcher: Launcher, seconds: float, least: float = 0.0) -> None:
+    """Sleep ``seconds`` before the next look for registrations, or less: until the
+    launcher's ``news`` (if it has one) says a worker may have registered, but at least
+    ``least`` seconds (the looks of a wait among chatty workers stay as rare as the fine
+    poll's: one record read per millisecond). Two waits at once may take each other's
+    news: the other then looks at its next poll, as without news."""
+    news = launcher.news
+    if news is None or seconds <= least:
+        time.sleep(seconds)
+        return
+    started = time.monotonic()
+    news.wait(seconds)
+    news.clear()  # before the look that follows: a record written after it sets it again
+    rest = least - (time.monotonic() - started)
+    if rest > 0:
+        time.sleep(rest)

@@ -56,9 +56,14 @@ class Route:
     request id. ``engine_call``: a synchronous engine method runs on the engine thread,
     which replies itself (a worker's fast path). ``inline``: quick, never blocks: run on
     the connection's thread even when pipelined (a worker's first requests, ``/set_env``
-    and ``/configure``, do not make the pool: ``concurrent.futures`` with ``logging``)."""
+    and ``/configure``, do not make the pool: ``concurrent.futures`` with ``logging``).
+    ``rebuild``: decode with ``import_types`` (all but ``/configure``: worker/seeding.py)."""
 
-    __slots__ = ("fn", "raw", "engine_call", "inline")
+    __slots__ = ("fn", "raw", "engine_call", "inline", "rebuild")
 
-    def __init__(self, fn, raw: bool = False, engine_call: bool = False, inline: bool = False):
+    def __init__(
+        self, fn, raw: bool = False, engine_call: bool = False, inline: bool = False,
+        rebuild: bool = True,
+    ):  # fmt: skip
         self.fn, self.raw, self.engine_call, self.inline = fn, raw, engine_call, inline
+        self.rebuild = rebuild

@@ -88,7 +88,7 @@ class WorkerRuntime:
             ("POST", "/call"): Route(self._call, engine_call=True),
             ("POST", "/create_engine"): Route(self._create_engine),
             ("POST", "/set_env"): Route(self._set_env, inline=True),
-            ("POST", "/configure"): Route(self._configure, inline=True),
+            ("POST", "/configure"): Route(self._configure, inline=True, rebuild=False),
             ("POST", "/destroy_engines"): Route(self._destroy_engines),
             ("POST", "/fork"): Route(self._fork),
             ("POST", "/kill_forked_worker"): Route(self._kill_forked),
@@ -212,7 +212,7 @@ class WorkerRuntime:
         try:
             # The peer proved it holds the trial secret: rebuild its dataclasses and enums
             # by importing their modules (see corral.rpc.wire, "Decoding policy").
-            payload = wire.decode(msg.body, refs, import_types=True) if msg.body else {}
+            payload = wire.decode(msg.body, refs, import_types=route.rebuild) if msg.body else {}
             if not isinstance(payload, dict):
                 raise ProtocolError("request body must be a mapping")
         except ProtocolError as exc:
@@ -348,14 +348,9 @@ class WorkerRuntime:
             os.environ[str(key)] = str(value)
 
     def _configure(self, p: dict) -> None:
-        """Keep the experiment config, role and rank, and seed the random generators from
-        the config's ``seed`` (plus the rank) when it has one, as AReaL's workers do."""
-        from corral.worker.seeding import find_seed, seed_everything  # once per worker
+        from corral.worker.seeding import configure  # once per worker
 
-        self.config = {"config": p.get("config"), "role": p.get("role"), "rank": p.get("rank")}
-        seed = find_seed(p.get("config"))
-        if seed is not None:
-            seed_everything(seed + int(p.get("rank") or 0))
+        self.config = configure(p)
 
     def _destroy_engines(self, _p: dict) -> list[str]:
         if self.data.made is not None:
