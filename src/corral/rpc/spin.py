@@ -16,14 +16,18 @@ the calling thread only (never on the asyncio client's or the worker's paths).
 
 from __future__ import annotations
 
+import _socket  # socket's C module: socket.py loads enum (a worker's start)
 import os
-import socket
 from time import perf_counter
+from typing import TYPE_CHECKING
 
-DEFAULT_US = 50
+if TYPE_CHECKING:
+    import socket
+
+DEFAULT_US = 100
 #: the most calls that skip polling after misses in a row
 MAX_SKIP = 64
-_DONTWAIT = socket.MSG_DONTWAIT
+_DONTWAIT = _socket.MSG_DONTWAIT
 
 
 def bound_from_env() -> float:
@@ -47,7 +51,7 @@ class Spinner:
         self.skip = 0
         self.misses = 0
 
-    def recv(self, sock: socket.socket, size: int) -> bytes | None:
+    def recv(self, sock: socket.socket | _socket.socket, size: int) -> bytes | None:
         """What ``sock`` has within the bound, without waiting for it; None where nothing
         came (the caller then receives as it would have)."""
         if self.skip:
