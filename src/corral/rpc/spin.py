@@ -19,10 +19,6 @@ from __future__ import annotations
 import _socket  # socket's C module: socket.py loads enum (a worker's start)
 import os
 from time import perf_counter
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    import socket
 
 DEFAULT_US = 100
 #: the most calls that skip polling after misses in a row
@@ -51,7 +47,7 @@ class Spinner:
         self.skip = 0
         self.misses = 0
 
-    def recv(self, sock: socket.socket | _socket.socket, size: int) -> bytes | None:
+    def recv(self, sock: _socket.socket, size: int) -> bytes | None:
         """What ``sock`` has within the bound, without waiting for it; None where nothing
         came (the caller then receives as it would have)."""
         if self.skip:
