@@ -7,7 +7,8 @@ The lease: a synchronous engine call's reply is made on the engine thread
 sends nothing before it has that reply, so instead of its own thread waiting in ``recv``
 for the next request (and handing it to the engine thread, a wake-up and a GIL hand-over
 per call), the connection is lent to the engine thread: after the reply, while nothing else
-is queued for it, the engine thread waits on the socket (``EngineThread.park``) and reads,
+is queued for it, the engine thread polls the socket briefly (``rpc.spin``: work queued
+meanwhile waits at most that bound), then waits on it (``EngineThread.park``) and reads,
 checks, runs and answers the next ``lendable`` request there (a synchronous engine call,
 with nothing queued, runs right there: ``_SERVED``, and it reads on). It gives the connection back
 (and the connection's thread reads on) when work is queued from elsewhere, when the next
