@@ -22,7 +22,7 @@ from time import perf_counter
 
 DEFAULT_US = 100
 #: the most calls that skip polling after misses in a row
-MAX_SKIP = 64
+MAX_SKIP = 1024
 _DONTWAIT = _socket.MSG_DONTWAIT
 
 
