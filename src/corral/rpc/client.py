@@ -16,7 +16,7 @@ from typing import Any
 
 from corral.auth import RequestSigner, TrialKeys
 from corral.errors import AuthenticationError, ProtocolError
-from corral.rpc import frames, shm, wire
+from corral.rpc import frames, shm, spin, wire
 from corral.rpc.async_client import AsyncRPCClient
 from corral.rpc.http import Message, SocketReader, send_message, tune_socket
 from corral.rpc.peers import SharedMemoryPeers
@@ -75,6 +75,7 @@ class RPCClient:
         self._lock = threading.Lock()
         self.shm = SharedMemoryPeers()
         self.bytes_received = 0  # reply bytes, by socket or shared memory (benchmarks)
+        self.spinner = spin.Spinner()  # a reply polled for briefly before ``recv`` waits
 
     def _take(self, address: str) -> tuple[_Conn, bool]:
         with self._lock:
@@ -204,7 +205,10 @@ class RPCClient:
         text head and its body as a Message, a frame as ``frames.reply_fields``."""
         reader = conn.reader
         if not reader.pending:  # the socket's timeout is the request's (set above)
-            chunk = conn.sock.recv(_RECEIVE)
+            spinner = self.spinner
+            chunk = spinner.recv(conn.sock, _RECEIVE) if spinner.bound else None
+            if chunk is None:
+                chunk = conn.sock.recv(_RECEIVE)
             if not chunk:
                 raise ConnectionResetError("worker closed the connection")
             reader.pending += chunk

@@ -7,7 +7,8 @@ The lease: a synchronous engine call's reply is made on the engine thread
 sends nothing before it has that reply, so instead of its own thread waiting in ``recv``
 for the next request (and handing it to the engine thread, a wake-up and a GIL hand-over
 per call), the connection is lent to the engine thread: after the reply, while nothing else
-is queued for it, the engine thread waits on the socket (``EngineThread.park``) and reads,
+is queued for it, the engine thread polls the socket briefly (``rpc.spin``: work queued
+meanwhile waits at most that bound), then waits on it (``EngineThread.park``) and reads,
 checks, runs and answers the next ``lendable`` request there (a synchronous engine call,
 with nothing queued, runs right there: ``_SERVED``, and it reads on). It gives the connection back
 (and the connection's thread reads on) when work is queued from elsewhere, when the next
@@ -22,7 +23,7 @@ import threading
 from collections import OrderedDict
 
 from corral.errors import ProtocolError
-from corral.rpc import frames, shm
+from corral.rpc import frames, shm, spin
 from corral.rpc.http import (
     IDENTITY_HEADER,
     PIPELINE_HEADER,
@@ -47,6 +48,9 @@ LENT_BODY = 64 * 1024
 _NOT_MINE = object()
 #: ``process`` on the engine thread: the reply was made and sent there, the lease kept
 _SERVED = object()
+#: the engine thread's poll for a lent connection's next request before it parks
+#: (``rpc.spin``; one engine thread per worker, so one state)
+_SPINNER = spin.Spinner()
 
 
 class Connection:
@@ -304,6 +308,9 @@ class Connection:
                 if msg is _NOT_MINE:
                     break
                 if msg is None:  # nothing (whole) yet: wait for it, or for other work
+                    if _SPINNER.bound and (chunk := _SPINNER.recv(self.sock, LENT_BODY)):
+                        reader.pending += chunk
+                        continue
                     if not park(self.sock.fileno(), quiet) or not self._receive():
                         break
                     continue
