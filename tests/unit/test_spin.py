@@ -57,8 +57,19 @@ def test_the_bound_comes_from_the_environment(monkeypatch):
     assert RPCClient(SECRET).spinner.bound == 0.0
     monkeypatch.setenv("CORRAL_SPIN_US", "30")
     assert spin.bound_from_env() == pytest.approx(30e-6)
-    monkeypatch.setenv("CORRAL_SPIN_US", "junk")
+    monkeypatch.delenv("CORRAL_SPIN_US")
     assert spin.bound_from_env() == spin.DEFAULT_US / 1e6
+
+
+@pytest.mark.parametrize("value", ["junk", "nan", "1e"])
+def test_a_bound_that_is_not_a_number_is_refused_naming_the_variable_and_the_fix(
+    monkeypatch, value
+):
+    monkeypatch.setenv("CORRAL_SPIN_US", value)
+    with pytest.raises(ValueError, match=f"CORRAL_SPIN_US='{value}'.*0 to turn the poll off"):
+        spin.bound_from_env()
+    with pytest.raises(ValueError, match="CORRAL_SPIN_US"):
+        RPCClient(SECRET)
 
 
 def test_replies_the_poll_catches_are_the_calls_own(runtime, monkeypatch):  # noqa: F811

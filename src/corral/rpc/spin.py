@@ -27,12 +27,18 @@ _DONTWAIT = _socket.MSG_DONTWAIT
 
 
 def bound_from_env() -> float:
-    """``CORRAL_SPIN_US`` in seconds (0.0: off); an unreadable value means the default."""
+    """``CORRAL_SPIN_US`` in seconds (0.0: off; at most 1 ms); ValueError, naming the
+    variable, its value and the fix, for a value that is not a number."""
     raw = os.environ.get("CORRAL_SPIN_US", "")
     try:
         micros = float(raw) if raw else DEFAULT_US
     except ValueError:
-        micros = DEFAULT_US
+        micros = float("nan")
+    if micros != micros:
+        raise ValueError(
+            f"CORRAL_SPIN_US={raw!r} is not a number of microseconds: set it to a number "
+            f"such as {DEFAULT_US} (the default), or 0 to turn the poll off"
+        )
     return max(0.0, min(micros, 1000.0)) / 1e6
 
 
