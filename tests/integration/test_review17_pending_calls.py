@@ -10,7 +10,9 @@ import threading
 import pytest
 
 from corral import BaseExperimentConfig, Job, LocalScheduler
+from corral.controller import engine_calls
 from corral.controller.pending_call import PendingCall
+from corral.errors import WorkerTimeoutError
 
 ECHO = "corral.testing.engines.EchoEngine"
 
@@ -114,3 +116,28 @@ def test_calls_left_in_flight_when_the_loop_closes_are_not_counted_for_ever(loca
     assert asyncio.run(asyncio.sleep(0.5, "later")) == "later"
     assert asyncio.run(local_sched.async_call_engine("w/0", "echo", "e", 1)) == 1  # prunes
     assert _in_flight(local_sched) == 0
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="review17: send_async_call_engine looks the worker up at call time (for a role "
+    "launched with wait=False: finish_role, blocking the loop) and, when that raises, "
+    "returns the coroutine, which looks it up again when awaited: a role that never "
+    "registers is waited for twice (2 x startup_timeout); main waited once",
+)
+def test_a_worker_that_cannot_be_found_is_looked_up_once(local_sched, monkeypatch):
+    lookups = []
+
+    def never_registers(c, worker_id):
+        lookups.append(worker_id)  # finish_role's await_registration timing out
+        raise WorkerTimeoutError(worker_id, 60.0, f"{worker_id} did not register")
+
+    monkeypatch.setattr(engine_calls, "worker", never_registers)
+
+    async def main():
+        call = local_sched.async_call_engine("late/0", "echo", "e", 1)
+        with pytest.raises(WorkerTimeoutError):
+            await call
+
+    asyncio.run(main())
+    assert lookups == ["late/0"]
