@@ -4,8 +4,6 @@
 
 from __future__ import annotations
 
-import pytest
-
 from tests.unit.test_frame_batches import _send_together
 from tests.unit.test_rpc_server import SECRET, runtime  # noqa: F401  (module fixture)
 from tests.unit.test_wire_frames import _call, _Conn

@@ -107,12 +107,12 @@ class PendingCall(_Future):
         self.resumed.add_done_callback(self._resumed)
 
     def _resumed(self, task: asyncio.Task) -> None:
+        if self.done():  # cancelled: ``cancel`` cancelled the task, whose error (if it
+            return  # had one already) is then not logged as never retrieved
         if task.cancelled():
             self.cancel()
             return
-        exc = task.exception()  # retrieved even if this call was cancelled meanwhile
-        if self.done():
-            return
+        exc = task.exception()
         if exc is not None:
             self.set_exception(exc)
         else:
