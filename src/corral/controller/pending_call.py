@@ -69,7 +69,10 @@ class PendingCall(_Future):
             else:
                 self._resume(result)
             return
-        self._count(True)
+        stats = self.caller.stats  # ``_count(True)``, inline: every call ends here
+        if stats is not None and not self.counted:
+            self.counted = True
+            stats.end(self.worker, self.started, True, self.method)
         _set_result(self, result)
 
     def set_exception(self, exc: BaseException) -> None:
