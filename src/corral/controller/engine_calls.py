@@ -121,24 +121,31 @@ def send_async_call_engine(
     """``Scheduler.async_call_engine``: inside a running event loop, with the worker's
     framed connection open, the call is sent here and its ``PendingCall`` returned (a
     future: no Task, no coroutine per call in a gather; ``controller.pending_call``).
-    Otherwise, and for anything that raises (a bad worker id, option or payload), the
-    coroutine of ``async_call_engine``: its errors are raised where they always were,
-    when it is awaited. ``options``: ``CALL_OPTIONS``' values, in order."""
+    Otherwise the coroutine of ``async_call_engine``. Inside a running loop anything
+    that raises here (a bad worker id, option or payload; a pending role that never
+    registers) is raised by the coroutine returned, when it is awaited, as it always
+    was, without doing it again (a role is waited for once). ``options``:
+    ``CALL_OPTIONS``' values, in order."""
     try:
         loop = asyncio.get_running_loop()
-        table = c.table
-        target = table.ids.get(worker_id)
-        if target is None or worker_id in table.unrestartable:
-            target = worker(c, worker_id)  # waits for a pending role, or raises
-        if not target.foreign:
-            call = DEFAULT_OPTIONS if options == _NO_OPTIONS else CallOptions.resolve(*options)
-            payload = engine_call(method, engine_name, args, kwargs, call)
-            pending = c.caller.send_engine(loop, target, method, payload, call)
-            if pending is not None:
-                return pending
-            return c.caller.acall_engine(target, method, payload, call)  # raises when awaited
-    except Exception:  # raised again by the coroutine, when awaited
-        pass
+    except RuntimeError:
+        loop = None
+    if loop is not None:
+        try:
+            table = c.table
+            target = table.ids.get(worker_id)
+            if target is None or worker_id in table.unrestartable:
+                target = worker(c, worker_id)  # waits for a pending role, or raises
+            if not target.foreign:
+                resolve = CallOptions.resolve
+                call = DEFAULT_OPTIONS if options == _NO_OPTIONS else resolve(*options)
+                payload = engine_call(method, engine_name, args, kwargs, call)
+                pending = c.caller.send_engine(loop, target, method, payload, call)
+                if pending is not None:
+                    return pending
+                return c.caller.acall_engine(target, method, payload, call)
+        except Exception as exc:
+            return _raising(exc)
     return async_call_engine(
         c,
         worker_id,
@@ -148,3 +155,8 @@ def send_async_call_engine(
         **kwargs,
         **dict(zip(CALL_OPTIONS, options, strict=True)),
     )
+
+
+async def _raising(exc: Exception) -> Any:
+    """What ``send_async_call_engine`` raised, raised when awaited."""
+    raise exc

@@ -34,7 +34,7 @@ class PendingCall(_Future):
     """The future of one engine call sent on a framed connection (module docstring)."""
 
     __slots__ = ("caller", "worker", "payload", "options", "method", "request_id", "started",
-                 "resumed")  # fmt: skip
+                 "resumed", "counted")  # fmt: skip
 
     def __init__(
         self, loop: asyncio.AbstractEventLoop, caller: Any, worker: Any, payload: dict | bytes,
@@ -45,6 +45,21 @@ class PendingCall(_Future):
         self.options, self.method, self.request_id = options, method, request_id
         self.started = 0.0
         self.resumed: asyncio.Task | None = None
+        self.counted = False  # its end is in the statistics
+
+    def _count(self, ok: bool) -> None:
+        """The call's end, in the statistics once."""
+        stats = self.caller.stats
+        if stats is not None and not self.counted:
+            self.counted = True
+            stats.end(self.worker, self.started, ok, self.method)
+
+    def abandon(self) -> None:
+        """Its loop closed with it in flight (its connection is closed without the loop):
+        counted as failed. Left pending: completing it would schedule its callbacks on
+        the closed loop, which raises."""
+        if not self.done():
+            self._count(False)
 
     # ------------------------------------------------ completed by the connection
     def set_result(self, result: Any) -> None:
@@ -54,8 +69,9 @@ class PendingCall(_Future):
             else:
                 self._resume(result)
             return
-        stats = self.caller.stats
-        if stats is not None:
+        stats = self.caller.stats  # ``_count(True)``, inline: every call ends here
+        if stats is not None and not self.counted:
+            self.counted = True
             stats.end(self.worker, self.started, True, self.method)
         _set_result(self, result)
 
@@ -66,9 +82,7 @@ class PendingCall(_Future):
         if isinstance(exc, EngineCallError):
             exc.worker_id = exc.worker_id or self.worker.id
             exc.method = exc.method or self.method
-        stats = self.caller.stats
-        if stats is not None:
-            stats.end(self.worker, self.started, False, self.method)
+        self._count(False)
         _set_exception(self, exc)
 
     def cancel(self, msg: Any = None) -> bool:
@@ -79,9 +93,7 @@ class PendingCall(_Future):
         else:  # its reply is dropped on arrival
             client = self.caller.async_client
             client.forget_call(self.get_loop(), self.worker.address, self.request_id)
-        stats = self.caller.stats
-        if stats is not None:
-            stats.end(self.worker, self.started, False, self.method)
+        self._count(False)
         return _cancel(self, msg)
 
     def _resume(self, failure: Any) -> None:
@@ -98,8 +110,8 @@ class PendingCall(_Future):
         self.resumed.add_done_callback(self._resumed)
 
     def _resumed(self, task: asyncio.Task) -> None:
-        if self.done():
-            return
+        if self.done():  # cancelled: ``cancel`` cancelled the task, whose error (if it
+            return  # had one already) is then not logged as never retrieved
         if task.cancelled():
             self.cancel()
             return

@@ -293,7 +293,16 @@ class Scheduler:
         """``call_engine`` for asyncio code: the same options, request, retries and errors.
         What it returns is awaited, gathered, or given to ``asyncio.create_task`` /
         ``ensure_future`` / ``wait_for`` / ``asyncio.run`` as a coroutine is; errors are
-        raised when it is awaited (``engine_calls.send_async_call_engine``)."""
+        raised when it is awaited (``engine_calls.send_async_call_engine``).
+
+        Inside a running loop, with the worker's connection open, the call is sent when
+        it is made (like Ray's ``.remote()``) and its future returned: it runs even if
+        never awaited (a failure never awaited is logged by asyncio as never retrieved);
+        it belongs to that loop (to run a call on another loop, make it there);
+        ``asyncio.wait`` refuses it as it refused the coroutine (wrap it in
+        ``create_task``). Calls to one worker go in the order made, except those taking
+        the coroutine's path (``http_timeout``, a connection not open yet, a large
+        body), sent when first awaited. docs/areal.md, "Async calls"."""
         return engine_calls.send_async_call_engine(
             self.parts, worker_id, method, engine_name, args, kwargs,
             (rpc_meta, http_timeout, max_retries, retry_delay),

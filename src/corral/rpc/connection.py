@@ -264,6 +264,9 @@ class Connection:
             text = f"this is {server.identity}, not {wanted}: the address is stale"
             self.write(409, text, False, nonce, rid)
             return False
+        if len(msg.body) > server.max_body:
+            self.write(413, f"body over {server.max_body} bytes", False, nonce, rid)
+            return False
         msg.peer = peer = self.peer
         reply = server.handler(msg)
         msg.body = bytearray()

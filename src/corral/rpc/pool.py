@@ -40,7 +40,12 @@ class _LoopPool:
         pipe, self.pipe = self.pipe, None
         if pipe is None:
             return
-        if dead_loop:
+        if dead_loop:  # its calls cannot end on their loop: told so (``abandon``)
+            pending, pipe.pending = pipe.pending, {}
+            for future, _nonce, _finish in pending.values():
+                abandon = getattr(future, "abandon", None)  # a PendingCall's
+                if abandon is not None:
+                    abandon()
             close_dead_transport(pipe)
         else:
             pipe.close()
