@@ -69,10 +69,11 @@ def test_shared_spinner_skip_never_goes_negative():
 
 @pytest.mark.xfail(
     strict=True,
-    reason="note: Spinner.recv on a socket with a timeout reads os.read(fd) with the fd "
-    "taken once at the start; a socket closed by another thread mid-poll (a server's stop "
-    "closing a lent connection while the engine thread polls it) and its fd number reused "
-    "is read from: the poll returns another file's bytes (sock.recv would raise EBADF)",
+    reason="note (latent: no path found today closes a polled socket from another "
+    "thread; RPCServer.stop uses shutdown, the blocking client's in-use connections are "
+    "not in its idle pool): Spinner.recv on a socket with a timeout reads os.read(fd) "
+    "with the fd taken once; a socket closed mid-poll whose fd number is reused is read "
+    "from: the poll returns another file's bytes (sock.recv would raise EBADF)",
 )
 def test_poll_does_not_read_a_reused_descriptor():
     a, b = socket.socketpair()
