@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-import pytest
-
 from corral.rpc import connection
 from corral.rpc.connection import Connection
 
@@ -29,15 +27,6 @@ class _Dribble:
         return b"x"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="note (docstring broken; stall bounded by one <= 64 KiB request's arrival): serve_here polls again after every piece it catches without "
-    "asking whether work is queued for the engine thread (only park asks); before noop4 "
-    "each piece went through park, which gives the connection back at once when work is "
-    "queued. A lendable request arriving in many pieces (<= LENT_BODY, each within "
-    "CORRAL_SPIN_US of the last) keeps queued engine work waiting for all of it, not "
-    "'at most that bound' (connection.py's docstring)",
-)
 def test_queued_work_is_asked_about_between_pieces_of_a_request(monkeypatch):
     dribble = _Dribble(pieces=200)
     monkeypatch.setattr(connection, "_SPINNER", dribble)

@@ -1,4 +1,5 @@
-"""review18: reproducers (strict xfail) for rpc/spin.py's Spinner (noop4)."""
+"""review18: reproducers for rpc/spin.py's Spinner (noop4): the shared skip count is
+fixed; the others are strict xfail notes."""
 
 from __future__ import annotations
 
@@ -13,13 +14,6 @@ import pytest
 from corral.rpc import connection, spin
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="note/should-fix: Spinner.skip is decremented without a lock; two threads "
-    "sharing one Spinner (RPCClient.spinner is per client, used by many threads; "
-    "connection._SPINNER is per process) can both pass `if self.skip` at 1 and take it "
-    "to -1, after which it is truthy for ever: the poll is off until the int wraps",
-)
 def test_shared_spinner_skip_never_goes_negative():
     a, b = socket.socketpair()
     try:
@@ -29,7 +23,7 @@ def test_shared_spinner_skip_never_goes_negative():
         decrement_line = next(
             n
             for n, line in enumerate(open(code.co_filename).read().splitlines(), start=1)
-            if "self.skip -= 1" in line
+            if "self.skip = skip - 1" in line
         )
         at_decrement = threading.Event()
         go_on = threading.Event()

@@ -135,6 +135,7 @@ class WorkerWatch:
                 self.launcher,
                 registration_poll(interval, missing, now - started),
                 least=FINE_POLL_PER_MISSING * missing,
+                waited=now - started,
             )
             interval = min(interval * 1.5, 0.05)
 
@@ -247,14 +248,19 @@ def registration_poll(interval: float, missing: int, waited: float) -> float:
     return interval
 
 
-def wait_for_news(launcher: Launcher, seconds: float, least: float = 0.0) -> None:
+def wait_for_news(
+    launcher: Launcher, seconds: float, least: float = 0.0, waited: float = 0.0
+) -> None:
     """Sleep ``seconds`` before the next look for registrations, or less: until the
     launcher's ``news`` (if it has one) says a worker may have registered, but at least
     ``least`` seconds (the looks of a wait among chatty workers stay as rare as the fine
-    poll's: one record read per millisecond). Two waits at once may take each other's
-    news: the other then looks at its next poll, as without news."""
+    poll's: one record read per millisecond). Only within the fine poll's first
+    ``FINE_POLL_SECONDS`` of the wait (``waited``): after it, output (a chatty running
+    role, a slow model load's logs) does not make the looks more frequent than the
+    backoff. Two waits at once may take each other's news: the other then looks at its
+    next poll, as without news."""
     news = launcher.news
-    if news is None or seconds <= least:
+    if news is None or seconds <= least or waited >= FINE_POLL_SECONDS:
         time.sleep(seconds)
         return
     started = time.monotonic()

@@ -311,7 +311,13 @@ class Connection:
                 if msg is _NOT_MINE:
                     break
                 if msg is None:  # nothing (whole) yet: wait for it, or for other work
-                    if _SPINNER.bound and (chunk := _SPINNER.recv(self.sock, LENT_BODY)):
+                    # a poll only before a request's first byte: the rest of one that came
+                    # in part goes through ``park``, which yields to queued work at once
+                    if (
+                        not reader.pending
+                        and _SPINNER.bound
+                        and (chunk := _SPINNER.recv(self.sock, LENT_BODY))
+                    ):
                         reader.pending += chunk
                         continue
                     if not park(self.sock.fileno(), quiet) or not self._receive():

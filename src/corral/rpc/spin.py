@@ -56,8 +56,9 @@ class Spinner:
     def recv(self, sock: _socket.socket, size: int) -> bytes | None:
         """What ``sock`` has within the bound, without waiting for it; None where nothing
         came (the caller then receives as it would have)."""
-        if self.skip:
-            self.skip -= 1
+        skip = self.skip
+        if skip > 0:  # read once: threads sharing a Spinner race here, never below 0
+            self.skip = skip - 1
             return None
         end = 0.0
         if sock.gettimeout() is None:  # a blocking socket: this call must not block
