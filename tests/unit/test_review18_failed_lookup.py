@@ -12,6 +12,9 @@ import pytest
 from corral.controller import engine_calls
 from corral.errors import WorkerNotFoundError
 
+#: ``Scheduler.async_call_engine``'s CALL_OPTIONS when none is given
+NO_OPTIONS = (None, None, None, None)
+
 
 def test_a_failed_lookup_is_raised_when_awaited_and_warned_of_when_never_awaited(monkeypatch):
     """docs/areal.md ("Async calls"): a call whose lookup failed is never sent; awaited,
@@ -24,14 +27,10 @@ def test_a_failed_lookup_is_raised_when_awaited_and_warned_of_when_never_awaited
     c = SimpleNamespace(table=SimpleNamespace(ids={}, unrestartable={}))
 
     async def main():
-        awaited = engine_calls.send_async_call_engine(
-            c, "w/9", "echo", "e", (1,), {}, engine_calls._NO_OPTIONS
-        )
+        awaited = engine_calls.send_async_call_engine(c, "w/9", "echo", "e", (1,), {}, NO_OPTIONS)
         with pytest.raises(WorkerNotFoundError, match="no such worker"):
             await awaited
-        dropped = engine_calls.send_async_call_engine(
-            c, "w/8", "echo", "e", (1,), {}, engine_calls._NO_OPTIONS
-        )
+        dropped = engine_calls.send_async_call_engine(c, "w/8", "echo", "e", (1,), {}, NO_OPTIONS)
         del dropped
         gc.collect()
 

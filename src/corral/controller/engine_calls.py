@@ -9,7 +9,7 @@ import asyncio
 from collections.abc import Awaitable
 from typing import Any
 
-from corral.controller.caller import DEFAULT_OPTIONS, CallOptions, engine_call
+from corral.controller.caller import CallOptions, engine_call
 from corral.controller.launch import worker
 from corral.controller.parts import ControllerParts
 from corral.foreign import refusal
@@ -81,11 +81,7 @@ def call_engine(
     target = worker(c, worker_id)
     if target.foreign:
         raise refusal(target, "call_engine")
-    meta, timeout, retries, delay = options
-    if meta is None and timeout is None and retries is None and delay is None:
-        call = DEFAULT_OPTIONS  # ``CallOptions.resolve``'s answer, without asking it
-    else:
-        call = CallOptions.resolve(meta, timeout, retries, delay)
+    call = CallOptions.resolve(*options)  # its defaults at once when none is given
     payload = engine_call(method, engine_name, args, kwargs, call)
     return c.caller.call_engine(target, method, payload, call)
 
@@ -111,9 +107,6 @@ def start_async_call_engine(
     return c.caller.acall_engine(target, method, payload, call)
 
 
-_NO_OPTIONS = (None,) * len(CALL_OPTIONS)
-
-
 def send_async_call_engine(
     c: ControllerParts, worker_id: str, method: str, engine_name: str | None, args: tuple,
     kwargs: dict[str, Any], options: tuple,
@@ -137,8 +130,7 @@ def send_async_call_engine(
             if target is None or worker_id in table.unrestartable:
                 target = worker(c, worker_id)  # waits for a pending role, or raises
             if not target.foreign:
-                resolve = CallOptions.resolve
-                call = DEFAULT_OPTIONS if options == _NO_OPTIONS else resolve(*options)
+                call = CallOptions.resolve(*options)
                 payload = engine_call(method, engine_name, args, kwargs, call)
                 pending = c.caller.send_engine(loop, target, method, payload, call)
                 if pending is not None:

@@ -141,13 +141,7 @@ class Connection:
             reply_id = rid
         else:  # a reply frame names its request (a text reply needs no id here)
             reply_id = msg.headers.get(REQUEST_ID_HEADER, "") if self.framed else None
-        wanted = msg.headers.get(IDENTITY_HEADER)
-        if wanted and server.identity and wanted != server.identity:
-            text = f"this is {server.identity}, not {wanted}: the address is stale"
-            self.write(409, text, False, nonce, rid)
-            return False
-        if length > server.max_body:
-            self.write(413, f"body over {server.max_body} bytes", False, nonce, rid)
+        if self._refused(msg.headers.get(IDENTITY_HEADER), length, nonce, rid):
             return False
         offered = shm.OFFER_HEADER in msg.headers
         if offered:
@@ -213,13 +207,7 @@ class Connection:
             self.answered = None
         del headers[PIPELINE_HEADER]
         request_id = headers[REQUEST_ID_HEADER]
-        wanted = headers[IDENTITY_HEADER]
-        if wanted and server.identity and wanted != server.identity:
-            text = f"this is {server.identity}, not {wanted}: the address is stale"
-            self.write(409, text, False, nonce, None)
-            return False
-        if len(msg.body) > server.max_body:
-            self.write(413, f"body over {server.max_body} bytes", False, nonce, None)
+        if self._refused(headers[IDENTITY_HEADER], len(msg.body), nonce, None):
             return False
         peer = msg.peer = self.peer
         reply = server.handler(msg)
@@ -259,13 +247,7 @@ class Connection:
         carried[rid] = None
         if len(carried) > ACKABLE:  # small replies are never ACKed: forget them
             carried.popitem(last=False)
-        wanted = headers[IDENTITY_HEADER]
-        if wanted and server.identity and wanted != server.identity:
-            text = f"this is {server.identity}, not {wanted}: the address is stale"
-            self.write(409, text, False, nonce, rid)
-            return False
-        if len(msg.body) > server.max_body:
-            self.write(413, f"body over {server.max_body} bytes", False, nonce, rid)
+        if self._refused(headers[IDENTITY_HEADER], len(msg.body), nonce, rid):
             return False
         msg.peer = peer = self.peer
         reply = server.handler(msg)
@@ -287,6 +269,19 @@ class Connection:
                 request_id=rid, frame=True,
             )  # fmt: skip
         return True
+
+    def _refused(self, wanted: str | None, length: int, nonce, rid) -> bool:
+        """Answer 409 (a request for another worker: a stale address) or 413 (a body over
+        the server's limit) and say so; the connection then ends."""
+        server = self.server
+        if wanted and server.identity and wanted != server.identity:
+            text = f"this is {server.identity}, not {wanted}: the address is stale"
+            self.write(409, text, False, nonce, rid)
+            return True
+        if length > server.max_body:
+            self.write(413, f"body over {server.max_body} bytes", False, nonce, rid)
+            return True
+        return False
 
     def _holder(self, peer, rid):
         """What keeps a reply's segment until the client ACKs request ``rid``."""
