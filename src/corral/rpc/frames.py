@@ -299,17 +299,12 @@ def reply_fields(
     call): ``(status, content type, body)`` of a whole reply frame once ``check_reply``
     would pass; AuthenticationError or ProtocolError as there."""
     start = HEAD_START + _FIXED.unpack_from(frame)[1]
-    head = frame[HEAD_START:start]
-    body = frame[start:]
-    bound = nonce.encode()
-    want = keys.mac(keys.frame_reply, frame[: _FIXED.size], head, bytes((len(bound),)), bound, body)
-    if not compare_digest(want, frame[_FIXED.size : HEAD_START]):
-        raise _wrong_mac(address)
-    fields = head.decode("utf-8", "replace").split("\n")
+    check_reply(keys, address, frame, nonce, start)
+    fields = frame[HEAD_START:start].decode("utf-8", "replace").split("\n")
     if len(fields) != 3:
         raise ProtocolError("malformed reply frame head")
     status, _, content_type = fields
-    return (int(status) if status.isdigit() else 0), content_type, body
+    return (int(status) if status.isdigit() else 0), content_type, frame[start:]
 
 
 def read_reply(reader) -> bytearray:

@@ -238,10 +238,7 @@ class WorkerRuntime:
                     if here and self.engines.on_engine_thread() and self.engines.idle():
                         result = self._prepare_call(payload, here=True)  # run here and now
                         if result is not NOT_HERE:
-                            reply = ok(result)
-                            if request_id:  # ``_finish``
-                                self.cache.finish(request_id, reply)
-                            return reply
+                            return self._finish(request_id, ok(result))
                     run = self._prepare_call(payload)
                 if run is not None:  # a synchronous method: reply from the engine thread
                     park = self.engines.park
